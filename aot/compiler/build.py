@@ -1,0 +1,114 @@
+"""The build driver: model -> IR -> passes -> host plan -> bundle.
+
+``build`` is what ``aot-build`` runs; it reports each stage through an optional
+callback so a CLI can show progress on large models.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aot.compiler.host_plan import HostPlan, lower_to_host_plan
+from aot.compiler.targets import check_targets
+from aot.frontend.onnx import from_onnx
+from aot.frontend.onnx.importer import InputShapes, ModelSource
+from aot.ir.graph import Graph
+from aot.packager import BlobTable, make_header, save, to_bytes
+from aot.passes import optimize
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass
+class BuildResult:
+    """A compiled model, ready to be written as a bundle."""
+
+    graph: Graph
+    plan: HostPlan
+    header: dict[str, Any]
+    blobs: BlobTable
+    targets: list[str]
+    notes: list[str]
+    pass_stats: dict[str, int]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        return dict(collections.Counter(node.op for node in self.graph.nodes))
+
+    @property
+    def regions(self) -> dict[str, int]:
+        """Ops per backend (every op runs on the host until backends land)."""
+        return {"host": len(self.graph.nodes)}
+
+    def to_bytes(self) -> bytes:
+        return to_bytes(self.header, self.blobs)
+
+    def save(self, path: str | os.PathLike[str]) -> int:
+        """Write the bundle atomically; return its size in bytes."""
+        start = time.perf_counter()
+        size = save(path, self.header, self.blobs)
+        self.timings["write"] = time.perf_counter() - start
+        return size
+
+
+def build(
+    model: ModelSource | Graph,
+    *,
+    targets: Sequence[str] = ("host",),
+    input_shapes: InputShapes | None = None,
+    name: str | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result."""
+    report = progress or (lambda stage, seconds: None)
+    ordered, notes = check_targets(targets)
+    timings: dict[str, float] = {}
+
+    def stage(label: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        result = fn()
+        timings[label] = time.perf_counter() - start
+        report(label, timings[label])
+        return result
+
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        graph = stage("import", lambda: from_onnx(model, input_shapes=input_shapes, name=name or _default_name(model)))
+    stats = stage("optimize", lambda: optimize(graph))
+    plan = stage("plan", lambda: lower_to_host_plan(graph))
+    blobs = BlobTable()
+    header = stage("package", lambda: make_header(graph, plan, blobs))
+    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings)
+
+
+def _default_name(model: Any) -> str | None:
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.splitext(os.path.basename(os.fspath(model)))[0]
+    return None
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple]:
+    """Parse ``NAME:1x3x224x224`` options (the name may itself contain ':')."""
+    from aot.errors import BuildError
+    from aot.ir.types import parse_shape
+
+    shapes: dict[str, tuple] = {}
+    for spec in specs:
+        name, sep, shape = spec.rpartition(":")
+        if not sep or not name:
+            raise BuildError(f"--input must look like NAME:1x3x224x224, got {spec!r}")
+        try:
+            shapes[name] = parse_shape(shape)
+        except ValueError as e:
+            raise BuildError(f"--input {spec!r}: {e}") from None
+    return shapes
+
+
+__all__ = ["BuildResult", "build", "parse_input_shapes"]

@@ -1,0 +1,733 @@
+"""ONNX op -> canonical ops, one small function per ONNX op type.
+
+Each converter receives a NodeContext and returns the IR values for the node's
+outputs. Version differences (attributes that became inputs in later opsets)
+are handled here, so everything past the frontend sees one canonical form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from aot.frontend.onnx.context import NodeContext
+from aot.ir.graph import Value
+
+Converter = Callable[[NodeContext], list[Value]]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str):
+    def register(fn: Converter) -> Converter:
+        for op_type in op_types:
+            CONVERTERS[op_type] = fn
+        return fn
+
+    return register
+
+
+def single(fn: Callable[[NodeContext], Value]) -> Converter:
+    """Adapt a converter returning one value to the list-returning protocol."""
+    return lambda ctx: [fn(ctx)]
+
+
+# -- elementwise ------------------------------------------------------------------------
+
+UNARY = {
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Reciprocal": "reciprocal",
+    "Neg": "negative",
+    "Abs": "abs",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Round": "round",
+    "Sign": "sign",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Tan": "tan",
+    "Not": "logical_not",
+    "HardSwish": "hard_swish",
+    "Softplus": "softplus",
+    "Softsign": "softsign",
+}
+BINARY = {
+    "Add": "add",
+    "Sub": "subtract",
+    "Mul": "multiply",
+    "Div": "divide",
+    "Pow": "power",
+    "PRelu": "prelu",
+    "Equal": "equal",
+    "Less": "less",
+    "LessOrEqual": "less_equal",
+    "Greater": "greater",
+    "GreaterOrEqual": "greater_equal",
+    "And": "logical_and",
+    "Or": "logical_or",
+    "Xor": "logical_xor",
+}
+
+for _onnx, _canonical in UNARY.items():
+    converter(_onnx)(single(lambda ctx, op=_canonical: ctx.emit(op, ctx.inputs[0])))
+for _onnx, _canonical in BINARY.items():
+    converter(_onnx)(single(lambda ctx, op=_canonical: ctx.emit(op, ctx.inputs[0], ctx.inputs[1])))
+
+
+@converter("Mod")
+@single
+def _mod(ctx):
+    return ctx.emit("mod", ctx.inputs[0], ctx.inputs[1], fmod=ctx.attr("fmod", 0))
+
+
+@converter("Where")
+@single
+def _where(ctx):
+    return ctx.emit("where", *ctx.inputs[:3])
+
+
+@converter("LeakyRelu")
+@single
+def _leaky_relu(ctx):
+    return ctx.emit("leaky_relu", ctx.inputs[0], alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@converter("Elu")
+@single
+def _elu(ctx):
+    return ctx.emit("elu", ctx.inputs[0], alpha=float(ctx.attr("alpha", 1.0)))
+
+
+@converter("HardSigmoid")
+@single
+def _hard_sigmoid(ctx):
+    return ctx.emit(
+        "hard_sigmoid", ctx.inputs[0], alpha=float(ctx.attr("alpha", 0.2)), beta=float(ctx.attr("beta", 0.5))
+    )
+
+
+@converter("Gelu")
+@single
+def _gelu(ctx):
+    return ctx.emit("gelu", ctx.inputs[0], approximate=ctx.attr("approximate", "none"))
+
+
+@converter("Clip")
+@single
+def _clip(ctx):
+    x = ctx.inputs[0]
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        lo = None if lo is None or lo <= -3.4e38 else float(lo)
+        hi = None if hi is None or hi >= 3.4e38 else float(hi)
+    else:
+        bounds = []
+        for i in (1, 2):
+            v = ctx.input(i)
+            if v is not None and not v.is_constant:  # run-time bounds: clip = min(max(x, lo), hi)
+                return _clip_dynamic(ctx, x)
+            bounds.append(None if v is None else v.data.item())
+        lo, hi = bounds
+    if lo == 0 and hi == 6:
+        return ctx.emit("relu6", x)
+    if lo == 0 and hi is None:
+        return ctx.emit("relu", x)
+    if lo is None and hi is None:
+        return x
+    cast = float if x.type.dtype.startswith("float") else int
+    return ctx.emit("clip", x, min=None if lo is None else cast(lo), max=None if hi is None else cast(hi))
+
+
+def _clip_dynamic(ctx, x):
+    if ctx.input(1) is not None:
+        x = ctx.emit("maximum", x, ctx.input(1))
+    if ctx.input(2) is not None:
+        x = ctx.emit("minimum", x, ctx.input(2))
+    return x
+
+
+def _variadic(op: str):
+    def convert(ctx):
+        acc = ctx.inputs[0]
+        for v in ctx.inputs[1:]:
+            acc = ctx.emit(op, acc, v)
+        return acc
+
+    return convert
+
+
+converter("Sum")(single(_variadic("add")))
+converter("Max")(single(_variadic("maximum")))
+converter("Min")(single(_variadic("minimum")))
+
+
+@converter("Mean")
+@single
+def _mean(ctx):
+    total = _variadic("add")(ctx)
+    return ctx.emit("divide", total, ctx.constant(len(ctx.inputs), total.type.dtype))
+
+
+@converter("Softmax", "LogSoftmax")
+@single
+def _softmax(ctx):
+    op = "softmax" if ctx.node.op_type == "Softmax" else "log_softmax"
+    x = ctx.inputs[0]
+    rank = x.type.rank
+    axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1)
+    axis = axis % rank if rank else 0
+    if ctx.opset >= 13 or axis == rank - 1:
+        return ctx.emit(op, x, axis=axis)
+    # Before opset 13 the input is coerced to 2-d at `axis` and normalised over the tail.
+    flat = ctx.emit("flatten", x, axis=axis)
+    y = ctx.emit(op, flat, axis=1)
+    return (
+        ctx.emit("reshape", y, ctx.emit("shape", x))
+        if not x.type.is_static
+        else ctx.emit("reshape", y, shape=list(x.type.shape))
+    )
+
+
+@converter("Cast")
+@single
+def _cast(ctx):
+    to = ctx.dtype_attr("to")
+    x = ctx.inputs[0]
+    return x if x.type.dtype == to else ctx.emit("cast", x, to=to)
+
+
+@converter("CastLike")
+@single
+def _cast_like(ctx):
+    x, like = ctx.inputs[:2]
+    return x if x.type.dtype == like.type.dtype else ctx.emit("cast", x, to=like.type.dtype)
+
+
+@converter("Identity", "Dropout")
+def _identity(ctx):
+    if ctx.extra_outputs_used():
+        raise ctx.unsupported("the mask output of Dropout is not supported")
+    return [ctx.inputs[0]]
+
+
+# -- convolution and pooling ------------------------------------------------------------
+
+
+def _spatial_attrs(ctx: NodeContext, nd: int, kernel_shape, in_spatial=None) -> dict:
+    strides = list(ctx.attr("strides", [1] * nd))
+    dilations = list(ctx.attr("dilations", [1] * nd))
+    pads = list(ctx.attr("pads", [0] * (2 * nd)))
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        in_spatial = in_spatial if in_spatial is not None else ctx.static_dims()[2:]
+        pads = [0] * (2 * nd)
+        for i in range(nd):
+            out = -(-in_spatial[i] // strides[i])
+            total = max((out - 1) * strides[i] + (kernel_shape[i] - 1) * dilations[i] + 1 - in_spatial[i], 0)
+            small, large = total // 2, total - total // 2
+            pads[i], pads[i + nd] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto_pad != "NOTSET":
+        raise ctx.unsupported(f"auto_pad {auto_pad!r}")
+    return {"strides": strides, "pads": pads, "dilations": dilations}
+
+
+def _rank_op(ctx: NodeContext, base: str, nd: int) -> str:
+    if nd not in (1, 2, 3):
+        raise ctx.unsupported(f"{nd}-d {base} (1-d to 3-d are supported)")
+    return f"{base}{nd}d"
+
+
+@converter("Conv")
+@single
+def _conv(ctx):
+    w = ctx.inputs[1]
+    nd = w.type.rank - 2
+    kernel_shape = ctx.attr("kernel_shape", list(w.type.shape[2:]))
+    attrs = _spatial_attrs(ctx, nd, kernel_shape)
+    inputs = [v for v in ctx.inputs[:3] if v is not None]
+    return ctx.emit(_rank_op(ctx, "conv", nd), *inputs, groups=ctx.attr("group", 1), **attrs)
+
+
+@converter("ConvTranspose")
+@single
+def _conv_transpose(ctx):
+    x, w = ctx.inputs[:2]
+    nd = w.type.rank - 2
+    kernel = list(w.type.shape[2:])
+    strides = list(ctx.attr("strides", [1] * nd))
+    dilations = list(ctx.attr("dilations", [1] * nd))
+    output_padding = list(ctx.attr("output_padding", [0] * nd))
+    pads = list(ctx.attr("pads", [0] * (2 * nd)))
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    output_shape = ctx.attr("output_shape")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        in_spatial = ctx.static_dims()[2:]
+        target = list(output_shape)[-nd:] if output_shape is not None else [d * s for d, s in zip(in_spatial, strides)]
+        for i in range(nd):
+            total = (
+                strides[i] * (in_spatial[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - target[i]
+            )
+            if total < 0:
+                raise ctx.unsupported(f"output_shape {list(output_shape)} needs negative padding")
+            half = total // 2
+            pads[i], pads[i + nd] = (half, total - half) if auto_pad == "SAME_UPPER" else (total - half, half)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    inputs = [v for v in ctx.inputs[:3] if v is not None]
+    return ctx.emit(
+        _rank_op(ctx, "conv_transpose", nd),
+        *inputs,
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        output_padding=output_padding,
+        groups=ctx.attr("group", 1),
+    )
+
+
+def _pool(kind: str):
+    def convert(ctx):
+        if ctx.extra_outputs_used():
+            raise ctx.unsupported("the Indices output of MaxPool is not supported")
+        x = ctx.inputs[0]
+        nd = x.type.rank - 2
+        kernel_shape = list(ctx.attr("kernel_shape"))
+        attrs = _spatial_attrs(ctx, nd, kernel_shape)
+        extra = {"count_include_pad": ctx.attr("count_include_pad", 0)} if kind == "avg" else {}
+        if ctx.attr("storage_order", 0):
+            raise ctx.unsupported("storage_order=1")
+        return ctx.emit(
+            _rank_op(ctx, f"{kind}_pool", nd),
+            x,
+            kernel_shape=kernel_shape,
+            ceil_mode=ctx.attr("ceil_mode", 0),
+            **attrs,
+            **extra,
+        )
+
+    return convert
+
+
+converter("MaxPool")(single(_pool("max")))
+converter("AveragePool")(single(_pool("avg")))
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+@single
+def _global_pool(ctx):
+    x = ctx.inputs[0]
+    op = "reduce_mean" if ctx.node.op_type == "GlobalAveragePool" else "reduce_max"
+    return ctx.emit(op, x, axes=list(range(2, x.type.rank)), keepdims=1)
+
+
+@converter("LRN")
+@single
+def _lrn(ctx):
+    return ctx.emit(
+        "lrn",
+        ctx.inputs[0],
+        size=int(ctx.attr("size")),
+        alpha=float(ctx.attr("alpha", 1e-4)),
+        beta=float(ctx.attr("beta", 0.75)),
+        bias=float(ctx.attr("bias", 1.0)),
+    )
+
+
+# -- normalisation ----------------------------------------------------------------------
+
+
+@converter("BatchNormalization")
+@single
+def _batch_norm(ctx):
+    if ctx.attr("training_mode", 0):
+        raise ctx.unsupported("training_mode=1")
+    if ctx.extra_outputs_used():
+        raise ctx.unsupported("the training outputs (running mean/var) are not supported")
+    return ctx.emit("batch_norm", *ctx.inputs[:5], epsilon=float(ctx.attr("epsilon", 1e-5)))
+
+
+@converter("LayerNormalization")
+@single
+def _layer_norm(ctx):
+    if ctx.extra_outputs_used():
+        raise ctx.unsupported("the Mean / InvStdDev outputs are not supported")
+    inputs = [v for v in ctx.inputs[:3] if v is not None]
+    return ctx.emit("layer_norm", *inputs, axis=ctx.attr("axis", -1), epsilon=float(ctx.attr("epsilon", 1e-5)))
+
+
+@converter("InstanceNormalization")
+@single
+def _instance_norm(ctx):
+    return ctx.emit("instance_norm", *ctx.inputs[:3], epsilon=float(ctx.attr("epsilon", 1e-5)))
+
+
+# -- linear algebra ---------------------------------------------------------------------
+
+
+@converter("MatMul")
+@single
+def _matmul(ctx):
+    return ctx.emit("matmul", ctx.inputs[0], ctx.inputs[1])
+
+
+@converter("Gemm")
+@single
+def _gemm(ctx):
+    a, b = ctx.inputs[:2]
+    c = ctx.input(2)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if ctx.attr("transA", 0):
+        a = ctx.emit("transpose", a, perm=[1, 0])
+    w = b if ctx.attr("transB", 0) else ctx.emit("transpose", b, perm=[1, 0])  # dense wants (units, in)
+    if alpha != 1.0:
+        w = ctx.emit("multiply", w, ctx.constant(alpha, w.type.dtype))
+    if c is None or beta == 0.0:
+        return ctx.emit("dense", a, w)
+    if beta != 1.0:
+        c = ctx.emit("multiply", c, ctx.constant(beta, c.type.dtype))
+    return ctx.emit("dense", a, w, c)
+
+
+# -- reductions -------------------------------------------------------------------------
+
+REDUCE = {
+    "ReduceMean": "reduce_mean",
+    "ReduceSum": "reduce_sum",
+    "ReduceMax": "reduce_max",
+    "ReduceMin": "reduce_min",
+    "ReduceProd": "reduce_prod",
+}
+# The opset in which each reduction's axes moved from an attribute to an input.
+AXES_BECAME_INPUT = {"ReduceSum": 13}
+
+
+@converter(*REDUCE)
+@single
+def _reduce(ctx):
+    x = ctx.inputs[0]
+    moved = AXES_BECAME_INPUT.get(ctx.node.op_type, 18)
+    if ctx.opset >= moved:
+        axes = ctx.ints(1, "axes") if ctx.input(1) is not None else []
+    else:
+        axes = list(ctx.attr("axes", []))
+    if not axes:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return x
+        axes = None
+    else:
+        axes = [a % x.type.rank for a in axes]
+    return ctx.emit(REDUCE[ctx.node.op_type], x, axes=axes, keepdims=ctx.attr("keepdims", 1))
+
+
+@converter("ArgMax")
+@single
+def _argmax(ctx):
+    x = ctx.inputs[0]
+    return ctx.emit(
+        "argmax",
+        x,
+        axis=ctx.attr("axis", 0) % max(x.type.rank, 1),
+        keepdims=ctx.attr("keepdims", 1),
+        select_last_index=ctx.attr("select_last_index", 0),
+    )
+
+
+# -- shapes and data movement -----------------------------------------------------------
+
+
+@converter("Reshape")
+@single
+def _reshape(ctx):
+    x = ctx.inputs[0]
+    allowzero = ctx.attr("allowzero", 0)
+    target = ctx.const(1)
+    if target is None:
+        return ctx.emit("reshape", x, ctx.inputs[1], allowzero=allowzero)
+    return ctx.emit("reshape", x, shape=[int(d) for d in target.reshape(-1)], allowzero=allowzero)
+
+
+@converter("Flatten")
+@single
+def _flatten(ctx):
+    return ctx.emit("flatten", ctx.inputs[0], axis=ctx.attr("axis", 1))
+
+
+@converter("Transpose")
+@single
+def _transpose(ctx):
+    perm = ctx.attr("perm")
+    return ctx.emit("transpose", ctx.inputs[0], perm=None if perm is None else list(perm))
+
+
+def _axes_attr_or_input(ctx: NodeContext, moved_in: int) -> list[int] | None:
+    if ctx.opset >= moved_in:
+        return ctx.ints(1, "axes") if ctx.input(1) is not None else None
+    axes = ctx.attr("axes")
+    return None if axes is None else list(axes)
+
+
+@converter("Squeeze")
+@single
+def _squeeze(ctx):
+    x = ctx.inputs[0]
+    axes = _axes_attr_or_input(ctx, 13)
+    if axes is None:
+        axes = [i for i, d in enumerate(ctx.static_dims()) if d == 1]
+    return ctx.emit("squeeze", x, axes=[a % x.type.rank for a in axes])
+
+
+@converter("Unsqueeze")
+@single
+def _unsqueeze(ctx):
+    x = ctx.inputs[0]
+    axes = _axes_attr_or_input(ctx, 13)
+    if axes is None:
+        raise ctx.error("axes are required")
+    rank = x.type.rank + len(axes)
+    return ctx.emit("unsqueeze", x, axes=sorted(a % rank for a in axes))
+
+
+@converter("Expand")
+@single
+def _expand(ctx):
+    x = ctx.inputs[0]
+    target = ctx.const(1)
+    if target is None:
+        return ctx.emit("expand", x, ctx.inputs[1])
+    return ctx.emit("expand", x, shape=[int(d) for d in target.reshape(-1)])
+
+
+@converter("Tile")
+@single
+def _tile(ctx):
+    return ctx.emit("tile", ctx.inputs[0], repeats=ctx.ints(1, "repeats"))
+
+
+@converter("Concat")
+@single
+def _concat(ctx):
+    inputs = [v for v in ctx.inputs if v is not None]
+    rank = inputs[0].type.rank
+    return ctx.emit("concat", *inputs, axis=ctx.attr("axis") % rank)
+
+
+@converter("Split")
+def _split(ctx):
+    x = ctx.inputs[0]
+    axis = ctx.attr("axis", 0) % x.type.rank
+    outputs = len(ctx.node.output)
+    if ctx.opset >= 13 and ctx.input(1) is not None:
+        sizes = ctx.ints(1, "split")
+    elif ctx.opset < 13 and ctx.attr("split") is not None:
+        sizes = list(ctx.attr("split"))
+    else:
+        dim = x.type.shape[axis]
+        if not isinstance(dim, int):
+            raise ctx.unsupported(f"splitting symbolic dim {dim!r} without explicit sizes")
+        parts = ctx.attr("num_outputs", outputs)
+        chunk = -(-dim // parts)
+        sizes = [chunk] * (dim // chunk) + ([dim % chunk] if dim % chunk else [])
+    if len(sizes) != outputs:
+        raise ctx.error(f"split sizes {sizes} do not match {outputs} outputs")
+    return ctx.emit_node("split", [x], axis=axis, sizes=sizes)
+
+
+@converter("Slice")
+@single
+def _slice(ctx):
+    x = ctx.inputs[0]
+    if ctx.opset < 10:
+        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        axes = list(ctx.attr("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+        axes = ctx.ints(3, "axes") if ctx.input(3) is not None else list(range(len(starts)))
+        steps = ctx.ints(4, "steps") if ctx.input(4) is not None else [1] * len(starts)
+    clamp = lambda v: max(min(v, 2**62), -(2**62))  # noqa: E731 - INT64_MAX sentinels stay ints msgpack can hold
+    return ctx.emit(
+        "slice",
+        x,
+        starts=[clamp(s) for s in starts],
+        ends=[clamp(e) for e in ends],
+        axes=[a % x.type.rank for a in axes],
+        steps=steps,
+    )
+
+
+@converter("Pad")
+@single
+def _pad(ctx):
+    x = ctx.inputs[0]
+    rank = x.type.rank
+    mode = ctx.attr("mode", "constant")
+    if ctx.opset < 11:
+        pads, value = list(ctx.attr("pads")), float(ctx.attr("value", 0.0))
+    else:
+        pads = ctx.ints(1, "pads")
+        value = ctx.const(2)
+        if ctx.input(2) is not None and value is None:
+            raise ctx.unsupported("a run-time constant_value")
+        value = 0.0 if value is None else value.reshape(-1)[0].item()
+        if ctx.input(3) is not None:  # opset 18: pads for the listed axes only
+            axes = [a % rank for a in ctx.ints(3, "axes")]
+            full = [0] * (2 * rank)
+            for i, a in enumerate(axes):
+                full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+            pads = full
+    return ctx.emit("pad", x, pads=pads, mode=mode, value=value)
+
+
+@converter("Gather")
+@single
+def _gather(ctx):
+    data = ctx.inputs[0]
+    return ctx.emit("gather", data, ctx.inputs[1], axis=ctx.attr("axis", 0) % data.type.rank)
+
+
+@converter("GatherElements")
+@single
+def _gather_elements(ctx):
+    data = ctx.inputs[0]
+    return ctx.emit("gather_elements", data, ctx.inputs[1], axis=ctx.attr("axis", 0) % data.type.rank)
+
+
+@converter("Shape")
+@single
+def _shape(ctx):
+    x = ctx.inputs[0]
+    start, end = ctx.attr("start", 0), ctx.attr("end")
+    dims = x.type.shape[slice(start, end)]
+    if all(isinstance(d, int) for d in dims):
+        return ctx.constant(np.array(dims, dtype=np.int64))
+    return ctx.emit("shape", x, start=start, end=end)
+
+
+@converter("Size")
+@single
+def _size(ctx):
+    x = ctx.inputs[0]
+    if x.type.is_static:
+        return ctx.constant(np.array(x.type.numel, dtype=np.int64))
+    return ctx.emit("reduce_prod", ctx.emit("shape", x), axes=None, keepdims=0)
+
+
+@converter("Constant")
+@single
+def _constant(ctx):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if ctx.has_attr(key):
+            value = ctx.attr(key)
+            dtype = {
+                "value_float": np.float32,
+                "value_floats": np.float32,
+                "value_int": np.int64,
+                "value_ints": np.int64,
+            }.get(key)
+            return ctx.constant(np.asarray(value, dtype=dtype) if dtype else value)
+    raise ctx.unsupported("only tensor, float(s) and int(s) constants are supported")
+
+
+@converter("ConstantOfShape")
+@single
+def _constant_of_shape(ctx):
+    value = ctx.attr("value")
+    value = np.zeros(1, np.float32) if value is None else value
+    return ctx.emit("constant_of_shape", ctx.inputs[0], value=value.reshape(-1)[0].item(), dtype=value.dtype.name)
+
+
+@converter("Range")
+@single
+def _range(ctx):
+    return ctx.emit("range", *ctx.inputs[:3])
+
+
+# -- resize -----------------------------------------------------------------------------
+
+
+@converter("Resize", "Upsample")
+@single
+def _resize(ctx):
+    x = ctx.inputs[0]
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise ctx.unsupported(f"mode {mode!r} (nearest and linear are supported)")
+    mode = "linear" if mode == "bilinear" else mode
+    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
+        scales = ctx.attr("scales") if ctx.opset < 9 else ctx.require_const(1, "scales")
+        return ctx.emit(
+            "resize", x, mode=mode, scales=[float(s) for s in np.reshape(scales, -1)],
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+        )  # fmt: skip
+    if ctx.attr("antialias", 0):
+        raise ctx.unsupported("antialias=1")
+    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise ctx.unsupported(f"keep_aspect_ratio_policy {ctx.attr('keep_aspect_ratio_policy')!r}")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if coord == "tf_crop_and_resize":
+        raise ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
+    rank = x.type.rank
+    axes = [a % rank for a in ctx.attr("axes", list(range(rank)))]
+    scales = ctx.const(2)
+    sizes = ctx.const(3)
+    attrs = {
+        "mode": mode,
+        "coordinate_transformation_mode": coord,
+        "nearest_mode": ctx.attr("nearest_mode", "round_prefer_floor"),
+    }
+    if sizes is not None and sizes.size:
+        full = list(x.type.shape)
+        for a, s in zip(axes, sizes.reshape(-1)):
+            full[a] = int(s)
+        if not all(isinstance(d, int) for d in full):
+            raise ctx.unsupported("resize to sizes with symbolic dims")
+        return ctx.emit("resize", x, sizes=full, **attrs)
+    if scales is None or not scales.size:
+        raise ctx.unsupported("scales or sizes must be constants")
+    full_scales = [1.0] * rank
+    for a, s in zip(axes, scales.reshape(-1)):
+        full_scales[a] = float(s)
+    return ctx.emit("resize", x, scales=full_scales, **attrs)
+
+
+# -- quantisation -----------------------------------------------------------------------
+
+
+@converter("QuantizeLinear")
+@single
+def _quantize(ctx):
+    x, scale = ctx.inputs[:2]
+    zero_point = ctx.input(2)
+    if ctx.attr("block_size", 0):
+        raise ctx.unsupported("blocked quantisation (block_size)")
+    if zero_point is not None:
+        dtype = zero_point.type.dtype
+    elif ctx.attr("output_dtype", 0):
+        dtype = ctx.dtype_attr("output_dtype")
+    else:
+        dtype = "uint8"
+    if dtype not in ("int8", "uint8", "int16", "uint16"):
+        raise ctx.unsupported(f"quantisation to {dtype}")
+    inputs = [x, scale] + ([zero_point] if zero_point is not None else [])
+    return ctx.emit("quantize", *inputs, axis=ctx.attr("axis", 1) % max(x.type.rank, 1), dtype=dtype)
+
+
+@converter("DequantizeLinear")
+@single
+def _dequantize(ctx):
+    x, scale = ctx.inputs[:2]
+    if ctx.attr("block_size", 0):
+        raise ctx.unsupported("blocked quantisation (block_size)")
+    inputs = [v for v in ctx.inputs[:3] if v is not None]
+    return ctx.emit("dequantize", *inputs, axis=ctx.attr("axis", 1) % max(x.type.rank, 1))
+
+
+SUPPORTED_OP_TYPES = frozenset(CONVERTERS)

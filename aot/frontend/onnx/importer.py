@@ -1,0 +1,230 @@
+"""Read an ONNX model into the IR.
+
+The importer reports every problem it can before converting anything: all
+unsupported op types at once (with a node name for each), undefined tensor
+names, unknown input names given to ``input_shapes``. Conversion then walks
+the nodes in topological order, folding constant subgraphs as it goes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from aot.errors import AotError, ModelError, ShapeError, UnsupportedOpsError
+from aot.frontend.onnx.context import NodeContext
+from aot.frontend.onnx.converters import CONVERTERS
+from aot.frontend.onnx.dtypes import onnx_dtype_name
+from aot.ir.graph import Graph, Value
+from aot.ir.types import Dim, TensorType
+
+log = logging.getLogger("aot.frontend.onnx")
+
+MIN_OPSET = 9
+TESTED_MAX_OPSET = 21
+ModelSource = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
+InputShapes = Mapping[str, Sequence[Dim]]
+
+
+def load_model(source: ModelSource) -> onnx.ModelProto:
+    """Load an ONNX model from a path, bytes or a ModelProto, with a one-line error if it is not one."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(source))
+        path = os.fspath(source)
+        if not os.path.exists(path):
+            raise ModelError(f"model file '{path}' does not exist")
+        return onnx.load(path)
+    except AotError:
+        raise
+    except (DecodeError, ValueError, RuntimeError, onnx.onnx_cpp2py_export.checker.ValidationError) as e:  # type: ignore[attr-defined]
+        raise ModelError(
+            f"cannot parse ONNX model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
+    except OSError as e:
+        raise ModelError(f"cannot read model file: {e}") from None
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    raise ModelError("the model imports no version of the default ONNX domain")
+
+
+def _upgrade_if_old(model: onnx.ModelProto) -> onnx.ModelProto:
+    opset = _default_opset(model)
+    if opset >= MIN_OPSET:
+        if opset > TESTED_MAX_OPSET:
+            log.warning("opset %d is newer than the newest tested (%d); converting anyway", opset, TESTED_MAX_OPSET)
+        return model
+    try:
+        from onnx import version_converter
+
+        log.info("upgrading opset %d to 13 with onnx.version_converter", opset)
+        return version_converter.convert_version(model, 13)
+    except Exception as e:
+        raise ModelError(f"opset {opset} is older than {MIN_OPSET} and onnx could not upgrade it ({e})") from None
+
+
+def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
+    missing: OrderedDict[str, list[str]] = OrderedDict()
+    for node in nodes:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        if key not in CONVERTERS:
+            missing.setdefault(key, []).append(node.name or (node.output[0] if node.output else "?"))
+    if missing:
+        parts = [
+            f"{op} (node '{names[0]}'" + (f", {len(names)} nodes)" if len(names) > 1 else ")")
+            for op, names in missing.items()
+        ]
+        raise UnsupportedOpsError(f"unsupported ops ({len(missing)} types): " + ", ".join(parts))
+
+
+def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
+    """Topological order (exporters do not always write one); undefined names are a ModelError."""
+    producers = {out: i for i, n in enumerate(graph.node) for out in n.output if out}
+    for n in graph.node:
+        for name in n.input:
+            if name and name not in known and name not in producers:
+                label = n.name or (n.output[0] if n.output else n.op_type)
+                raise ModelError(
+                    f"node '{label}' ({n.op_type}) reads '{name}', which no node, input or initializer defines"
+                )
+    order, state = [], [0] * len(graph.node)
+    for root in range(len(graph.node)):
+        stack = [(root, False)]
+        while stack:
+            i, done = stack.pop()
+            if done:
+                state[i] = 2
+                order.append(graph.node[i])
+                continue
+            if state[i]:
+                if state[i] == 1:
+                    raise ModelError(
+                        f"the graph has a cycle through node '{graph.node[i].name or graph.node[i].op_type}'"
+                    )
+                continue
+            state[i] = 1
+            stack.append((i, True))
+            for name in graph.node[i].input:
+                j = producers.get(name)
+                if j is not None and state[j] != 2:
+                    if state[j] == 1:
+                        raise ModelError(
+                            f"the graph has a cycle through node '{graph.node[j].name or graph.node[j].op_type}'"
+                        )
+                    stack.append((j, False))
+    return order
+
+
+def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> TensorType:
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type"):
+        raise UnsupportedOpsError(f"input '{value.name}' is not a tensor (sequences and maps are not supported)")
+    try:
+        dtype = onnx_dtype_name(tensor.elem_type)
+    except ValueError as e:
+        raise UnsupportedOpsError(f"input '{value.name}': {e}") from None
+    dims: list[Dim] = []
+    if tensor.HasField("shape"):
+        for i, d in enumerate(tensor.shape.dim):
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{value.name}_{i}"))
+    if override is not None:
+        if tensor.HasField("shape") and len(override) != len(dims):
+            raise ShapeError(f"--input {value.name}: the model declares rank {len(dims)} {dims}, got {list(override)}")
+        for i, (declared, given) in enumerate(zip(dims, override)):
+            if isinstance(declared, int) and isinstance(given, int) and declared != given:
+                raise ShapeError(f"--input {value.name}: dim {i} is fixed to {declared} in the model, got {given}")
+        dims = list(override)
+    elif not tensor.HasField("shape"):
+        raise ShapeError(f"input '{value.name}' has no declared shape; give one with --input {value.name}:SHAPE")
+    return TensorType(dims, dtype)
+
+
+def _initializer(tensor: onnx.TensorProto, graph: Graph) -> Value:
+    try:
+        onnx_dtype_name(tensor.data_type)
+        array = numpy_helper.to_array(tensor)
+    except ValueError as e:
+        raise UnsupportedOpsError(f"initializer '{tensor.name}': {e}") from None
+    except Exception as e:
+        raise ModelError(f"initializer '{tensor.name}' cannot be read: {e}") from None
+    return Value(tensor.name, TensorType(array.shape, array.dtype.name), data=np.ascontiguousarray(array))
+
+
+def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name: str | None = None) -> Graph:
+    """Convert an ONNX model (path, bytes or ModelProto) to an IR graph.
+
+    ``input_shapes`` fixes symbolic dims: ``{"images": (1, 3, 224, 224)}``.
+    Graph inputs that also have an initializer (as older exporters write weights) are constants.
+    """
+    model = _upgrade_if_old(load_model(source))
+    opset = _default_opset(model)
+    onnx_graph = model.graph
+    input_shapes = dict(input_shapes or {})
+    if onnx_graph.sparse_initializer:
+        raise UnsupportedOpsError("sparse initializers are not supported")
+    initializer_names = {t.name for t in onnx_graph.initializer}
+    real_inputs = [v for v in onnx_graph.input if v.name not in initializer_names]
+    unknown = sorted(set(input_shapes) - {v.name for v in real_inputs})
+    if unknown:
+        raise ShapeError(
+            f"--input names unknown input {unknown[0]!r}; the model's inputs are: {', '.join(v.name for v in real_inputs)}"
+        )
+    _check_supported(onnx_graph.node)
+    known = initializer_names | {v.name for v in onnx_graph.input}
+    nodes = _sorted_nodes(onnx_graph, known)
+
+    graph = Graph(name or onnx_graph.name or "main")
+    for v in list(onnx_graph.input) + list(onnx_graph.output):
+        graph.unique_name(v.name)  # reserve the model's own names for its signature
+    env: dict[str, Value] = {}
+    for v in real_inputs:
+        value = Value(v.name, _input_type(v, input_shapes.get(v.name)))
+        graph.inputs.append(value)
+        env[v.name] = value
+    for tensor in onnx_graph.initializer:
+        env[tensor.name] = _initializer(tensor, graph)
+
+    used_names = {name for n in onnx_graph.node for name in n.input} | {o.name for o in onnx_graph.output}
+    for node in nodes:
+        ctx = NodeContext(graph, node, [env[n] if n else None for n in node.input], opset, used_names)
+        try:
+            outputs = CONVERTERS[node.op_type](ctx)
+        except AotError:
+            raise
+        except Exception as e:  # a converter bug must still name the node
+            raise ModelError(f"{node.op_type} node '{ctx.name}': cannot convert ({type(e).__name__}: {e})") from e
+        for out_name, value in zip(node.output, outputs):
+            if out_name:
+                env[out_name] = value
+
+    _set_outputs(graph, onnx_graph, env)
+    graph.metadata.update(frontend="onnx", opset=opset, source_nodes=len(onnx_graph.node), producer=model.producer_name)
+    return graph
+
+
+def _set_outputs(graph: Graph, onnx_graph: onnx.GraphProto, env: dict[str, Value]) -> None:
+    """Outputs keep the model's names; an output that is an input, a constant or a repeat gets its own copy."""
+    used: Counter[int] = Counter()
+    for out in onnx_graph.output:
+        if out.name not in env:
+            raise ModelError(f"graph output '{out.name}' is never produced")
+        value = env[out.name]
+        if value.producer is None or used[id(value)]:
+            value = graph.op("copy", value, name=out.name)
+        used[id(value)] += 1
+        value.name = out.name
+        graph.outputs.append(value)

@@ -1,0 +1,602 @@
+"""The canonical op registry: per op its inputs, attribute schema and type inference.
+
+This is the compiler's half of an op; the runtime's half (the numpy kernel) lives
+in ``runtime_lite.kernels`` under the same name, and a test keeps the two sets
+equal. Attributes are completed with their defaults when a node is created, so a
+bundle always records every attribute explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aot.errors import ShapeError
+from aot.ir.types import Dim, TensorType
+
+REQUIRED = object()
+
+
+@dataclass
+class InferContext:
+    types: list[TensorType]
+    attrs: dict[str, Any]
+    fresh_dim: Callable[[], str]
+    node: str
+    values: Sequence[Any] = ()
+
+    def fail(self, op: str, message: str) -> ShapeError:
+        return ShapeError(f"{op} '{self.node}': {message}")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]  # names; "?" suffix = optional, "*" suffix = variadic
+    attrs: dict[str, Any]  # name -> default (REQUIRED if none)
+    infer_fn: Callable[[InferContext], list[TensorType]]
+    doc: str = ""
+
+    def complete_attrs(self, attrs: dict[str, Any], node: str) -> dict[str, Any]:
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise ShapeError(f"{self.name} '{node}': unknown attribute {unknown[0]!r}")
+        out = {}
+        for key, default in self.attrs.items():
+            if key in attrs:
+                out[key] = attrs[key]
+            elif default is REQUIRED:
+                raise ShapeError(f"{self.name} '{node}': missing attribute {key!r}")
+            else:
+                out[key] = default
+        return out
+
+    def check_arity(self, n: int, node: str) -> None:
+        required = sum(1 for i in self.inputs if not i.endswith(("?", "*")))
+        variadic = any(i.endswith("*") for i in self.inputs)
+        if n < required or (not variadic and n > len(self.inputs)):
+            raise ShapeError(f"{self.name} '{node}': expects inputs ({', '.join(self.inputs)}), got {n}")
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return self.infer_fn(ctx)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(name: str, inputs: str, infer: Callable[[InferContext], list[TensorType]], **attrs: Any) -> OpDef:
+    opdef = OpDef(name, tuple(inputs.split()), attrs, infer)
+    OPS[name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ShapeError(f"unknown canonical op {name!r}") from None
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def same(ctx: InferContext) -> list[TensorType]:
+    return [ctx.types[0]]
+
+
+def broadcast_dims(a: Dim, b: Dim, ctx: InferContext, op: str) -> Dim:
+    if a == b or b == 1:
+        return a
+    if a == 1:
+        return b
+    if isinstance(a, int) and isinstance(b, int):
+        raise ctx.fail(op, f"cannot broadcast dims {a} and {b}")
+    return b if isinstance(b, int) else a  # a symbol broadcast with a size must be that size
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[Dim]], ctx: InferContext, op: str) -> tuple[Dim, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = [1] * rank
+    for shape in shapes:
+        padded = [1] * (rank - len(shape)) + list(shape)
+        out = [broadcast_dims(a, b, ctx, op) for a, b in zip(out, padded)]
+    return tuple(out)
+
+
+def elementwise(dtype: str | None = None, operands: int | None = None):
+    def infer(ctx: InferContext) -> list[TensorType]:
+        types = ctx.types if operands is None else ctx.types[:operands]
+        shape = broadcast_shapes([t.shape for t in types], ctx, "elementwise")
+        return [TensorType(shape, dtype or ctx.types[0].dtype)]
+
+    return infer
+
+
+def norm_axis(axis: int, rank: int, ctx: InferContext, op: str) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.fail(op, f"axis {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def dim_math(ctx: InferContext, fn: Callable[..., int], *dims: Dim) -> Dim:
+    return fn(*dims) if all(isinstance(d, int) for d in dims) else ctx.fresh_dim()
+
+
+# -- elementwise ------------------------------------------------------------------------
+
+for _name in (
+    "relu relu6 sigmoid tanh erf exp log sqrt reciprocal negative abs floor ceil round sign "
+    "sin cos tan hard_swish softplus softsign copy"
+).split():
+    register_op(_name, "x", same)
+register_op("logical_not", "x", same)
+register_op("leaky_relu", "x", same, alpha=0.01)
+register_op("elu", "x", same, alpha=1.0)
+register_op("hard_sigmoid", "x", same, alpha=0.2, beta=0.5)
+register_op("gelu", "x", same, approximate="none")
+register_op("clip", "x", same, min=None, max=None)
+register_op("softmax", "x", same, axis=-1)
+register_op("log_softmax", "x", same, axis=-1)
+register_op("cast", "x", lambda c: [c.types[0].with_dtype(c.attrs["to"])], to=REQUIRED)
+
+for _name in "add subtract multiply divide maximum minimum power prelu".split():
+    register_op(_name, "a b", elementwise())
+register_op("mod", "a b", elementwise(), fmod=0)
+for _name in "logical_and logical_or logical_xor equal less less_equal greater greater_equal".split():
+    register_op(_name, "a b", elementwise("bool"))
+
+
+def _where(ctx: InferContext) -> list[TensorType]:
+    shape = broadcast_shapes([t.shape for t in ctx.types], ctx, "where")
+    return [TensorType(shape, ctx.types[1].dtype)]
+
+
+register_op("where", "condition x y", _where)
+
+# -- convolution and pooling ------------------------------------------------------------
+
+
+def _spatial_check(ctx: InferContext, op: str, nd: int) -> TensorType:
+    x = ctx.types[0]
+    if x.rank != nd + 2:
+        raise ctx.fail(op, f"expects a rank-{nd + 2} input (N, C, spatial...), got {x}")
+    for key in ("strides", "pads", "dilations", "kernel_shape", "output_padding"):
+        if key in ctx.attrs and ctx.attrs[key] is not None:
+            want = 2 * nd if key == "pads" else nd
+            if len(ctx.attrs[key]) != want:
+                raise ctx.fail(op, f"attribute {key} needs {want} values, got {list(ctx.attrs[key])}")
+    return x
+
+
+def _conv(nd: int):
+    op = f"conv{nd}d"
+
+    def infer(ctx: InferContext) -> list[TensorType]:
+        x = _spatial_check(ctx, op, nd)
+        w = ctx.types[1]
+        a = ctx.attrs
+        if w.rank != nd + 2:
+            raise ctx.fail(op, f"weight must have rank {nd + 2}, got {w}")
+        groups = a["groups"]
+        c = x.shape[1]
+        if isinstance(c, int) and isinstance(w.shape[1], int) and c != w.shape[1] * groups:
+            raise ctx.fail(op, f"input has {c} channels but weight expects {w.shape[1]} x {groups} groups")
+        if len(ctx.types) > 2 and ctx.types[2].shape not in ((w.shape[0],),):
+            raise ctx.fail(op, f"bias must have shape [{w.shape[0]}], got {ctx.types[2]}")
+        spatial = [
+            dim_math(
+                ctx,
+                lambda s, k, i=i: (
+                    (s + a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1) // a["strides"][i] + 1
+                ),
+                x.shape[2 + i],
+                w.shape[2 + i],
+            )
+            for i in range(nd)
+        ]
+        if any(isinstance(d, int) and d <= 0 for d in spatial):
+            raise ctx.fail(op, f"output would be empty: input {x}, kernel {list(w.shape[2:])}")
+        return [TensorType((x.shape[0], w.shape[0], *spatial), x.dtype)]
+
+    return infer
+
+
+def _conv_transpose(nd: int):
+    op = f"conv_transpose{nd}d"
+
+    def infer(ctx: InferContext) -> list[TensorType]:
+        x = _spatial_check(ctx, op, nd)
+        w = ctx.types[1]
+        a = ctx.attrs
+        spatial = [
+            dim_math(
+                ctx,
+                lambda s, k, i=i: (
+                    a["strides"][i] * (s - 1)
+                    + a["output_padding"][i]
+                    + (k - 1) * a["dilations"][i]
+                    + 1
+                    - a["pads"][i]
+                    - a["pads"][i + nd]
+                ),
+                x.shape[2 + i],
+                w.shape[2 + i],
+            )
+            for i in range(nd)
+        ]
+        out_channels = dim_math(ctx, lambda o: o * a["groups"], w.shape[1])
+        return [TensorType((x.shape[0], out_channels, *spatial), x.dtype)]
+
+    return infer
+
+
+def _pool(nd: int, kind: str):
+    op = f"{kind}_pool{nd}d"
+
+    def infer(ctx: InferContext) -> list[TensorType]:
+        from runtime_lite.kernels.pool import pooled_extent
+
+        x = _spatial_check(ctx, op, nd)
+        a = ctx.attrs
+        spatial = [
+            dim_math(
+                ctx,
+                lambda s, i=i: pooled_extent(
+                    s,
+                    a["kernel_shape"][i],
+                    a["strides"][i],
+                    a["dilations"][i],
+                    a["pads"][i],
+                    a["pads"][i + nd],
+                    a["ceil_mode"],
+                ),
+                x.shape[2 + i],
+            )
+            for i in range(nd)
+        ]
+        if any(isinstance(d, int) and d <= 0 for d in spatial):
+            raise ctx.fail(op, f"output would be empty: input {x}, kernel {a['kernel_shape']}")
+        return [TensorType((*x.shape[:2], *spatial), x.dtype)]
+
+    return infer
+
+
+for _nd in (1, 2, 3):
+    register_op(f"conv{_nd}d", "x w b?", _conv(_nd), strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, groups=1)
+    register_op(
+        f"conv_transpose{_nd}d",
+        "x w b?",
+        _conv_transpose(_nd),
+        strides=REQUIRED,
+        pads=REQUIRED,
+        dilations=REQUIRED,
+        output_padding=REQUIRED,
+        groups=1,
+    )
+    _pool_attrs = dict(kernel_shape=REQUIRED, strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, ceil_mode=0)
+    register_op(f"max_pool{_nd}d", "x", _pool(_nd, "max"), **_pool_attrs)
+    register_op(f"avg_pool{_nd}d", "x", _pool(_nd, "avg"), count_include_pad=0, **_pool_attrs)
+
+register_op("lrn", "x", same, size=REQUIRED, alpha=1e-4, beta=0.75, bias=1.0)
+register_op("batch_norm", "x scale bias mean var", same, epsilon=1e-5)
+register_op("layer_norm", "x scale bias?", same, axis=-1, epsilon=1e-5)
+register_op("instance_norm", "x scale bias", same, epsilon=1e-5)
+
+# -- linear algebra ---------------------------------------------------------------------
+
+
+def _matmul(ctx: InferContext) -> list[TensorType]:
+    a, b = ctx.types
+    if a.rank == 0 or b.rank == 0:
+        raise ctx.fail("matmul", "operands must not be scalars")
+    ash = a.shape if a.rank > 1 else (1,) + a.shape
+    bsh = b.shape if b.rank > 1 else b.shape + (1,)
+    k1, k2 = ash[-1], bsh[-2]
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        raise ctx.fail("matmul", f"inner dims differ: {a} @ {b}")
+    batch = broadcast_shapes([ash[:-2], bsh[:-2]], ctx, "matmul")
+    shape = batch + ((ash[-2],) if a.rank > 1 else ()) + ((bsh[-1],) if b.rank > 1 else ())
+    return [TensorType(shape, a.dtype)]
+
+
+def _dense(ctx: InferContext) -> list[TensorType]:
+    x, w = ctx.types[:2]
+    if w.rank != 2:
+        raise ctx.fail("dense", f"weight must be 2-d (units, in), got {w}")
+    if isinstance(x.shape[-1], int) and isinstance(w.shape[1], int) and x.shape[-1] != w.shape[1]:
+        raise ctx.fail("dense", f"input has {x.shape[-1]} features but the weight expects {w.shape[1]}")
+    return [TensorType(x.shape[:-1] + (w.shape[0],), x.dtype)]
+
+
+register_op("matmul", "a b", _matmul)
+register_op("dense", "x w b?", _dense)
+
+# -- reductions -------------------------------------------------------------------------
+
+
+def _reduce(op: str):
+    def infer(ctx: InferContext) -> list[TensorType]:
+        x = ctx.types[0]
+        axes = ctx.attrs["axes"]
+        axes = range(x.rank) if axes is None else [norm_axis(a, x.rank, ctx, op) for a in axes]
+        keep = ctx.attrs["keepdims"]
+        shape = (
+            [1 if i in axes else d for i, d in enumerate(x.shape)]
+            if keep
+            else [d for i, d in enumerate(x.shape) if i not in axes]
+        )
+        return [TensorType(shape, x.dtype)]
+
+    return infer
+
+
+for _name in ("reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+    register_op(_name, "x", _reduce(_name), axes=None, keepdims=1)
+
+
+def _argmax(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "argmax")
+    shape = (
+        [1 if i == axis else d for i, d in enumerate(x.shape)]
+        if ctx.attrs["keepdims"]
+        else [d for i, d in enumerate(x.shape) if i != axis]
+    )
+    return [TensorType(shape, "int64")]
+
+
+register_op("argmax", "x", _argmax, axis=0, keepdims=1, select_last_index=0)
+
+# -- shapes and data movement -----------------------------------------------------------
+
+
+def _reshape(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    if len(ctx.types) > 1:  # target computed at run time: only its length is known
+        n = ctx.types[1].shape[0]
+        if not isinstance(n, int):
+            raise ctx.fail("reshape", "the target shape has unknown length")
+        return [TensorType([ctx.fresh_dim() for _ in range(n)], x.dtype)]
+    target = ctx.attrs["shape"]
+    if target is None:
+        raise ctx.fail("reshape", "needs a 'shape' attribute or a shape input")
+    dims: list[Dim] = []
+    for i, d in enumerate(target):
+        if d == 0 and not ctx.attrs["allowzero"]:
+            if i >= x.rank:
+                raise ctx.fail("reshape", f"0 at position {i} copies a dim the input {x} lacks")
+            dims.append(x.shape[i])
+        else:
+            dims.append(int(d))
+    if dims.count(-1) > 1:
+        raise ctx.fail("reshape", f"more than one -1 in {list(target)}")
+    if -1 in dims:
+        known = [d for d in dims if d != -1]
+        if x.is_static and all(isinstance(d, int) for d in known):
+            size = int(np.prod(known, dtype=np.int64)) if known else 1
+            if size == 0 or x.numel % size:
+                raise ctx.fail("reshape", f"cannot reshape {x} to {list(target)}")
+            dims[dims.index(-1)] = x.numel // size
+        else:
+            dims[dims.index(-1)] = _symbolic_quotient(x.shape, known, ctx)
+    elif x.is_static and all(isinstance(d, int) for d in dims) and int(np.prod(dims, dtype=np.int64)) != x.numel:
+        raise ctx.fail("reshape", f"cannot reshape {x} ({x.numel} elements) to {dims}")
+    return [TensorType(dims, x.dtype)]
+
+
+def _symbolic_quotient(shape: Sequence[Dim], known: Sequence[Dim], ctx: InferContext) -> Dim:
+    """The -1 of a reshape when symbols are involved: cancel equal symbols, else a fresh one."""
+    num = list(shape)
+    den = list(known)
+    for d in list(den):
+        if isinstance(d, str) and d in num:
+            num.remove(d)
+            den.remove(d)
+    if all(isinstance(d, int) for d in num + den):
+        size = int(np.prod(den, dtype=np.int64)) if den else 1
+        total = int(np.prod(num, dtype=np.int64)) if num else 1
+        if size and total % size == 0:
+            return total // size
+    if len(num) == 1 and not den:
+        return num[0]
+    return ctx.fresh_dim()
+
+
+def _flatten(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    axis = ctx.attrs["axis"]
+    axis = axis + x.rank if axis < 0 else axis
+    if not 0 <= axis <= x.rank:
+        raise ctx.fail("flatten", f"axis {ctx.attrs['axis']} out of range for {x}")
+
+    def product(dims):
+        if all(isinstance(d, int) for d in dims):
+            return int(np.prod(dims, dtype=np.int64)) if dims else 1
+        return dims[0] if len(dims) == 1 else ctx.fresh_dim()
+
+    return [TensorType((product(x.shape[:axis]), product(x.shape[axis:])), x.dtype)]
+
+
+def _transpose(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    perm = ctx.attrs["perm"]
+    perm = list(range(x.rank))[::-1] if perm is None else list(perm)
+    if sorted(perm) != list(range(x.rank)):
+        raise ctx.fail("transpose", f"perm {perm} is not a permutation of {x.rank} axes")
+    return [TensorType([x.shape[p] for p in perm], x.dtype)]
+
+
+def _squeeze(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    axes = ctx.attrs["axes"]
+    if axes is None:
+        if not x.is_static:
+            raise ctx.fail("squeeze", f"needs explicit axes for a symbolic shape {x}")
+        return [TensorType([d for d in x.shape if d != 1], x.dtype)]
+    axes = {norm_axis(a, x.rank, ctx, "squeeze") for a in axes}
+    for a in axes:
+        if isinstance(x.shape[a], int) and x.shape[a] != 1:
+            raise ctx.fail("squeeze", f"axis {a} of {x} is not 1")
+    return [TensorType([d for i, d in enumerate(x.shape) if i not in axes], x.dtype)]
+
+
+def _unsqueeze(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    rank = x.rank + len(ctx.attrs["axes"])
+    axes = sorted(norm_axis(a, rank, ctx, "unsqueeze") for a in ctx.attrs["axes"])
+    if len(set(axes)) != len(axes):
+        raise ctx.fail("unsqueeze", f"repeated axes {ctx.attrs['axes']}")
+    dims = list(x.shape)
+    for a in axes:
+        dims.insert(a, 1)
+    return [TensorType(dims, x.dtype)]
+
+
+def _expand(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    if len(ctx.types) > 1:
+        n = ctx.types[1].shape[0]
+        rank = max(x.rank, n) if isinstance(n, int) else x.rank
+        return [TensorType([ctx.fresh_dim() for _ in range(rank)], x.dtype)]
+    return [TensorType(broadcast_shapes([x.shape, ctx.attrs["shape"]], ctx, "expand"), x.dtype)]
+
+
+def _tile(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    reps = ctx.attrs["repeats"]
+    if len(reps) != x.rank:
+        raise ctx.fail("tile", f"repeats {list(reps)} must have one entry per axis of {x}")
+    return [TensorType([dim_math(ctx, lambda d, r=r: d * r, d) for d, r in zip(x.shape, reps)], x.dtype)]
+
+
+def _concat(ctx: InferContext) -> list[TensorType]:
+    first = ctx.types[0]
+    axis = norm_axis(ctx.attrs["axis"], first.rank, ctx, "concat")
+    for t in ctx.types[1:]:
+        if t.rank != first.rank or t.dtype != first.dtype:
+            raise ctx.fail("concat", f"inputs {first} and {t} differ in rank or dtype")
+        for i, (a, b) in enumerate(zip(first.shape, t.shape)):
+            if i != axis and isinstance(a, int) and isinstance(b, int) and a != b:
+                raise ctx.fail("concat", f"inputs {first} and {t} differ outside axis {axis}")
+    sizes = [t.shape[axis] for t in ctx.types]
+    total = sum(sizes) if all(isinstance(s, int) for s in sizes) else ctx.fresh_dim()
+    shape = list(first.shape)
+    shape[axis] = total
+    return [TensorType(shape, first.dtype)]
+
+
+def _split(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "split")
+    sizes = ctx.attrs["sizes"]
+    if isinstance(x.shape[axis], int) and sum(sizes) != x.shape[axis]:
+        raise ctx.fail("split", f"sizes {list(sizes)} do not add up to dim {axis} of {x}")
+    outs = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        outs.append(TensorType(shape, x.dtype))
+    return outs
+
+
+def _slice(ctx: InferContext) -> list[TensorType]:
+    from runtime_lite.kernels.shape import onnx_slice
+
+    x = ctx.types[0]
+    a = ctx.attrs
+    shape = list(x.shape)
+    for start, end, axis, step in zip(a["starts"], a["ends"], a["axes"], a["steps"]):
+        axis = norm_axis(axis, x.rank, ctx, "slice")
+        if step == 0:
+            raise ctx.fail("slice", "step 0")
+        d = shape[axis]
+        shape[axis] = len(range(d)[onnx_slice(d, start, end, step)]) if isinstance(d, int) else ctx.fresh_dim()
+    return [TensorType(shape, x.dtype)]
+
+
+def _pad(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    pads = ctx.attrs["pads"]
+    if len(pads) != 2 * x.rank:
+        raise ctx.fail("pad", f"pads needs {2 * x.rank} values for {x}, got {list(pads)}")
+    if ctx.attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.fail("pad", f"unsupported mode {ctx.attrs['mode']!r}")
+    shape = [dim_math(ctx, lambda d, i=i: d + pads[i] + pads[i + x.rank], d) for i, d in enumerate(x.shape)]
+    return [TensorType(shape, x.dtype)]
+
+
+def _gather(ctx: InferContext) -> list[TensorType]:
+    data, indices = ctx.types
+    axis = norm_axis(ctx.attrs["axis"], data.rank, ctx, "gather")
+    return [TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)]
+
+
+def _shape(ctx: InferContext) -> list[TensorType]:
+    rank = ctx.types[0].rank
+    return [TensorType((len(range(rank)[slice(ctx.attrs["start"], ctx.attrs["end"])]),), "int64")]
+
+
+def _constant_of_shape(ctx: InferContext) -> list[TensorType]:
+    n = ctx.types[0].shape[0] if ctx.types[0].rank else 0
+    values = ctx.values[0].data if ctx.values and getattr(ctx.values[0], "data", None) is not None else None
+    dims = [int(d) for d in values] if values is not None else [ctx.fresh_dim() for _ in range(n)]
+    return [TensorType(dims, ctx.attrs["dtype"])]
+
+
+def _range(ctx: InferContext) -> list[TensorType]:
+    return [TensorType((ctx.fresh_dim(),), ctx.types[0].dtype)]
+
+
+def _resize(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    a = ctx.attrs
+    if a["mode"] not in ("nearest", "linear"):
+        raise ctx.fail("resize", f"mode {a['mode']!r} is not supported (nearest, linear are)")
+    if a["sizes"] is not None:
+        if len(a["sizes"]) != x.rank:
+            raise ctx.fail("resize", f"sizes {a['sizes']} must have one entry per axis of {x}")
+        return [TensorType(a["sizes"], x.dtype)]
+    if a["scales"] is None or len(a["scales"]) != x.rank:
+        raise ctx.fail("resize", f"scales must have one entry per axis of {x}")
+    shape = [
+        d if s == 1.0 else dim_math(ctx, lambda d, s=s: int(np.floor(d * s)), d) for d, s in zip(x.shape, a["scales"])
+    ]
+    return [TensorType(shape, x.dtype)]
+
+
+register_op("reshape", "x shape?", _reshape, shape=None, allowzero=0)
+register_op("flatten", "x", _flatten, axis=1)
+register_op("transpose", "x", _transpose, perm=None)
+register_op("squeeze", "x", _squeeze, axes=None)
+register_op("unsqueeze", "x", _unsqueeze, axes=REQUIRED)
+register_op("expand", "x shape?", _expand, shape=None)
+register_op("tile", "x", _tile, repeats=REQUIRED)
+register_op("concat", "xs*", _concat, axis=REQUIRED)
+register_op("split", "x", _split, axis=REQUIRED, sizes=REQUIRED)
+register_op("slice", "x", _slice, starts=REQUIRED, ends=REQUIRED, axes=REQUIRED, steps=REQUIRED)
+register_op("pad", "x", _pad, pads=REQUIRED, mode="constant", value=0.0)
+register_op("gather", "data indices", _gather, axis=0)
+register_op("gather_elements", "data indices", lambda c: [c.types[1].with_dtype(c.types[0].dtype)], axis=0)
+register_op("shape", "x", _shape, start=0, end=None)
+register_op("constant_of_shape", "shape", _constant_of_shape, value=0.0, dtype="float32")
+register_op("range", "start limit delta", _range)
+register_op(
+    "resize",
+    "x",
+    _resize,
+    mode="nearest",
+    scales=None,
+    sizes=None,
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+)
+
+# -- quantisation -----------------------------------------------------------------------
+
+register_op(
+    "quantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.attrs["dtype"])], axis=1, dtype="uint8"
+)
+register_op("dequantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.types[1].dtype)], axis=1)

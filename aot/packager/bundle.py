@@ -1,0 +1,53 @@
+"""Assemble a bundle header from a compiled graph and its host plan."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import numpy as np
+
+from aot.compiler.host_plan import HostPlan
+from aot.ir.graph import Graph, Value
+from aot.packager.writer import BlobTable
+from runtime_lite.version import __version__
+
+
+def tensor_spec(value: Value) -> dict[str, Any]:
+    return {"name": value.name, "shape": list(value.type.shape), "dtype": value.type.dtype}
+
+
+def producer_versions() -> dict[str, str]:
+    """Who wrote the bundle; recorded so a bad bundle can be traced to a toolchain, never checked."""
+    versions = {"name": "aot", "version": __version__, "numpy": np.__version__, "python": platform.python_version()}
+    try:
+        import onnx
+
+        versions["onnx"] = onnx.__version__
+    except ImportError:  # pragma: no cover - onnx is a dependency of aot
+        pass
+    return versions
+
+
+def make_header(
+    graph: Graph, plan: HostPlan, blobs: BlobTable, modules: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    constants = []
+    for array in plan.constants:
+        array = np.ascontiguousarray(array)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        constants.append({"dtype": array.dtype.name, "shape": list(array.shape), "blob": blobs.add(array)})
+    features = ["host-plan/1"] + (["call-module/1"] if modules else [])
+    return {
+        "required_features": features,
+        "producer": producer_versions(),
+        "model": {"name": graph.name, **{k: v for k, v in graph.metadata.items() if isinstance(v, (str, int))}},
+        "signature": {
+            "inputs": [tensor_spec(v) for v in graph.inputs],
+            "outputs": [tensor_spec(v) for v in graph.outputs],
+        },
+        "constants": constants,
+        "modules": modules or [],
+        "plan": plan.record,
+    }

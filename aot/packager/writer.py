@@ -1,0 +1,134 @@
+"""Write .aotb bundles: a msgpack stream with 64-byte-aligned, checksummed blobs.
+
+The layout (docs/bundle-format.md) is produced by ``write_stream``; ``save``
+wraps it in an atomic write: the bundle is written to a temporary file beside
+the target, flushed to disk, then renamed over it, so a reader never sees half a
+bundle and a failed build leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import msgpack
+
+from aot.errors import BuildError
+from runtime_lite import format as fmt
+
+MAX_BLOB_BYTES = (1 << 32) - 1  # a msgpack bin32 length
+
+
+@dataclass
+class BlobTable:
+    """Blobs deduplicated by content; ``add`` returns the index a header refers to."""
+
+    payloads: list[memoryview]
+    digests: list[bytes]
+
+    def __init__(self) -> None:
+        self.payloads, self.digests = [], []
+        self._index: dict[bytes, int] = {}
+
+    def add(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if len(view) > MAX_BLOB_BYTES:
+            raise BuildError(f"a blob of {len(view)} bytes exceeds the format's 4 GiB limit per blob")
+        digest = hashlib.sha256(view).digest()
+        index = self._index.get(digest)
+        if index is None:
+            index = self._index[digest] = len(self.payloads)
+            self.payloads.append(view)
+            self.digests.append(digest)
+        return index
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(len(p) for p in self.payloads)
+
+
+def _padding(position: int, reserve: int, required: bool) -> bytes:
+    """A msgpack bin object that makes ``position + len(pad) + reserve`` a multiple of ALIGNMENT."""
+    gap = (-(position + reserve)) % fmt.ALIGNMENT
+    if gap == 0 and not required:
+        return b""
+    if gap < 2:  # a bin8 object is at least 2 bytes
+        gap += fmt.ALIGNMENT
+    return msgpack.packb(b"\0" * (gap - 2), use_bin_type=True)
+
+
+def _layout(blobs: BlobTable) -> list[dict[str, Any]]:
+    """Offsets of every blob payload, relative to the data section start."""
+    records, position = [], 0
+    for payload, digest in zip(blobs.payloads, blobs.digests):
+        position += len(_padding(position, 5, required=False)) + 5  # pad, then the bin32 header
+        records.append({"offset": position, "size": len(payload), "sha256": digest})
+        position += len(payload)
+    return records
+
+
+def write_stream(out: BinaryIO, header: dict[str, Any], blobs: BlobTable) -> int:
+    """Write a whole bundle to ``out``; return its size in bytes."""
+    header = dict(header, blobs=_layout(blobs))
+    header_bytes = msgpack.packb(header, use_bin_type=True)
+    preamble = (
+        fmt.MAGIC_BYTES
+        + msgpack.packb([fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR])
+        + msgpack.packb(header_bytes, use_bin_type=True)
+        + msgpack.packb(hashlib.sha256(header_bytes).digest(), use_bin_type=True)
+    )
+    preamble += _padding(len(preamble), 0, required=True)
+    out.write(preamble)
+    position = 0
+    for payload, record in zip(blobs.payloads, header["blobs"]):
+        pad = _padding(position, 5, required=False)
+        out.write(pad)
+        out.write(b"\xc6" + len(payload).to_bytes(4, "big"))
+        out.write(payload)
+        position += len(pad) + 5 + len(payload)
+        assert position - len(payload) == record["offset"]
+    return len(preamble) + position
+
+
+def to_bytes(header: dict[str, Any], blobs: BlobTable) -> bytes:
+    buffer = io.BytesIO()
+    write_stream(buffer, header, blobs)
+    return buffer.getvalue()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable) -> int:
+    """Atomically write the bundle to ``path``; return its size. Raises BuildError naming the path."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise BuildError(f"cannot write bundle '{path}': it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise BuildError(f"cannot write bundle '{path}': {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            size = write_stream(out, header, blobs)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise BuildError(f"cannot write bundle '{path}': {e.strerror or e}") from None
+        raise
+    return size

@@ -1,0 +1,21 @@
+"""Graph-to-graph passes and the default optimisation pipeline."""
+
+from __future__ import annotations
+
+from aot.ir.graph import Graph
+from aot.passes.constant_folding import fold_constants
+from aot.passes.dead_code import eliminate_dead_code
+from aot.passes.fold_affine import fold_affine
+from aot.passes.shape_inference import infer_shapes
+
+
+def optimize(graph: Graph) -> dict[str, int]:
+    """The default pipeline; returns how much each pass changed, for the build summary."""
+    stats = {"folded_constants": fold_constants(graph)}
+    stats["folded_affine"] = fold_affine(graph)
+    stats["dead_nodes"] = eliminate_dead_code(graph)
+    infer_shapes(graph)
+    return stats
+
+
+__all__ = ["eliminate_dead_code", "fold_constants", "fold_affine", "infer_shapes", "optimize"]

@@ -1,0 +1,179 @@
+"""The nine model-zoo architectures shipped inside the onnx wheel, with weights that mean something.
+
+The wheel's ``light`` models replace every weight with ``ConstantOfShape(0.02)``,
+which makes every class score equal: a softmax over them is flat, so comparing
+outputs proves nothing (and a 1-ulp difference in the logits flips it). For
+accuracy work we materialise each weight as a random tensor drawn the way a
+trained network's would be (He-normal convolutions, batch-norm statistics near
+identity), which keeps activations in a realistic range through 100+ layers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+ZOO_MODELS = (
+    "resnet50",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "bvlc_alexnet",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
+
+
+def zoo_model_path(name: str) -> str:
+    """Where the onnx wheel keeps model ``name``."""
+    if name not in ZOO_MODELS:
+        raise ValueError(f"unknown zoo model {name!r}; choose from {', '.join(ZOO_MODELS)}")
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+
+
+def _random_weight(
+    shape: tuple[int, ...], op: str, index: int, attrs: dict, rng: np.random.Generator, role: str
+) -> np.ndarray:
+    size = tuple(int(d) for d in shape)
+    if op == "Conv" and index == 1:
+        return rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(int(np.prod(size[1:])), 1)))
+    if op == "Gemm" and index == 1:
+        fan_in = size[1] if attrs.get("transB", 0) else size[0]
+        return rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+    if op == "BatchNormalization" and index == 1 and role == "residual":
+        return rng.uniform(0.1, 0.3, size)  # small residual branches, as trained ResNets end up
+    if op == "BatchNormalization" and index in (1, 4):  # scale, variance
+        return rng.uniform(0.5, 1.5, size)
+    if op == "Mul":
+        return rng.uniform(0.5, 1.5, size)
+    return rng.uniform(-0.1, 0.1, size)
+
+
+_SHAPE_ONLY = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity")
+
+
+def _classifier_output(graph: onnx.GraphProto) -> str:
+    """The logits: the final softmax's input, or the graph output when there is no softmax."""
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            return node.input[0]
+    return graph.output[0].name
+
+
+def _weight_roles(graph: onnx.GraphProto) -> dict[str, str]:
+    """Mark weights of batch norms that end a residual branch, and of the classifier layer."""
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def source(name: str) -> str:  # follow a weight back through reshapes to where it is made
+        while name in producer and producer[name].op_type in _SHAPE_ONLY:
+            name = producer[name].input[0]
+        return name
+
+    roles: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type in ("Sum", "Add"):
+            for name in node.input:
+                bn = producer.get(name)
+                if bn is not None and bn.op_type == "BatchNormalization":
+                    roles[source(bn.input[1])] = "residual"
+    seen, frontier = set(), [_classifier_output(graph)]
+    while frontier:  # walk back through activations, pools and reshapes to the classifier layer
+        n = producer.get(frontier.pop())
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op_type in ("Gemm", "Conv"):
+            roles[source(n.input[1])] = "classifier"
+            if len(n.input) > 2:
+                roles[source(n.input[2])] = "classifier"
+        else:
+            frontier.extend(n.input[:1])
+    return roles
+
+
+def _add_logits_output(model: onnx.ModelProto) -> None:
+    """Expose the input of the final Softmax as an extra output, 'logits'."""
+    outputs = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            model.graph.node.append(helper.make_node("Identity", [node.input[0]], ["logits"], name="logits_identity"))
+            model.graph.output.append(helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, None))
+            return
+
+
+def load_zoo_model(name: str, *, random_weights: bool = True, seed: int = 0, logits: bool = False) -> onnx.ModelProto:
+    """Load a zoo model; with ``random_weights`` its ConstantOfShape weights become random initializers.
+
+    ``logits=True`` adds the final softmax's input as a second output named 'logits'.
+    """
+    model = onnx.load(zoo_model_path(name))
+    if random_weights:
+        rng = np.random.default_rng(seed)
+        graph = model.graph
+        shapes = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        users: dict[str, tuple[str, int, dict]] = {}
+        for node in graph.node:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            for i, name_in in enumerate(node.input):
+                users.setdefault(name_in, (node.op_type, i, attrs))
+        roles = _weight_roles(graph)
+        kept = []
+        for node in graph.node:
+            if node.op_type == "ConstantOfShape" and node.input[0] in shapes and node.output[0] in users:
+                op, index, attrs = users[node.output[0]]
+                role = roles.get(node.output[0], "")
+                data = _random_weight(tuple(shapes[node.input[0]]), op, index, attrs, rng, role).astype(np.float32)
+                graph.initializer.append(numpy_helper.from_array(data, node.output[0]))
+                if model.ir_version < 4:  # IR < 4 requires every initializer to be a graph input
+                    graph.input.append(
+                        helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, data.shape)
+                    )
+            else:
+                kept.append(node)
+        del graph.node[:]
+        graph.node.extend(kept)
+        _calibrate_classifier(model, roles)
+    if logits:
+        _add_logits_output(model)
+    return model
+
+
+def _calibrate_classifier(model: onnx.ModelProto, roles: dict[str, str], target_std: float = 3.0) -> None:
+    """Scale the classifier so the logits' spread is ``target_std``: a softmax that is neither flat nor one-hot.
+
+    Everything between the classifier and the softmax (ReLU, pooling, reshapes) is positively
+    homogeneous, so scaling the classifier's weight and bias by c scales the logits by c. One
+    onnxruntime run measures the spread.
+    """
+    import onnxruntime
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.append(
+        helper.make_tensor_value_info(_classifier_output(model.graph), onnx.TensorProto.FLOAT, None)
+    )
+    logits = onnxruntime.InferenceSession(probe.SerializeToString()).run(None, zoo_input(model))[0]
+    scale = np.float32(target_std / max(float(logits.std()), 1e-12))
+    for tensor in model.graph.initializer:
+        if roles.get(tensor.name) == "classifier":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * scale, tensor.name))
+
+
+def zoo_input(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
+    """Random inputs in [0, 1) for every real (non-initializer) input of a zoo model."""
+    rng = np.random.default_rng(seed)
+    initializers = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = rng.random(shape, dtype=np.float32)
+    return feeds

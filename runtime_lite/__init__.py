@@ -1,0 +1,22 @@
+"""runtime_lite: run aot bundles with numpy and msgpack, no compiler installed.
+
+import runtime_lite
+module = runtime_lite.load("model.aotb")
+outputs = module.run({"input": array})
+"""
+
+from runtime_lite.errors import BundleError, ExecutionError, InputError, RuntimeLiteError
+from runtime_lite.module import Module, load
+from runtime_lite.signature import TensorSpec
+from runtime_lite.version import __version__
+
+__all__ = [
+    "BundleError",
+    "ExecutionError",
+    "InputError",
+    "Module",
+    "RuntimeLiteError",
+    "TensorSpec",
+    "__version__",
+    "load",
+]

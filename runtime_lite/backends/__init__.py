@@ -1,0 +1,67 @@
+"""The runtime backend registry: what executes a ``call_module`` instruction.
+
+A backend is the run-side half of a compiler backend (ExecuTorch's
+BackendInterface, reduced to what a Python runtime needs):
+
+* ``name``: the id bundles refer to;
+* ``is_available()``: whether this host can run it at all (a GPU, a library);
+* ``init(payloads, compile_specs) -> handle``: prepare one module from its blobs,
+  raising :class:`IncompatiblePayload` when the payload is not for this host;
+* ``execute(handle, inputs) -> outputs``: run it on numpy arrays.
+
+Built-in backends register themselves on import; third-party ones are found
+through the ``runtime_lite.backends`` entry-point group, so installing a package
+is enough to make its backend loadable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+ENTRY_POINT_GROUP = "runtime_lite.backends"
+
+
+class IncompatiblePayload(Exception):
+    """A backend cannot use this payload here (other hardware, other library version)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def is_available(self) -> bool: ...
+
+    def init(self, payloads: dict[str, memoryview], compile_specs: dict[str, Any]) -> Any: ...
+
+    def execute(self, handle: Any, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]: ...
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Make ``backend`` available under ``backend.name``; a later registration replaces an earlier one."""
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def _from_entry_points(name: str) -> Backend | None:
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name == name:
+            backend = entry.load()
+            backend = backend() if isinstance(backend, type) else backend
+            return register_backend(backend)
+    return None
+
+
+def get_backend(name: str) -> Backend | None:
+    """The backend called ``name``, looking in installed entry points if it is not registered yet."""
+    return _REGISTRY.get(name) or _from_entry_points(name)
+
+
+def available_backends() -> list[str]:
+    return sorted(_REGISTRY)

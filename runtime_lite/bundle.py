@@ -1,0 +1,246 @@
+"""Reading and verifying .aotb bundles (the layout is in docs/bundle-format.md).
+
+Nothing in a bundle is trusted until checked: the magic and version before the
+header is parsed, the header's sha256 before it is decoded, every declared size
+against the file before anything is allocated, and each blob's sha256 before its
+bytes are used. Blobs are never copied: a path is mapped with mmap and constants
+become read-only numpy views of the mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Any, Union
+
+import msgpack
+import numpy as np
+
+from runtime_lite import format as fmt
+from runtime_lite.dtypes import to_numpy_dtype
+from runtime_lite.errors import BundleError
+
+BundleSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+@dataclass
+class Bundle:
+    """A verified bundle: its header and a zero-copy view of each blob."""
+
+    version: tuple[int, int]
+    header: dict[str, Any]
+    blobs: list[memoryview]
+    constants: list[np.ndarray]
+    source: str | None
+
+
+def _unpacker(stream, max_bytes: int) -> msgpack.Unpacker:
+    # Explicit limits: a hostile length prefix must fail, not allocate.
+    return msgpack.Unpacker(
+        stream,
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=max_bytes,
+        max_bin_len=max_bytes,
+        max_str_len=1 << 20,
+        max_array_len=1 << 24,
+        max_map_len=1 << 20,
+        max_ext_len=0,
+    )
+
+
+def _decode_header(header_bytes: bytes) -> dict:
+    return msgpack.unpackb(
+        header_bytes,
+        raw=False,
+        strict_map_key=True,
+        max_bin_len=1 << 20,
+        max_str_len=1 << 20,
+        max_array_len=1 << 24,
+        max_map_len=1 << 20,
+        max_ext_len=0,
+    )
+
+
+def expect(value: Any, kind: type | tuple[type, ...], field: str) -> Any:
+    """Return ``value`` if it has the expected type, else raise BundleError naming the field."""
+    if isinstance(value, bool) and kind in (int, (int,)):
+        raise BundleError(f"bundle field '{field}' must be an integer, got bool")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise BundleError(f"bundle field '{field}' must be {names}, got {type(value).__name__}")
+    return value
+
+
+def expect_key(mapping: dict, key: str, kind, field: str) -> Any:
+    if key not in mapping:
+        raise BundleError(f"bundle field '{field}.{key}' is missing")
+    return expect(mapping[key], kind, f"{field}.{key}")
+
+
+def expect_index(value: Any, limit: int, field: str) -> int:
+    expect(value, int, field)
+    if not 0 <= value < limit:
+        raise BundleError(f"bundle field '{field}' = {value} is out of range [0, {limit})")
+    return value
+
+
+def expect_shape(value: Any, field: str, allow_symbols: bool) -> tuple:
+    expect(value, list, field)
+    if len(value) > fmt.MAX_RANK:
+        raise BundleError(f"bundle field '{field}' has rank {len(value)} > {fmt.MAX_RANK}")
+    elements = 1
+    for i, d in enumerate(value):
+        if isinstance(d, str) and allow_symbols and d:
+            continue
+        expect(d, int, f"{field}[{i}]")
+        if d < 0:
+            raise BundleError(f"bundle field '{field}[{i}]' = {d} is negative")
+        elements *= d
+    if elements > fmt.MAX_ELEMENTS:
+        raise BundleError(f"bundle field '{field}' declares {elements} elements, more than {fmt.MAX_ELEMENTS}")
+    return tuple(value)
+
+
+def expect_dtype(value: Any, field: str) -> np.dtype:
+    expect(value, str, field)
+    try:
+        return to_numpy_dtype(value)
+    except ValueError:
+        raise BundleError(f"bundle field '{field}' names unsupported dtype {value!r}") from None
+
+
+def _open_buffer(source: BundleSource) -> tuple[memoryview, str | None]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).cast("B"), None
+    path = os.fspath(source)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise BundleError(f"'{path}' is empty, not a bundle")
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise BundleError(f"cannot read bundle '{path}': {e.strerror or e}") from None
+    return memoryview(mapping), path
+
+
+class _ViewReader:
+    """A file-like reader over a memoryview that copies only the bytes msgpack asks for."""
+
+    def __init__(self, view: memoryview):
+        self.view = view
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.view) if n < 0 else min(len(self.view), self.pos + n)
+        chunk = bytes(self.view[self.pos : end])
+        self.pos = end
+        return chunk
+
+
+def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, int]:
+    """Parse magic, version, header bytes, header digest and padding; return where data starts."""
+    if bytes(buf[: len(fmt.MAGIC_BYTES)]) != fmt.MAGIC_BYTES:
+        raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')")
+    unpacker = _unpacker(_ViewReader(buf[len(fmt.MAGIC_BYTES) :]), fmt.MAX_HEADER_BYTES)
+    try:
+        version = next(unpacker)
+        if (
+            not isinstance(version, list)
+            or len(version) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in version)
+        ):
+            raise BundleError("bundle format version is not a [major, minor] pair")
+        major, minor = version
+        if major > fmt.FORMAT_MAJOR:
+            raise BundleError(
+                f"bundle format {major}.{minor} is newer than this runtime_lite reads "
+                f"(up to {fmt.FORMAT_MAJOR}.x); upgrade runtime_lite"
+            )
+        if major < 1:
+            raise BundleError(f"bundle format {major}.{minor} is not a released format")
+        header_bytes = next(unpacker)
+        digest = next(unpacker)
+        padding = next(unpacker)
+        data_start = len(fmt.MAGIC_BYTES) + unpacker.tell()
+    except BundleError:
+        raise
+    except StopIteration:
+        raise BundleError("bundle is truncated inside its header") from None
+    except Exception as e:  # msgpack signals malformed data with many exception types
+        raise BundleError(f"bundle header is not valid msgpack ({type(e).__name__}: {e})") from None
+    if not isinstance(header_bytes, bytes) or not isinstance(digest, bytes) or not isinstance(padding, bytes):
+        raise BundleError("bundle preamble is malformed (header, digest and padding must be binary)")
+    if hashlib.sha256(header_bytes).digest() != digest:
+        raise BundleError("bundle header checksum mismatch (the file is corrupt)")
+    if data_start % fmt.ALIGNMENT:
+        raise BundleError(f"bundle data section starts at {data_start}, not a multiple of {fmt.ALIGNMENT}")
+    return (major, minor), header_bytes, data_start
+
+
+def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) -> list[memoryview]:
+    records = expect_key(header, "blobs", list, "header")
+    data_size = len(buf) - data_start
+    blobs = []
+    for i, record in enumerate(records):
+        field = f"blobs[{i}]"
+        expect(record, dict, field)
+        offset = expect_key(record, "offset", int, field)
+        size = expect_key(record, "size", int, field)
+        digest = expect_key(record, "sha256", bytes, field)
+        if offset < 0 or size < 0 or offset % fmt.ALIGNMENT:
+            raise BundleError(f"bundle field '{field}' has a bad offset {offset} or size {size}")
+        if offset + size > data_size:
+            raise BundleError(
+                f"bundle field '{field}' points past the end of the file "
+                f"(needs {offset + size} data bytes, file has {data_size}); the bundle is truncated"
+            )
+        blob = buf[data_start + offset : data_start + offset + size]
+        if verify and hashlib.sha256(blob).digest() != digest:
+            raise BundleError(f"bundle blob {i} checksum mismatch (the file is corrupt)")
+        blobs.append(blob)
+    return blobs
+
+
+def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
+    constants = []
+    for i, record in enumerate(expect_key(header, "constants", list, "header")):
+        field = f"constants[{i}]"
+        expect(record, dict, field)
+        dtype = expect_dtype(expect_key(record, "dtype", str, field), f"{field}.dtype")
+        shape = expect_shape(expect_key(record, "shape", list, field), f"{field}.shape", allow_symbols=False)
+        blob = blobs[expect_index(expect_key(record, "blob", int, field), len(blobs), f"{field}.blob")]
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if count * dtype.itemsize != len(blob):
+            raise BundleError(
+                f"bundle field '{field}' declares {dtype.name}{list(shape)} "
+                f"({count * dtype.itemsize} bytes) but its blob holds {len(blob)} bytes"
+            )
+        array = np.frombuffer(blob, dtype=dtype, count=count).reshape(shape)
+        array.flags.writeable = False
+        constants.append(array)
+    return constants
+
+
+def read_bundle(source: BundleSource, *, verify: bool = True) -> Bundle:
+    """Parse and verify a bundle from a path or bytes; raise BundleError with a one-line reason."""
+    buf, path = _open_buffer(source)
+    version, header_bytes, data_start = _read_preamble(buf)
+    try:
+        header = _decode_header(header_bytes)
+    except Exception as e:
+        raise BundleError(f"bundle header is not valid msgpack ({type(e).__name__}: {e})") from None
+    expect(header, dict, "header")
+    features = expect_key(header, "required_features", list, "header")
+    for i, feature in enumerate(features):
+        expect(feature, str, f"header.required_features[{i}]")
+        if feature not in fmt.KNOWN_FEATURES:
+            raise BundleError(
+                f"bundle requires feature {feature!r}, which this runtime_lite does not implement; upgrade runtime_lite"
+            )
+    blobs = _read_blobs(header, buf, data_start, verify)
+    constants = _read_constants(header, blobs)
+    return Bundle(version, header, blobs, constants, path)

@@ -1,0 +1,71 @@
+"""Host kernels: one numpy function per canonical op.
+
+The registry is the single place op semantics live. The runtime calls these to
+execute host plans, and the compiler calls the same functions to fold constants,
+so a constant-folded value and a run-time value cannot disagree.
+
+A kernel takes its input arrays positionally and its attributes as keywords.
+Two flags let the compiler's memory planner reason about buffers:
+
+* ``inplace``: operand indices whose buffer may be passed as ``out=`` when that
+  operand dies at this op and has the output's shape and dtype.
+* ``view``: the output may share memory with input 0 (reshape, slice, ...), so
+  writing into it in place could clobber a value that is still live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    fn: Callable[..., np.ndarray | tuple[np.ndarray, ...]]
+    inplace: tuple[int, ...] = ()
+    view: bool = False
+
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(*names: str, inplace: tuple[int, ...] = (), view: bool = False):
+    """Register ``fn`` as the host kernel of each canonical op in ``names``.
+
+    Several names share one function where the IR distinguishes ranks that numpy
+    does not (conv1d / conv2d / conv3d), so backends can match on the rank.
+    """
+
+    def register(fn):
+        for name in names:
+            if name in KERNELS:
+                raise RuntimeError(f"kernel {name!r} registered twice")
+            KERNELS[name] = Kernel(name, fn, inplace, view)
+        return fn
+
+    return register
+
+
+def get_kernel(name: str) -> Kernel:
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise KeyError(f"no host kernel for op {name!r}") from None
+
+
+# Importing the modules fills the registry.
+from runtime_lite.kernels import (  # noqa: E402,F401
+    activation,
+    conv,
+    elementwise,
+    linalg,
+    normalization,
+    pool,
+    quantize,
+    reduce,
+    resize,
+    shape,
+)

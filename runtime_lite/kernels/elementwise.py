@@ -1,0 +1,124 @@
+"""Elementwise arithmetic, comparison and logic with ONNX broadcasting and dtype rules.
+
+ONNX requires both operands of a binary op to share a dtype and the result to keep
+it; numpy would promote (int / int -> float64, float32 ** int64 -> float64), so the
+kernels that can promote cast back explicitly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_lite.kernels import kernel
+
+UNARY_UFUNCS = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "negative": np.negative,
+    "abs": np.abs,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,  # ONNX Round is round-half-to-even, as rint is
+    "sign": np.sign,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "logical_not": np.logical_not,
+}
+
+BINARY_UFUNCS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+}
+
+COMPARISONS = {
+    "equal": np.equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+}
+
+
+def _unary(ufunc):
+    def run(x, *, out=None):
+        return ufunc(x, out=out)
+
+    return run
+
+
+def _binary(ufunc):
+    def run(a, b, *, out=None):
+        return ufunc(a, b, out=out)
+
+    return run
+
+
+for _name, _ufunc in UNARY_UFUNCS.items():
+    kernel(_name, inplace=(0,))(_unary(_ufunc))
+for _name, _ufunc in BINARY_UFUNCS.items():
+    kernel(_name, inplace=(0, 1))(_binary(_ufunc))
+for _name, _ufunc in COMPARISONS.items():
+    kernel(_name)(_binary(_ufunc))
+
+
+@kernel("reciprocal", inplace=(0,))
+def reciprocal(x, *, out=None):
+    return np.divide(np.ones((), x.dtype), x, out=out)
+
+
+@kernel("divide", inplace=(0, 1))
+def divide(a, b, *, out=None):
+    if a.dtype.kind in "iu":
+        # ONNX integer division truncates toward zero (C semantics), numpy floors.
+        q = np.floor_divide(a, b)
+        q += ((np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0))).astype(q.dtype)
+        if out is not None:
+            out[...] = q
+            return out
+        return q
+    return np.divide(a, b, out=out)
+
+
+@kernel("mod")
+def mod(a, b, *, fmod=0):
+    return (np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype, copy=False)
+
+
+@kernel("power")
+def power(base, exponent):
+    if base.dtype.kind in "iu" and exponent.dtype.kind in "iu":
+        return np.power(base, exponent.astype(base.dtype, copy=False))
+    return np.power(base, exponent).astype(base.dtype, copy=False)
+
+
+@kernel("where")
+def where(condition, x, y):
+    return np.where(condition, x, y)
+
+
+@kernel("clip", inplace=(0,))
+def clip(x, *, min=None, max=None, out=None):  # noqa: A002 - ONNX's attribute names
+    if min is None and max is None:
+        return x  # in place, ``out`` is ``x`` itself
+    lo = None if min is None else np.asarray(min, x.dtype)
+    hi = None if max is None else np.asarray(max, x.dtype)
+    return np.clip(x, lo, hi, out=out)
+
+
+@kernel("cast")
+def cast(x, *, to):
+    return x.astype(to)
+
+
+@kernel("copy")
+def copy(x):
+    """Materialise a fresh array (used where an output must not alias an input)."""
+    return np.array(x, copy=True)

@@ -1,0 +1,43 @@
+"""Inference-time batch and layer normalisation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_lite.kernels import kernel
+
+
+@kernel("batch_norm", inplace=(0,))
+def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
+    """Per-channel affine ``x * s + t`` with ``s = scale / sqrt(var + eps)``, channels on axis 1."""
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    s = scale / np.sqrt(var + np.asarray(epsilon, var.dtype))
+    t = bias - mean * s
+    y = np.multiply(x, s.reshape(shape).astype(x.dtype, copy=False), out=out)
+    y += t.reshape(shape).astype(x.dtype, copy=False)
+    return y
+
+
+@kernel("layer_norm")
+def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
+    """ONNX LayerNormalization: normalise over axes [axis, rank), statistics in float32 or wider."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    compute = x.astype(np.promote_types(x.dtype, np.float32), copy=False)
+    mean = compute.mean(axis=axes, keepdims=True)
+    centered = compute - mean
+    var = np.square(centered).mean(axis=axes, keepdims=True)
+    y = centered / np.sqrt(var + epsilon)
+    y = y * scale
+    if bias is not None:
+        y += bias
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("instance_norm")
+def instance_norm(x, scale, bias, *, epsilon=1e-5):
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = np.square(x - mean).mean(axis=axes, keepdims=True)
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    y = (x - mean) / np.sqrt(var + np.asarray(epsilon, x.dtype))
+    return (y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)

@@ -1,0 +1,36 @@
+"""Reductions. ``axes=None`` reduces every axis, as ONNX does when no axes are given."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_lite.kernels import kernel
+
+
+def _reduction(reduce):
+    def run(x, *, axes=None, keepdims=1):
+        axis = None if axes is None else tuple(axes)
+        return np.asarray(reduce(x, axis=axis, keepdims=bool(keepdims))).astype(x.dtype, copy=False)
+
+    return run
+
+
+for _name, _reduce in {
+    "reduce_mean": np.mean,
+    "reduce_sum": np.sum,
+    "reduce_max": np.max,
+    "reduce_min": np.min,
+    "reduce_prod": np.prod,
+}.items():
+    kernel(_name)(_reduction(_reduce))
+
+
+@kernel("argmax")
+def argmax(x, *, axis=0, keepdims=1, select_last_index=0):
+    if select_last_index:
+        flipped = np.flip(x, axis=axis)
+        index = x.shape[axis] - 1 - np.argmax(flipped, axis=axis)
+    else:
+        index = np.argmax(x, axis=axis)
+    index = index.astype(np.int64)
+    return np.expand_dims(index, axis) if keepdims else index

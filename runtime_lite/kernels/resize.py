@@ -1,0 +1,84 @@
+"""ONNX Resize, nearest and (n-)linear, one axis at a time.
+
+Linear interpolation is separable, so resizing an N-d tensor is a 1-d resize per
+axis whose size changes; each is a gather of two neighbours and a blend, which
+stays vectorised. Coordinate mapping follows the ONNX reference evaluator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_lite.kernels import kernel
+
+
+def source_coordinates(mode: str, out_size: int, in_size: int, scale: float) -> np.ndarray:
+    """Where each output index samples the input, in input pixel units (ONNX coordinate_transformation_mode)."""
+    y = np.arange(out_size, dtype=np.float64)
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (y + 0.5) / scale - 0.5 if out_size > 1 else np.full(out_size, -0.5)
+    if mode == "align_corners":
+        return y * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros(out_size)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
+    if mode == "half_pixel_symmetric":
+        adjustment = out_size / (scale * in_size)
+        offset = in_size / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5
+    raise ValueError(f"unsupported coordinate_transformation_mode {mode!r}")
+
+
+def _nearest_index(x: np.ndarray, nearest_mode: str) -> np.ndarray:
+    if nearest_mode == "round_prefer_floor":
+        return np.ceil(x - 0.5)
+    if nearest_mode == "round_prefer_ceil":
+        return np.floor(x + 0.5)
+    if nearest_mode == "floor":
+        return np.floor(x)
+    if nearest_mode == "ceil":
+        return np.ceil(x)
+    raise ValueError(f"unsupported nearest_mode {nearest_mode!r}")
+
+
+def _resize_axis(x, axis, out_size, scale, mode, coordinate_mode, nearest_mode):
+    in_size = x.shape[axis]
+    coords = source_coordinates(coordinate_mode, out_size, in_size, scale)
+    if mode == "nearest":
+        index = np.clip(_nearest_index(coords, nearest_mode), 0, in_size - 1).astype(np.intp)
+        return np.take(x, index, axis=axis)
+    coords = np.clip(coords, 0, in_size - 1)
+    lo = np.floor(coords).astype(np.intp)
+    hi = np.minimum(lo + 1, in_size - 1)
+    frac = (coords - lo).astype(x.dtype if x.dtype.kind == "f" else np.float32)
+    shape = [1] * x.ndim
+    shape[axis] = out_size
+    frac = frac.reshape(shape)
+    a = np.take(x, lo, axis=axis)
+    b = np.take(x, hi, axis=axis)
+    return (a + (b - a) * frac).astype(x.dtype, copy=False)
+
+
+@kernel("resize")
+def resize(
+    x,
+    *,
+    mode="nearest",
+    scales=None,
+    sizes=None,
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+):
+    """Exactly one of ``scales`` / ``sizes`` (one entry per axis) describes the output."""
+    if sizes is None:
+        sizes = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+        ratio = list(scales)
+    else:
+        ratio = [o / d if d else 1.0 for o, d in zip(sizes, x.shape)]
+    for axis, (out_size, scale) in enumerate(zip(sizes, ratio)):
+        if out_size != x.shape[axis] or scale != 1.0:
+            x = _resize_axis(x, axis, out_size, scale, mode, coordinate_transformation_mode, nearest_mode)
+    return x

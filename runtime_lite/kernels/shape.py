@@ -1,0 +1,143 @@
+"""Data movement: reshape, transpose, slicing, concatenation, padding, gathering.
+
+Kernels marked ``view=True`` return numpy views that share memory with their
+first input; the compiler's memory planner never writes into their results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_lite.kernels import kernel
+
+
+def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
+    """ONNX Reshape: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    dims = [in_shape[i] if (d == 0 and not allowzero) else int(d) for i, d in enumerate(target)]
+    if -1 in dims:
+        known = 1
+        for d in dims:
+            if d != -1:
+                known *= d
+        total = 1
+        for d in in_shape:
+            total *= d
+        dims[dims.index(-1)] = total // known if known else 0
+    return tuple(dims)
+
+
+@kernel("reshape", view=True)
+def reshape(x, target=None, *, shape=None, allowzero=0):
+    if target is not None:
+        shape = target.tolist()
+    return x.reshape(resolve_reshape(x.shape, shape, allowzero))
+
+
+@kernel("flatten", view=True)
+def flatten(x, *, axis=1):
+    axis %= x.ndim if x.ndim else 1
+    lead = 1
+    for d in x.shape[:axis]:
+        lead *= d
+    return x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[axis:])))
+
+
+@kernel("transpose", view=True)
+def transpose(x, *, perm=None):
+    return np.transpose(x, perm)
+
+
+@kernel("squeeze", view=True)
+def squeeze(x, *, axes=None):
+    return np.squeeze(x, axis=None if axes is None else tuple(axes))
+
+
+@kernel("unsqueeze", view=True)
+def unsqueeze(x, *, axes):
+    return np.expand_dims(x, tuple(axes))
+
+
+@kernel("expand")
+def expand(x, target=None, *, shape=None):
+    """ONNX Expand broadcasts both ways; the result is copied so it is writable and owned."""
+    if target is not None:
+        shape = target.tolist()
+    return np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
+
+
+@kernel("tile")
+def tile(x, *, repeats):
+    return np.tile(x, repeats)
+
+
+@kernel("concat")
+def concat(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+@kernel("split", view=True)
+def split(x, *, axis, sizes):
+    bounds = np.cumsum(sizes)[:-1]
+    return tuple(np.split(x, bounds, axis=axis))
+
+
+def onnx_slice(dim: int, start: int, end: int, step: int) -> slice:
+    """Clamp ONNX Slice bounds as the spec does; for negative steps an end of -1 means 'past index 0'."""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        start = min(max(start, 0), dim)
+        end = min(max(end, 0), dim)
+        return slice(start, end, step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
+@kernel("slice", view=True)
+def slice_(x, *, starts, ends, axes, steps):
+    index = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis] = onnx_slice(x.shape[axis], start, end, step)
+    return x[tuple(index)]
+
+
+@kernel("pad")
+def pad(x, *, pads, mode="constant", value=0.0):
+    """ONNX Pad over every axis; negative pads crop."""
+    rank = x.ndim
+    begins, ends = pads[:rank], pads[rank:]
+    if any(p < 0 for p in pads):
+        x = x[tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends)))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))
+    return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+
+
+@kernel("gather")
+def gather(data, indices, *, axis=0):
+    return np.take(data, indices, axis=axis)
+
+
+@kernel("gather_elements")
+def gather_elements(data, indices, *, axis=0):
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return np.take_along_axis(data, indices, axis=axis)
+
+
+@kernel("shape")
+def shape(x, *, start=0, end=None):
+    return np.array(x.shape[start:end], dtype=np.int64)
+
+
+@kernel("constant_of_shape")
+def constant_of_shape(target, *, value=0.0, dtype="float32"):
+    return np.full(tuple(int(d) for d in target), value, dtype=dtype)
+
+
+@kernel("range")
+def range_(start, limit, delta):
+    return np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))

@@ -1,0 +1,89 @@
+"""A loaded bundle, ready to run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime_lite.backends import IncompatiblePayload, available_backends, get_backend
+from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
+from runtime_lite.errors import BundleError
+from runtime_lite.plan import BoundModule, HostPlan
+from runtime_lite.signature import TensorSpec, bind_inputs, parse_specs
+
+
+class Module:
+    """A model loaded from a bundle. Safe to share between threads: ``run`` keeps no state."""
+
+    def __init__(self, source: BundleSource, *, verify: bool = True):
+        bundle = read_bundle(source, verify=verify)
+        header = bundle.header
+        signature = expect_key(header, "signature", dict, "header")
+        self.inputs: tuple[TensorSpec, ...] = parse_specs(
+            expect_key(signature, "inputs", list, "signature"), "signature.inputs"
+        )
+        self.outputs: tuple[TensorSpec, ...] = parse_specs(
+            expect_key(signature, "outputs", list, "signature"), "signature.outputs"
+        )
+        self.producer: dict[str, Any] = expect(header.get("producer", {}), dict, "header.producer")
+        self.model_name: str = str(expect(header.get("model", {}), dict, "header.model").get("name", ""))
+        self.format_version: tuple[int, int] = bundle.version
+        self.path = bundle.source
+        self._plan = HostPlan(expect_key(header, "plan", dict, "header"), bundle.constants, _init_modules(bundle))
+        if len(self._plan.input_slots) != len(self.inputs) or len(self._plan.output_slots) != len(self.outputs):
+            raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
+
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """Run the model; ``inputs`` is a dict name -> array or a list in signature order.
+
+        Returns the outputs as a list of numpy arrays in signature order.
+        """
+        return self._plan.execute(bind_inputs(self.inputs, inputs))
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(s) for s in self.inputs)
+        outs = ", ".join(str(s) for s in self.outputs)
+        return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
+
+
+def _init_modules(bundle: Bundle) -> list[BoundModule]:
+    """Hand each backend module record to its backend's ``init``."""
+    modules = []
+    for i, record in enumerate(expect(bundle.header.get("modules", []), list, "header.modules")):
+        field = f"modules[{i}]"
+        expect(record, dict, field)
+        module_id = expect_key(record, "id", str, field)
+        name = expect_key(record, "backend", str, field)
+        backend = get_backend(name)
+        if backend is None:
+            raise BundleError(
+                f"bundle module {module_id!r} needs backend {name!r}, which this runtime_lite does not have "
+                f"(it has: {', '.join(available_backends()) or 'none'}); install the package that provides it"
+            )
+        if not backend.is_available():
+            raise BundleError(
+                f"bundle module {module_id!r} needs backend {name!r}, which is not available on this host"
+            )
+        payloads = {
+            key: bundle.blobs[expect_index(blob, len(bundle.blobs), f"{field}.payloads.{key}")]
+            for key, blob in expect(record.get("payloads", {}), dict, f"{field}.payloads").items()
+        }
+        specs = expect(record.get("compile_specs", {}), dict, f"{field}.compile_specs")
+        try:
+            handle = backend.init(payloads, specs)
+        except IncompatiblePayload as e:
+            raise BundleError(
+                f"bundle module {module_id!r}: backend {name!r} cannot use its payload here: {e}"
+            ) from None
+        modules.append(BoundModule(module_id, backend, handle))
+    return modules
+
+
+def load(source: BundleSource, *, verify: bool = True) -> Module:
+    """Load a bundle from a path or from bytes.
+
+    ``verify`` checks every blob's sha256 (on by default; the header is always checked).
+    """
+    return Module(source, verify=verify)

@@ -1,0 +1,205 @@
+"""The host executable plan: a flat list of instructions over numbered slots.
+
+At load every instruction is checked once (known op, slots in range and defined
+before use, attributes that bind to the kernel's signature) and compiled into a
+closure with its attributes already bound, so the run loop does nothing per
+instruction but call it. Slots are a plain list created per ``run`` call, which
+is what makes one loaded plan safe to run from many threads at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runtime_lite.bundle import expect, expect_index, expect_key
+from runtime_lite.errors import BundleError, ExecutionError
+from runtime_lite.kernels import KERNELS
+
+Step = Callable[[list], None]
+
+
+@dataclass(frozen=True)
+class BoundModule:
+    """A backend module ready for ``call_module``: its id, backend and initialised handle."""
+
+    id: str
+    backend: Any
+    handle: Any
+
+
+@dataclass(frozen=True)
+class Instruction:
+    op: str
+    name: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    attrs: dict[str, Any]
+    inplace: int | None
+    free: tuple[int, ...]
+
+
+@functools.cache
+def _signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
+    field = f"plan.instructions[{index}]"
+    expect(record, dict, field)
+    op = expect_key(record, "op", str, field)
+    name = expect(record.get("name", f"#{index}"), str, f"{field}.name")
+    slots = {}
+    for key in ("in", "out", "free"):
+        values = expect(record.get(key, []), list, f"{field}.{key}")
+        slots[key] = tuple(expect_index(v, num_slots, f"{field}.{key}[{i}]") for i, v in enumerate(values))
+    attrs = expect(record.get("attrs", {}), dict, f"{field}.attrs")
+    inplace = record.get("inplace")
+    if inplace is not None:
+        expect_index(inplace, len(slots["in"]), f"{field}.inplace")
+    if not slots["out"]:
+        raise BundleError(f"bundle field '{field}.out' is empty: instruction {name!r} ({op}) produces nothing")
+    return Instruction(op, name, slots["in"], slots["out"], attrs, inplace, slots["free"])
+
+
+CALL_MODULE = "call_module"
+
+
+def _bind_module_call(ins: Instruction, field: str, modules: list[BoundModule]) -> Callable:
+    index = expect_index(ins.attrs.get("module"), len(modules), f"{field}.attrs.module")
+    module = modules[index]
+    expected = len(ins.outputs)
+
+    def call(*inputs):
+        outputs = module.backend.execute(module.handle, inputs)
+        if len(outputs) != expected:
+            raise RuntimeError(f"module {module.id!r} returned {len(outputs)} outputs, the plan expects {expected}")
+        return outputs
+
+    return call
+
+
+def _bind_kernel(ins: Instruction, field: str) -> Callable:
+    kernel = KERNELS.get(ins.op)
+    if kernel is None:
+        raise BundleError(f"bundle field '{field}.op' names op {ins.op!r}, which this runtime_lite has no kernel for")
+    if ins.inplace is not None and ins.inplace not in kernel.inplace:
+        raise BundleError(f"bundle field '{field}.inplace': op {ins.op!r} cannot write operand {ins.inplace} in place")
+    extra = {"out": None} if ins.inplace is not None else {}
+    try:
+        _signature(kernel.fn).bind(*range(len(ins.inputs)), **ins.attrs, **extra)
+    except TypeError as e:
+        raise BundleError(
+            f"bundle field '{field}': instruction {ins.name!r} ({ins.op}) does not fit its kernel: {e}"
+        ) from None
+    return functools.partial(kernel.fn, **ins.attrs) if ins.attrs else kernel.fn
+
+
+def _make_step(fn: Callable, ins: Instruction) -> Step:
+    inputs, outputs = ins.inputs, ins.outputs
+    if len(outputs) > 1 or ins.op == CALL_MODULE:
+
+        def step(slots):
+            for slot, value in zip(outputs, fn(*[slots[i] for i in inputs])):
+                slots[slot] = value
+
+        return step
+    out = outputs[0]
+    if ins.inplace is not None:
+        target = inputs[ins.inplace]
+
+        def step(slots):
+            slots[out] = fn(*[slots[i] for i in inputs], out=slots[target])
+
+        return step
+    if len(inputs) == 1:
+        (a,) = inputs
+
+        def step(slots):
+            slots[out] = fn(slots[a])
+
+        return step
+    if len(inputs) == 2:
+        a, b = inputs
+
+        def step(slots):
+            slots[out] = fn(slots[a], slots[b])
+
+        return step
+
+    def step(slots):
+        slots[out] = fn(*[slots[i] for i in inputs])
+
+    return step
+
+
+class HostPlan:
+    """A loaded, validated host plan, ready to execute."""
+
+    def __init__(self, record: Any, constants: list[np.ndarray], modules: list[BoundModule] = ()):
+        expect(record, dict, "plan")
+        num_slots = expect_key(record, "num_slots", int, "plan")
+        if not 0 <= num_slots <= 1 << 24:
+            raise BundleError(f"bundle field 'plan.num_slots' = {num_slots} is out of range")
+        self.num_slots = num_slots
+        self.input_slots = tuple(
+            expect_index(v, num_slots, f"plan.inputs[{i}]")
+            for i, v in enumerate(expect_key(record, "inputs", list, "plan"))
+        )
+        self.output_slots = tuple(
+            expect_index(v, num_slots, f"plan.outputs[{i}]")
+            for i, v in enumerate(expect_key(record, "outputs", list, "plan"))
+        )
+        template: list[Any] = [None] * num_slots
+        defined = set(self.input_slots)
+        for i, pair in enumerate(expect_key(record, "constants", list, "plan")):
+            field = f"plan.constants[{i}]"
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise BundleError(f"bundle field '{field}' must be a [slot, constant] pair")
+            slot = expect_index(pair[0], num_slots, f"{field}[0]")
+            template[slot] = constants[expect_index(pair[1], len(constants), f"{field}[1]")]
+            defined.add(slot)
+        self._template = template
+        self.instructions: list[Instruction] = []
+        self._program: list[tuple[Step, tuple[int, ...]]] = []
+        for i, raw in enumerate(expect_key(record, "instructions", list, "plan")):
+            field = f"plan.instructions[{i}]"
+            ins = _parse_instruction(raw, i, num_slots)
+            for slot in ins.inputs:
+                if slot not in defined:
+                    raise BundleError(
+                        f"bundle field '{field}.in': instruction {ins.name!r} reads slot {slot} before it is written"
+                    )
+            defined.update(ins.outputs)
+            defined.difference_update(ins.free)
+            self.instructions.append(ins)
+            if ins.op == CALL_MODULE:
+                fn = _bind_module_call(ins, field, list(modules))
+            else:
+                fn = _bind_kernel(ins, field)
+            self._program.append((_make_step(fn, ins), ins.free))
+        for i, slot in enumerate(self.output_slots):
+            if slot not in defined:
+                raise BundleError(f"bundle field 'plan.outputs[{i}]': slot {slot} is never written")
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        slots = self._template.copy()
+        for slot, value in zip(self.input_slots, inputs):
+            slots[slot] = value
+        with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
+            for index, (step, free) in enumerate(self._program):
+                try:
+                    step(slots)
+                except Exception as e:
+                    ins = self.instructions[index]
+                    raise ExecutionError(
+                        f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(e).__name__}: {e}"
+                    ) from e
+                for slot in free:
+                    slots[slot] = None
+        return [slots[s] for s in self.output_slots]

@@ -1,0 +1,125 @@
+"""The model signature and the checks that turn caller arrays into plan inputs.
+
+Policy (also in docs/inputs.md): dtypes must match, except that a lossless
+('safe') numpy cast is applied silently (int32 -> int64, float16 -> float32) and
+a plain Python sequence is converted to the declared dtype. Anything lossy
+(float64 -> float32) is refused with the cast to write. Ranks and fixed dims must
+match; a symbolic dim (a name such as "N") takes the first size it is given and
+every other input naming it must agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from runtime_lite.bundle import expect, expect_dtype, expect_key, expect_shape
+from runtime_lite.errors import BundleError, InputError
+
+Dim = Union[int, str]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model: a name, a shape (names for symbolic dims) and a dtype."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: np.dtype
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
+
+
+def parse_specs(records: Any, field: str) -> tuple[TensorSpec, ...]:
+    expect(records, list, field)
+    specs = []
+    for i, record in enumerate(records):
+        f = f"{field}[{i}]"
+        expect(record, dict, f)
+        specs.append(
+            TensorSpec(
+                expect_key(record, "name", str, f),
+                expect_shape(expect_key(record, "shape", list, f), f"{f}.shape", allow_symbols=True),
+                expect_dtype(expect_key(record, "dtype", str, f), f"{f}.dtype"),
+            )
+        )
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise BundleError(f"bundle field '{field}' repeats a tensor name")
+    return tuple(specs)
+
+
+def _describe(specs: Sequence[TensorSpec]) -> str:
+    return ", ".join(str(s) for s in specs)
+
+
+def _coerce(spec: TensorSpec, value: Any) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        else:
+            try:
+                return np.asarray(value, dtype=spec.dtype)
+            except (TypeError, ValueError) as e:
+                raise InputError(
+                    f"input '{spec.name}': cannot convert {type(value).__name__} to {spec.dtype.name} ({e})"
+                ) from None
+    if value.dtype != spec.dtype:
+        if np.can_cast(value.dtype, spec.dtype, casting="safe"):
+            return value.astype(spec.dtype)
+        raise InputError(
+            f"input '{spec.name}': expected dtype {spec.dtype.name}, got {value.dtype.name} "
+            f"(convert explicitly, e.g. x.astype(np.{spec.dtype.name}))"
+        )
+    return value
+
+
+def _check_shape(spec: TensorSpec, value: np.ndarray, bound: dict[str, int]) -> None:
+    expected = "[" + ",".join(str(d) for d in spec.shape) + "]"
+    if value.ndim != len(spec.shape):
+        raise InputError(
+            f"input '{spec.name}': expected rank {len(spec.shape)} {expected}, got shape {list(value.shape)}"
+        )
+    for axis, (want, got) in enumerate(zip(spec.shape, value.shape)):
+        if isinstance(want, str):
+            if bound.setdefault(want, got) != got:
+                raise InputError(
+                    f"input '{spec.name}': dim {axis} ('{want}') is {got} but another input set '{want}' = {bound[want]}"
+                )
+        elif want != got:
+            raise InputError(
+                f"input '{spec.name}': expected shape {expected}, got {list(value.shape)} (dim {axis} differs)"
+            )
+
+
+def bind_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+    """Validate ``inputs`` (a dict by name or a list in signature order) against ``specs``."""
+    if isinstance(inputs, Mapping):
+        unknown = [k for k in inputs if k not in {s.name for s in specs}]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {_describe(specs)}")
+        missing = [s.name for s in specs if s.name not in inputs]
+        if missing:
+            raise InputError(f"missing input {missing[0]!r}; the model's inputs are: {_describe(specs)}")
+        values = [inputs[s.name] for s in specs]
+    elif isinstance(inputs, (list, tuple)):
+        if len(inputs) != len(specs):
+            raise InputError(f"expected {len(specs)} inputs ({_describe(specs)}), got {len(inputs)}")
+        values = list(inputs)
+    elif isinstance(inputs, np.ndarray) and len(specs) == 1:
+        values = [inputs]
+    else:
+        raise InputError(
+            f"inputs must be a dict name -> array or a list in signature order, got {type(inputs).__name__}"
+        )
+    bound: dict[str, int] = {}
+    arrays = []
+    for spec, value in zip(specs, values):
+        array = _coerce(spec, value)
+        _check_shape(spec, array, bound)
+        arrays.append(array)
+    return arrays
