@@ -57,6 +57,18 @@ def _random_weight(
 _SHAPE_ONLY = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity")
 
 
+def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    """Remove the shape tensors the replaced ConstantOfShape nodes read (and their graph inputs)."""
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    unused = {t.name for t in graph.initializer if t.name not in used}
+    kept_inits = [t for t in graph.initializer if t.name not in unused]
+    kept_inputs = [v for v in graph.input if v.name not in unused]
+    del graph.initializer[:]
+    graph.initializer.extend(kept_inits)
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
+
+
 def _classifier_output(graph: onnx.GraphProto) -> str:
     """The logits: the final softmax's input, or the graph output when there is no softmax."""
     outputs = {o.name for o in graph.output}
@@ -138,6 +150,7 @@ def load_zoo_model(name: str, *, random_weights: bool = True, seed: int = 0, log
                 kept.append(node)
         del graph.node[:]
         graph.node.extend(kept)
+        _drop_unused_initializers(graph)
         _calibrate_classifier(model, roles)
     if logits:
         _add_logits_output(model)
