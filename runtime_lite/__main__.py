@@ -37,10 +37,9 @@ def _random_input(spec: runtime_lite.TensorSpec, rng: np.random.Generator) -> np
     return rng.integers(0, 10, shape).astype(spec.dtype)
 
 
-def _preview(array: np.ndarray) -> str:
-    flat = array.reshape(-1)[:6]
-    more = " ..." if array.size > 6 else ""
-    return np.array2string(flat, precision=5, separator=", ", suppress_small=False)[:-1] + more + "]"
+def _preview(array: np.ndarray, count: int = 6) -> str:
+    values = ", ".join(f"{v:.6g}" if array.dtype.kind == "f" else str(v) for v in array.reshape(-1)[:count].tolist())
+    return f"[{values}{', ...' if array.size > count else ''}]"
 
 
 def _load_inputs(module, pairs, random: bool, seed: int) -> dict[str, np.ndarray]:

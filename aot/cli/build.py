@@ -1,0 +1,87 @@
+"""``aot-build``: compile a model into one .aotb bundle and say what was built."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import click
+
+from aot.compiler.build import BuildResult, build, parse_input_shapes
+from aot.compiler.targets import KNOWN_TARGETS
+from aot.errors import AotError
+
+
+def _megabytes(n: int | None) -> str:
+    return "unknown (symbolic shapes)" if n is None else f"{n / 1e6:.1f} MB"
+
+
+def summarize(result: BuildResult, source: str, output: str, size: int, seconds: float) -> list[str]:
+    graph = result.graph
+    meta = graph.metadata
+    origin = f"{meta.get('frontend', 'graph')} opset {meta['opset']}, {meta['source_nodes']} nodes" if "opset" in meta else "IR graph"
+    folded = result.pass_stats.get("folded_affine", 0)
+    memory = result.plan.memory
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = [
+        f"built {output} from {source} in {seconds:.2f} s",
+        f"  model    {graph.name}: {origin} -> {len(graph.nodes)} ops ({folded} batch-norm/scale ops folded away)",
+        f"  ops      {ops}",
+        "  regions  " + ", ".join(f"{backend}: {n} ops" for backend, n in result.regions.items()),
+        f"  plan     {len(result.plan.record['instructions'])} instructions, {memory.num_slots} slots, "
+        f"{memory.inplace_count} in place, peak activations {_megabytes(memory.peak_bytes)}",
+        f"  bundle   {size / 1e6:.1f} MB ({len(result.plan.constants)} constants in {len(result.blobs.payloads)} blobs)",
+        "  inputs   " + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs),
+        "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
+    ]
+    return lines + [f"  note: {note}" for note in result.notes]
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write (default: MODEL's name with .aotb).")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    type=click.Choice(KNOWN_TARGETS),
+    help="Backend to offload to, highest priority first; repeatable. The host always runs the rest.",
+)
+@click.option("--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224.")
+@click.option("--print-graph", is_flag=True, help="Print the optimised graph.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+@click.version_option(package_name="aot", prog_name="aot-build")
+def main(model, output, targets, inputs, print_graph, quiet, debug):
+    """Compile MODEL (an ONNX file) into one runtime_lite bundle."""
+    output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
+    start = time.perf_counter()
+
+    def progress(stage: str, seconds: float) -> None:
+        if not quiet:
+            click.echo(f"  {stage:<9}{seconds:6.2f} s", err=True)
+
+    try:
+        shapes = parse_input_shapes(inputs)
+        result = build(model, targets=targets or ("host",), input_shapes=shapes, progress=progress)
+        size = result.save(output)
+        progress("write", result.timings["write"])
+    except AotError as e:
+        raise click.ClickException(str(e)) from None
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        raise click.ClickException(
+            f"internal compiler error: {type(e).__name__}: {e} (run with --debug for the traceback)"
+        ) from None
+    if print_graph and not quiet:
+        click.echo(str(result.graph))
+    if not quiet:
+        for line in summarize(result, model, output, size, time.perf_counter() - start):
+            click.echo(line)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
