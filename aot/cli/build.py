@@ -21,7 +21,11 @@ def _megabytes(n: int | None) -> str:
 def summarize(result: BuildResult, source: str, output: str, size: int, seconds: float) -> list[str]:
     graph = result.graph
     meta = graph.metadata
-    origin = f"{meta.get('frontend', 'graph')} opset {meta['opset']}, {meta['source_nodes']} nodes" if "opset" in meta else "IR graph"
+    origin = (
+        f"{meta.get('frontend', 'graph')} opset {meta['opset']}, {meta['source_nodes']} nodes"
+        if "opset" in meta
+        else "IR graph"
+    )
     folded = result.pass_stats.get("folded_affine", 0)
     memory = result.plan.memory
     ops = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -41,7 +45,9 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write (default: MODEL's name with .aotb).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write (default: MODEL's name with .aotb)."
+)
 @click.option(
     "--target",
     "targets",
@@ -49,7 +55,9 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
     type=click.Choice(KNOWN_TARGETS),
     help="Backend to offload to, highest priority first; repeatable. The host always runs the rest.",
 )
-@click.option("--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224.")
+@click.option(
+    "--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224."
+)
 @click.option("--print-graph", is_flag=True, help="Print the optimised graph.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")

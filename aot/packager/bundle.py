@@ -34,7 +34,7 @@ def make_header(
 ) -> dict[str, Any]:
     constants = []
     for array in plan.constants:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         constants.append({"dtype": array.dtype.name, "shape": list(array.shape), "blob": blobs.add(array)})

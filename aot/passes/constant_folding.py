@@ -21,7 +21,7 @@ def fold_node(node: Node) -> list[Value]:
     folded = []
     for out, array in zip(node.outputs, results):
         # Own the bytes: a view of a constant would keep the whole weight alive for a slice of it.
-        array = np.ascontiguousarray(np.array(array, dtype=out.type.dtype, copy=True))
+        array = np.array(array, dtype=out.type.dtype, order="C", copy=True)
         folded.append(Value(out.name, out.type.with_shape(array.shape), data=array))
     return folded
 

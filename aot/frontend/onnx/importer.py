@@ -161,7 +161,7 @@ def _initializer(tensor: onnx.TensorProto, graph: Graph) -> Value:
         raise UnsupportedOpsError(f"initializer '{tensor.name}': {e}") from None
     except Exception as e:
         raise ModelError(f"initializer '{tensor.name}' cannot be read: {e}") from None
-    return Value(tensor.name, TensorType(array.shape, array.dtype.name), data=np.ascontiguousarray(array))
+    return Value(tensor.name, TensorType(array.shape, array.dtype.name), data=np.asarray(array, order="C"))
 
 
 def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name: str | None = None) -> Graph:

@@ -1,0 +1,87 @@
+"""Shared test helpers: build small ONNX models and check aot + runtime_lite against onnxruntime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import aot
+import runtime_lite
+
+ONNX_TYPES = {
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "float64": TensorProto.DOUBLE,
+    "int64": TensorProto.INT64,
+    "int32": TensorProto.INT32,
+    "int8": TensorProto.INT8,
+    "uint8": TensorProto.UINT8,
+    "bool": TensorProto.BOOL,
+}
+
+
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: dict[str, np.ndarray],
+    outputs: Sequence[str] | dict[str, str],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = 13,
+    input_shapes: dict[str, Sequence[Any]] | None = None,
+) -> onnx.ModelProto:
+    """A model whose inputs take their type from example arrays; outputs default to float32.
+
+    ``input_shapes`` overrides declared input shapes (to declare symbolic dims).
+    """
+    input_shapes = input_shapes or {}
+    graph_inputs = [
+        helper.make_tensor_value_info(name, ONNX_TYPES[a.dtype.name], input_shapes.get(name, a.shape))
+        for name, a in inputs.items()
+    ]
+    out_types = outputs if isinstance(outputs, dict) else {name: "float32" for name in outputs}
+    graph_outputs = [helper.make_tensor_value_info(name, ONNX_TYPES[t], None) for name, t in out_types.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), name) for name, v in (initializers or {}).items()]
+    graph = helper.make_graph(list(nodes), "test", graph_inputs, graph_outputs, inits)
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def build_and_load(model: onnx.ModelProto | str, **build_options: Any) -> runtime_lite.Module:
+    return runtime_lite.load(aot.build(model, **build_options).to_bytes())
+
+
+def assert_matches_onnxruntime(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    **build_options: Any,
+) -> list[np.ndarray]:
+    """Build ``model`` with aot, run it with runtime_lite and with onnxruntime; compare every output."""
+    ours = build_and_load(model, **build_options).run(feeds)
+    expected = onnxruntime_outputs(model, feeds)
+    assert len(ours) == len(expected)
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != onnxruntime's {b.dtype}"
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} != onnxruntime's {b.shape}"
+        if a.dtype.kind in "fc":
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+    return ours
+
+
+def rand(*shape: int, seed: int = 0, dtype: str = "float32", low: float = -1.0, high: float = 1.0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
