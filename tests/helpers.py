@@ -85,3 +85,16 @@ def assert_matches_onnxruntime(
 
 def rand(*shape: int, seed: int = 0, dtype: str = "float32", low: float = -1.0, high: float = 1.0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
+
+
+def evaluate_graph(graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A naive interpreter: every node on fresh copies, no slots, no in-place. The planner's oracle."""
+    from runtime_lite.kernels import get_kernel
+
+    env = {id(v): np.array(a) for v, a in zip(graph.inputs, inputs)}
+    for node in graph.nodes:
+        args = [np.array(v.data) if v.is_constant else np.array(env[id(v)]) for v in node.inputs]
+        result = get_kernel(node.op).fn(*args, **node.attrs)
+        for out, value in zip(node.outputs, result if isinstance(result, tuple) else (result,)):
+            env[id(out)] = np.array(value)
+    return [np.array(v.data) if v.is_constant else env[id(v)] for v in graph.outputs]

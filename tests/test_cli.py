@@ -1,0 +1,116 @@
+"""aot-build and python -m runtime_lite, run as a user runs them: in subprocesses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime_lite
+from tests.helpers import make_model, rand
+
+
+def run(*args, cwd=None, check=True):
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def model_file(small_model, tmp_path):
+    path = tmp_path / "small.onnx"
+    path.write_bytes(small_model.SerializeToString())
+    return path
+
+
+def test_build_then_run_from_the_shell(model_file, tmp_path, small_input):
+    bundle = tmp_path / "small.aotb"
+    result = run("-m", "aot.cli.build", str(model_file), "-o", str(bundle), "--target", "npu")
+    summary = result.stdout
+    for expected in ("built", "regions  host:", "plan ", "bundle ", "note: target 'npu'", "x: float32[1,3,8,8]"):
+        assert expected in summary, summary
+    assert "import" in result.stderr and "write" in result.stderr  # stage progress
+
+    np.save(tmp_path / "x.npy", small_input)
+    out_dir = tmp_path / "out"
+    result = run(
+        "-m", "runtime_lite", "run", str(bundle), "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(out_dir)
+    )
+    assert "probs: float32[1, 10]" in result.stdout
+    saved = np.load(out_dir / "probs.npy")
+    np.testing.assert_array_equal(saved, runtime_lite.load(bundle).run([small_input])[0])
+
+    info = run("-m", "runtime_lite", "info", str(bundle)).stdout
+    assert "input  x: float32[1,3,8,8]" in info and "format 1.0" in info
+
+
+def test_default_output_name_and_print_graph(model_file, tmp_path):
+    result = run("-m", "aot.cli.build", str(model_file), "--print-graph", cwd=tmp_path)
+    assert (tmp_path / "small.aotb").exists()
+    assert "graph small(%x: float32[1,3,8,8])" in result.stdout
+    assert "conv2d(%x, @" in result.stdout
+
+
+def test_input_option_fixes_symbolic_dims(tmp_path):
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], {"x": rand(1, 3)}, ["y"], input_shapes={"x": ["N", "C"]}
+    )
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(model.SerializeToString())
+    result = run("-m", "aot.cli.build", str(path), "-o", str(tmp_path / "dyn.aotb"), "--input", "x:4x3")
+    assert "x: float32[4,3]" in result.stdout
+    assert runtime_lite.load(tmp_path / "dyn.aotb").inputs[0].shape == (4, 3)
+
+
+def test_build_errors_are_one_line_and_leave_no_bundle(tmp_path):
+    model = make_model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top")],
+        {"x": rand(4)},
+        ["v"],
+        {"k": np.array([2], np.int64)},
+    )
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    result = run("-m", "aot.cli.build", str(path), "-o", str(tmp_path / "bad.aotb"), check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert errors == ["Error: unsupported ops (1 types): TopK (node 'top')"]
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("*.aotb*")) and not list(tmp_path.glob(".*tmp"))
+
+    for args, words in [
+        (["missing.onnx"], "does not exist"),
+        ([str(path), "--input", "x"], "NAME:1x3x224x224"),
+        ([str(path), "--input", "x:1xQ!"], "bad dimension"),
+        ([str(path), "--target", "fpga"], "fpga"),
+    ]:
+        result = run("-m", "aot.cli.build", *args, check=False, cwd=tmp_path)
+        assert result.returncode != 0 and words in result.stderr and "Traceback" not in result.stderr
+
+
+def test_failed_build_keeps_the_previous_bundle(model_file, tmp_path):
+    bundle = tmp_path / "keep.aotb"
+    run("-m", "aot.cli.build", str(model_file), "-o", str(bundle), "-q")
+    before = bundle.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage")
+    assert run("-m", "aot.cli.build", str(bad), "-o", str(bundle), check=False).returncode != 0
+    assert bundle.read_bytes() == before
+
+
+def test_runtime_cli_errors(tmp_path, small_bundle):
+    bundle = tmp_path / "m.aotb"
+    bundle.write_bytes(small_bundle)
+    result = run("-m", "runtime_lite", "run", str(bundle), check=False)
+    assert result.returncode == 1 and "no value for input x: float32[1,3,8,8]" in result.stderr
+    np.save(tmp_path / "wrong.npy", np.zeros((2, 2), np.float32))
+    result = run("-m", "runtime_lite", "run", str(bundle), "--input", f"x={tmp_path / 'wrong.npy'}", check=False)
+    assert result.returncode == 1 and "input 'x'" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "junk.aotb").write_bytes(b"junk")
+    result = run("-m", "runtime_lite", "run", str(tmp_path / "junk.aotb"), "--random-inputs", check=False)
+    assert result.returncode == 1 and result.stderr.startswith("error: not an aot bundle")
+    assert run("-m", "runtime_lite", "run", str(bundle), "--random-inputs").returncode == 0
