@@ -29,8 +29,9 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
     folded = result.pass_stats.get("folded_affine", 0)
     memory = result.plan.memory
     ops = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    took = f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
     lines = [
-        f"built {output} from {source} in {seconds:.2f} s",
+        f"built {output} from {source} in {took}",
         f"  model    {graph.name}: {origin} -> {len(graph.nodes)} ops ({folded} batch-norm/scale ops folded away)",
         f"  ops      {ops}",
         "  regions  " + ", ".join(f"{backend}: {n} ops" for backend, n in result.regions.items()),

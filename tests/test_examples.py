@@ -1,0 +1,28 @@
+"""The examples run as the README says, and the shipped example model is the one its script writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_runs_and_matches_the_reference(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK: runtime_lite matches the reference" in result.stdout
+    assert "built" in result.stdout and "probabilities: float32[2, 10]" in result.stdout
+    assert (tmp_path / "small_cnn.aotb").exists() and (tmp_path / "outputs" / "probabilities.npy").exists()
+
+
+def test_shipped_example_model_is_reproducible():
+    sys.path.insert(0, str(ROOT / "examples" / "models"))
+    try:
+        from make_small_cnn import small_cnn
+    finally:
+        sys.path.pop(0)
+    assert small_cnn().SerializeToString() == (ROOT / "examples" / "models" / "small_cnn.onnx").read_bytes()
