@@ -89,6 +89,10 @@ case("prelu_channel")(lambda: binary("PRelu", rand(2, 3, 4, 4), rand(3, 1, 1, se
 case("equal_int")(lambda: binary("Equal", np.array([1, 2, 3], np.int64), np.array([1, 0, 3], np.int64), out="bool"))
 case("less")(lambda: binary("Less", rand(2, 3), rand(2, 3, seed=1), out="bool"))
 case("greater_broadcast")(lambda: binary("Greater", rand(2, 3), rand(3, seed=1), out="bool"))
+case("less_or_equal")(lambda: binary("LessOrEqual", rand(2, 3), rand(3, seed=1), opset=16, out="bool"))
+case("tan")(lambda: unary("Tan", x=rand(2, 3, low=-1.2, high=1.2)))
+for _op in ("And", "Or", "Xor"):
+    case(_op.lower())(lambda op=_op: binary(op, rand(2, 3) > 0, rand(3, seed=1) > 0, out="bool"))
 case("greater_or_equal")(lambda: binary("GreaterOrEqual", rand(2, 3), rand(3, seed=1), opset=16, out="bool"))
 
 
@@ -312,6 +316,13 @@ case("reduce_mean_opset13_attr")(lambda: unary("ReduceMean", x=rand(2, 3, 4), ax
 case("reduce_max_all")(lambda: unary("ReduceMax", x=rand(2, 3, 4)))
 case("reduce_min_keepdims")(lambda: unary("ReduceMin", x=rand(2, 3, 4), axes=[0]))
 case("reduce_sum_opset11_attr")(lambda: unary("ReduceSum", opset=11, x=rand(2, 3, 4), axes=[2]))
+case("reduce_prod")(lambda: unary("ReduceProd", x=rand(2, 3, 4, low=0.5, high=1.5), axes=[1]))
+case("argmax_last_index")(
+    lambda: (
+        make_model([node("ArgMax", ["x"], axis=0, keepdims=0, select_last_index=1)], {"x": np.array([[1, 3], [3, 1], [3, 3]], np.float32)}, {"y": "int64"}),
+        {"x": np.array([[1, 3], [3, 1], [3, 3]], np.float32)},
+    )
+)
 case("argmax")(
     lambda: (make_model([node("ArgMax", ["x"], axis=1)], {"x": rand(3, 5)}, {"y": "int64"}), {"x": rand(3, 5)})
 )
@@ -496,6 +507,13 @@ def _():
         node("Relu", ["r"], ["y"]),
     ]
     return make_model(nodes, {"x": x}, ["y"], {"n": np.array([2, -1], np.int64)}, opset=15), {"x": x}
+
+
+@case("size_and_gather_elements")
+def _():
+    feeds = {"x": rand(3, 4), "i": np.array([[0, 3], [-1, 1], [2, 2]], np.int64)}
+    nodes = [node("Size", ["x"], ["n"]), node("GatherElements", ["x", "i"], ["g"], axis=1)]
+    return make_model(nodes, feeds, {"n": "int64", "g": "float32"}), feeds
 
 
 @case("constant_and_constant_of_shape")

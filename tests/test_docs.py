@@ -1,0 +1,18 @@
+"""The docs list what the code supports: every ONNX op the frontend reads, every canonical op."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aot.frontend.onnx.converters import CONVERTERS
+from aot.ir.ops import OPS
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_ops_page_lists_every_onnx_op_and_canonical_op():
+    text = (DOCS / "ops.md").read_text()
+    documented = set(re.findall(r"`(\w+)`", text))
+    assert set(CONVERTERS) - documented == set()
+    assert set(OPS) - documented == set()
