@@ -200,7 +200,9 @@ def main() -> None:
             rows.append(row)
             print(f"{name:14s} runtime_lite {row['runtime_lite_ms']:7.1f} ms  onnxruntime {row['onnxruntime_ms']:7.1f} ms  "
                   f"ratio {row['ratio']:.2f}  rel.L2 {row['rel_l2']:.1e}", flush=True)  # fmt: skip
-        cold_row = next((r for r in rows if r["model"] == args.cold_model), None) or bench_model(args.cold_model, 1, Path(tmp))
+        cold_row = next((r for r in rows if r["model"] == args.cold_model), None) or bench_model(
+            args.cold_model, 1, Path(tmp)
+        )
         lite, onnx_rt = bench_cold_start(cold_row, args.cold_runs)
         print(f"cold start {args.cold_model}: runtime_lite {lite:.3f} s, onnxruntime {onnx_rt:.3f} s", flush=True)
         import_cost = bench_import(args.cold_runs * 2)

@@ -33,7 +33,9 @@ def step(title: str, command: list[str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--input", action="append", default=[], metavar="NAME:SHAPE", help="fix an input shape (aot-build --input)")
+    parser.add_argument(
+        "--input", action="append", default=[], metavar="NAME:SHAPE", help="fix an input shape (aot-build --input)"
+    )
     parser.add_argument("--batch", type=int, default=2, help="batch size for a symbolic batch dim (default 2)")
     parser.add_argument("--out", type=Path, help="directory for the bundle and outputs (default: a temporary one)")
     args = parser.parse_args()

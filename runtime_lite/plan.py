@@ -144,8 +144,21 @@ class HostPlan:
     def __init__(self, record: Any, constants: list[np.ndarray], modules: list[BoundModule] = ()):
         expect(record, dict, "plan")
         num_slots = expect_key(record, "num_slots", int, "plan")
-        if not 0 <= num_slots <= 1 << 24:
-            raise BundleError(f"bundle field 'plan.num_slots' = {num_slots} is out of range")
+        raw_instructions = expect_key(record, "instructions", list, "plan")
+        # Every useful slot is written by an input, a constant or an instruction: more is a lie
+        # that would only make the per-run table (allocated on every call) absurdly large.
+        writable = (
+            len(expect_key(record, "inputs", list, "plan"))
+            + len(expect_key(record, "constants", list, "plan"))
+            + sum(
+                len(r.get("out", [])) if isinstance(r, dict) and isinstance(r.get("out", []), list) else 0
+                for r in raw_instructions
+            )
+        )
+        if not 0 <= num_slots <= writable:
+            raise BundleError(
+                f"bundle field 'plan.num_slots' = {num_slots} exceeds the {writable} slots the plan can write"
+            )
         self.num_slots = num_slots
         self.input_slots = tuple(
             expect_index(v, num_slots, f"plan.inputs[{i}]")
@@ -167,7 +180,7 @@ class HostPlan:
         self._template = template
         self.instructions: list[Instruction] = []
         self._program: list[tuple[Step, tuple[int, ...]]] = []
-        for i, raw in enumerate(expect_key(record, "instructions", list, "plan")):
+        for i, raw in enumerate(raw_instructions):
             field = f"plan.instructions[{i}]"
             ins = _parse_instruction(raw, i, num_slots)
             for slot in ins.inputs:
@@ -185,7 +198,9 @@ class HostPlan:
             self._program.append((_make_step(fn, ins), ins.free))
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
-                raise BundleError(f"bundle field 'plan.outputs[{i}]': slot {slot} is never written")
+                raise BundleError(
+                    f"bundle field 'plan.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
+                )
 
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         slots = self._template.copy()

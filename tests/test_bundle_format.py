@@ -187,7 +187,10 @@ def repack_header(bundle: bytes, header: dict) -> bytes:
 
 
 def add_unwritten_slot(header: dict, use) -> None:
-    """Grow the plan by one slot that no instruction writes, and hand it to ``use``."""
+    """Grow the plan by one slot that no instruction writes, and hand it to ``use``.
+
+    The plan reuses slots, so it writes more values than it has slots and one more
+    slot stays within the bound the reader enforces."""
     header["plan"]["num_slots"] += 1
     use(header["plan"]["num_slots"] - 1)
 
@@ -201,7 +204,7 @@ def add_unwritten_slot(header: dict, use) -> None:
         (lambda h: h["constants"][0].update(shape="big"), ["constants[0].shape"]),
         (lambda h: h["signature"]["inputs"][0].update(shape=[-1, 3]), ["signature.inputs[0].shape[0]", "negative"]),
         (lambda h: h.pop("plan"), ["header.plan", "missing"]),
-        (lambda h: h["plan"].update(num_slots=1 << 30), ["plan.num_slots"]),
+        (lambda h: h["plan"].update(num_slots=1 << 30), ["plan.num_slots", "exceeds"]),
         (lambda h: h["plan"]["instructions"][0].update(op="teleport"), ["teleport"]),
         (lambda h: h["plan"]["instructions"][0]["attrs"].update(warp=9), ["unexpected keyword argument 'warp'"]),
         (lambda h: h["plan"]["instructions"][0]["attrs"].pop("strides"), ["missing a required argument: 'strides'"]),

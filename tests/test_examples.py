@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_quickstart_runs_and_matches_the_reference(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: runtime_lite matches the reference" in result.stdout

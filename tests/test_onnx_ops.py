@@ -319,7 +319,11 @@ case("reduce_sum_opset11_attr")(lambda: unary("ReduceSum", opset=11, x=rand(2, 3
 case("reduce_prod")(lambda: unary("ReduceProd", x=rand(2, 3, 4, low=0.5, high=1.5), axes=[1]))
 case("argmax_last_index")(
     lambda: (
-        make_model([node("ArgMax", ["x"], axis=0, keepdims=0, select_last_index=1)], {"x": np.array([[1, 3], [3, 1], [3, 3]], np.float32)}, {"y": "int64"}),
+        make_model(
+            [node("ArgMax", ["x"], axis=0, keepdims=0, select_last_index=1)],
+            {"x": np.array([[1, 3], [3, 1], [3, 3]], np.float32)},
+            {"y": "int64"},
+        ),
         {"x": np.array([[1, 3], [3, 1], [3, 3]], np.float32)},
     )
 )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -45,7 +44,9 @@ def test_runtime_alone_runs_a_bundle_in_a_fresh_venv(tmp_path):
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", str(source)], capture_output=True, text=True
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", str(source)],
+        capture_output=True,
+        text=True,
     )
     assert install.returncode == 0, install.stderr[-2000:]
 

@@ -30,16 +30,25 @@ def small_cnn(seed: int = 0) -> onnx.ModelProto:
             f"{prefix}_var": rng.uniform(0.8, 1.2, channels).astype(np.float32),
         }
 
-    weights = {"conv1_w": he(16, 3, 3, 3), "conv2_w": he(32, 16, 3, 3), "fc_w": he(10, 32), "fc_b": np.zeros(10, np.float32)}
+    weights = {
+        "conv1_w": he(16, 3, 3, 3),
+        "conv2_w": he(32, 16, 3, 3),
+        "fc_w": he(10, 32),
+        "fc_b": np.zeros(10, np.float32),
+    }
     weights.update(bn("bn1", 16))
     weights.update(bn("bn2", 32))
     nodes = [
         helper.make_node("Conv", ["images", "conv1_w"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("BatchNormalization", ["c1", "bn1_scale", "bn1_bias", "bn1_mean", "bn1_var"], ["b1"], name="bn1"),
+        helper.make_node(
+            "BatchNormalization", ["c1", "bn1_scale", "bn1_bias", "bn1_mean", "bn1_var"], ["b1"], name="bn1"
+        ),
         helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
         helper.make_node("Conv", ["p1", "conv2_w"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-        helper.make_node("BatchNormalization", ["c2", "bn2_scale", "bn2_bias", "bn2_mean", "bn2_var"], ["b2"], name="bn2"),
+        helper.make_node(
+            "BatchNormalization", ["c2", "bn2_scale", "bn2_bias", "bn2_mean", "bn2_var"], ["b2"], name="bn2"
+        ),
         helper.make_node("Relu", ["b2"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
         helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
