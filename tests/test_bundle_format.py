@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import runtime_lite
-from aot.packager import to_bytes
+from aot.packager import encode_preamble, to_bytes
 from runtime_lite import BundleError
 from runtime_lite import format as fmt
 
@@ -173,17 +173,7 @@ def test_blob_pointing_outside_the_file(small_build):
 
 def repack_header(bundle: bytes, header: dict) -> bytes:
     """Swap the header of an existing bundle, keeping its data section (offsets stay as given)."""
-    start = data_start(bundle)
-    header_bytes = msgpack.packb(header, use_bin_type=True)
-    preamble = (
-        fmt.MAGIC_BYTES
-        + msgpack.packb([fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR])
-        + msgpack.packb(header_bytes, use_bin_type=True)
-        + msgpack.packb(hashlib.sha256(header_bytes).digest(), use_bin_type=True)
-    )
-    gap = (-len(preamble)) % fmt.ALIGNMENT
-    gap = gap + fmt.ALIGNMENT if gap < 2 else gap
-    return preamble + msgpack.packb(b"\0" * (gap - 2), use_bin_type=True) + bundle[start:]
+    return encode_preamble(header) + bundle[data_start(bundle) :]
 
 
 def add_unwritten_slot(header: dict, use) -> None:

@@ -31,7 +31,10 @@ class MemoryPlan:
     inplace: dict[int, int]  # id(node) -> operand index written in place
     frees: dict[int, list[int]]  # id(node) -> slots released after it
     peak_bytes: int | None
-    inplace_count: int = 0
+
+    @property
+    def inplace_count(self) -> int:
+        return len(self.inplace)
 
 
 def _broadcasts_into(shape: tuple, out: tuple) -> bool:
@@ -155,5 +158,4 @@ def _assign_slots(graph, last_use, inplace, root, group_last) -> MemoryPlan:
         inplace,
         frees,
         peak if static else None,
-        inplace_count=len(inplace),
     )

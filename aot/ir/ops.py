@@ -171,6 +171,11 @@ def _spatial_check(ctx: InferContext, op: str, nd: int) -> TensorType:
     return x
 
 
+def _spatial_dims(ctx: InferContext, x: TensorType, w: TensorType, nd: int, extent) -> list[Dim]:
+    """Output size per spatial axis, ``extent(axis, input size, kernel size)``, symbolic if either is."""
+    return [dim_math(ctx, lambda s, k, i=i: extent(i, s, k), x.shape[2 + i], w.shape[2 + i]) for i in range(nd)]
+
+
 def _conv(nd: int):
     op = f"conv{nd}d"
 
@@ -186,17 +191,15 @@ def _conv(nd: int):
             raise ctx.fail(op, f"input has {c} channels but weight expects {w.shape[1]} x {groups} groups")
         if len(ctx.types) > 2 and ctx.types[2].shape not in ((w.shape[0],),):
             raise ctx.fail(op, f"bias must have shape [{w.shape[0]}], got {ctx.types[2]}")
-        spatial = [
-            dim_math(
-                ctx,
-                lambda s, k, i=i: (
-                    (s + a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1) // a["strides"][i] + 1
-                ),
-                x.shape[2 + i],
-                w.shape[2 + i],
-            )
-            for i in range(nd)
-        ]
+        spatial = _spatial_dims(
+            ctx,
+            x,
+            w,
+            nd,
+            lambda i, s, k: (
+                (s + a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1) // a["strides"][i] + 1
+            ),
+        )
         if any(isinstance(d, int) and d <= 0 for d in spatial):
             raise ctx.fail(op, f"output would be empty: input {x}, kernel {list(w.shape[2:])}")
         return [TensorType((x.shape[0], w.shape[0], *spatial), x.dtype)]
@@ -211,22 +214,20 @@ def _conv_transpose(nd: int):
         x = _spatial_check(ctx, op, nd)
         w = ctx.types[1]
         a = ctx.attrs
-        spatial = [
-            dim_math(
-                ctx,
-                lambda s, k, i=i: (
-                    a["strides"][i] * (s - 1)
-                    + a["output_padding"][i]
-                    + (k - 1) * a["dilations"][i]
-                    + 1
-                    - a["pads"][i]
-                    - a["pads"][i + nd]
-                ),
-                x.shape[2 + i],
-                w.shape[2 + i],
-            )
-            for i in range(nd)
-        ]
+        spatial = _spatial_dims(
+            ctx,
+            x,
+            w,
+            nd,
+            lambda i, s, k: (
+                a["strides"][i] * (s - 1)
+                + a["output_padding"][i]
+                + (k - 1) * a["dilations"][i]
+                + 1
+                - a["pads"][i]
+                - a["pads"][i + nd]
+            ),
+        )
         out_channels = dim_math(ctx, lambda o: o * a["groups"], w.shape[1])
         return [TensorType((x.shape[0], out_channels, *spatial), x.dtype)]
 

@@ -71,9 +71,8 @@ def _layout(blobs: BlobTable) -> list[dict[str, Any]]:
     return records
 
 
-def write_stream(out: BinaryIO, header: dict[str, Any], blobs: BlobTable) -> int:
-    """Write a whole bundle to ``out``; return its size in bytes."""
-    header = dict(header, blobs=_layout(blobs))
+def encode_preamble(header: dict[str, Any]) -> bytes:
+    """Magic, version, the encoded header, its sha256, and the padding that aligns the data section."""
     header_bytes = msgpack.packb(header, use_bin_type=True)
     preamble = (
         fmt.MAGIC_BYTES
@@ -81,7 +80,13 @@ def write_stream(out: BinaryIO, header: dict[str, Any], blobs: BlobTable) -> int
         + msgpack.packb(header_bytes, use_bin_type=True)
         + msgpack.packb(hashlib.sha256(header_bytes).digest(), use_bin_type=True)
     )
-    preamble += _padding(len(preamble), 0, required=True)
+    return preamble + _padding(len(preamble), 0, required=True)
+
+
+def write_stream(out: BinaryIO, header: dict[str, Any], blobs: BlobTable) -> int:
+    """Write a whole bundle to ``out``; return its size in bytes."""
+    header = dict(header, blobs=_layout(blobs))
+    preamble = encode_preamble(header)
     out.write(preamble)
     position = 0
     for payload, record in zip(blobs.payloads, header["blobs"]):

@@ -47,14 +47,6 @@ def window_view(x: np.ndarray, kernel_shape, strides, dilations) -> np.ndarray:
     return as_strided(x, x.shape[:2] + tuple(kernel_shape) + tuple(out), view_strides, writeable=False)
 
 
-def strided_tap(x: np.ndarray, offsets, strides, out_shape) -> np.ndarray:
-    """The view of a padded input that kernel tap ``offsets`` reads for every output position."""
-    index = [slice(None), slice(None)]
-    for off, s, n in zip(offsets, strides, out_shape):
-        index.append(slice(off, off + s * (n - 1) + 1, s))
-    return x[tuple(index)]
-
-
 @kernel("conv1d", "conv2d", "conv3d")
 def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     n, c = x.shape[:2]

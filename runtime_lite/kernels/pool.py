@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_lite.kernels import kernel
-from runtime_lite.kernels.conv import strided_tap
+
+
+def strided_tap(x: np.ndarray, offsets, strides, out_shape) -> np.ndarray:
+    """The view of a padded input that kernel tap ``offsets`` reads for every output position."""
+    index = [slice(None), slice(None)]
+    for off, s, n in zip(offsets, strides, out_shape):
+        index.append(slice(off, off + s * (n - 1) + 1, s))
+    return x[tuple(index)]
 
 
 def pooled_extent(size: int, k: int, stride: int, dilation: int, pad_begin: int, pad_end: int, ceil_mode: int) -> int:
