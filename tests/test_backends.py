@@ -66,7 +66,7 @@ def bundle_calling(backend_name: str, compile_specs=None, outputs: int = 2) -> b
             }
         ],
         "plan": {
-            "num_slots": 4,
+            "num_slots": 3 + (outputs > 1),  # input, the module's outputs, relu's output
             "inputs": [0],
             "outputs": [2, 3][:outputs],
             "constants": [],
