@@ -665,3 +665,28 @@ def test_lrn_even_size_follows_the_spec():
         square_sum = (x[:, lo : hi + 1] ** 2).sum(axis=1)
         expected[:, c] = x[:, c] / (bias + alpha / size * square_sum) ** beta
     np.testing.assert_allclose(build_and_load(model).run(feeds)[0], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", range(9, 22))
+def test_a_small_network_at_every_opset_from_9_to_21(opset):
+    """Conv, BatchNormalization, Relu, MaxPool, Flatten, Gemm, Softmax: ops whose schemas changed across these opsets."""
+    x = rand(2, 3, 8, 8)
+    inits = {
+        "w": rand(4, 3, 3, 3, seed=1),
+        "s": rand(4, seed=2, low=0.5, high=1.5),
+        "t": rand(4, seed=3),
+        "m": rand(4, seed=4),
+        "v": rand(4, seed=5, low=0.5, high=1.5),
+        "gw": rand(5, 64, seed=6),
+        "gb": rand(5, seed=7),
+    }
+    nodes = [
+        node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        node("Relu", ["n"], ["r"]),
+        node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Flatten", ["p"], ["f"]),
+        node("Gemm", ["f", "gw", "gb"], ["g"], transB=1),
+        node("Softmax", ["g"], ["y"], axis=1),
+    ]
+    assert_matches_onnxruntime(make_model(nodes, {"x": x}, ["y"], inits, opset=opset), {"x": x})
