@@ -38,6 +38,9 @@ from aot.testing.zoo import zoo_input  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Latency targets as runtime_lite / onnxruntime ratios (issue "End-to-end skeleton": ResNet-50 within 2x).
+TARGETS = {"resnet50": 2.0}
+
 COLD_RUNTIME_LITE = """
 import numpy as np, runtime_lite
 m = runtime_lite.load({bundle!r})
@@ -167,6 +170,18 @@ def render(rows: list[dict], cold: tuple[str, float, float], import_cost: tuple[
         )
     name, lite, onnx_rt = cold
     extra, numpy_import = import_cost
+    lines += ["", "Targets: " + "; ".join(
+        f"{r['model']} ratio <= {TARGETS[r['model']]:.2f}: measured {r['ratio']:.2f}, "
+        + ("met" if r["ratio"] <= TARGETS[r["model"]] else "MISSED")
+        for r in rows if r["model"] in TARGETS
+    ) + ". Ratios move by about 10% between invocations on these shared 2-core machines.",
+        "",
+        "Where time goes on the slower models (per-op profiles): ShuffleNet and SqueezeNet run",
+        "many small convolutions where numpy's per-call overhead and separate ReLU passes",
+        "weigh more than the GEMMs; DenseNet keeps 62 batch norms that follow concats (no",
+        "convolution to fold them into). Fusing activations into convolutions and cheaper",
+        "dispatch are the next levers.",
+    ]  # fmt: skip
     lines += [
         "",
         "## Cold start",
