@@ -16,7 +16,6 @@ from typing import Union
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedOpsError
@@ -47,12 +46,11 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         return onnx.load(path)
     except AotError:
         raise
-    except (DecodeError, ValueError, RuntimeError, onnx.onnx_cpp2py_export.checker.ValidationError) as e:  # type: ignore[attr-defined]
-        raise ModelError(
-            f"cannot parse ONNX model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        ) from None
     except OSError as e:
         raise ModelError(f"cannot read model file: {e}") from None
+    except Exception as e:  # protobuf and onnx report malformed files with several exception types
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise ModelError(f"cannot parse ONNX model: {type(e).__name__}: {first_line}") from None
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
