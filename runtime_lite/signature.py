@@ -99,7 +99,8 @@ def _check_shape(spec: TensorSpec, value: np.ndarray, bound: dict[str, int]) -> 
 def bind_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
     """Validate ``inputs`` (a dict by name or a list in signature order) against ``specs``."""
     if isinstance(inputs, Mapping):
-        unknown = [k for k in inputs if k not in {s.name for s in specs}]
+        names = {s.name for s in specs}
+        unknown = [k for k in inputs if k not in names]
         if unknown:
             raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {_describe(specs)}")
         missing = [s.name for s in specs if s.name not in inputs]
