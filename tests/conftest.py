@@ -10,7 +10,7 @@ import aot
 from tests.helpers import make_model, rand
 
 
-def small_cnn_model(batch: int | str = 1):
+def small_cnn_model(batch: int | str = 1, opset: int = 13):
     """conv -> batch norm -> relu -> pool -> flatten -> gemm -> softmax, with real weights."""
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
@@ -31,7 +31,9 @@ def small_cnn_model(batch: int | str = 1):
         "gw": rand(10, 64, seed=7),
         "gb": rand(10, seed=8),
     }
-    return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["probs"], inits, input_shapes={"x": [batch, 3, 8, 8]})
+    return make_model(
+        nodes, {"x": rand(1, 3, 8, 8)}, ["probs"], inits, opset=opset, input_shapes={"x": [batch, 3, 8, 8]}
+    )
 
 
 @pytest.fixture(scope="session")

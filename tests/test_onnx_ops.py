@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from tests.conftest import small_cnn_model
 from tests.helpers import assert_matches_onnxruntime, build_and_load, make_model, rand
 
 CASES = {}
@@ -671,22 +672,4 @@ def test_lrn_even_size_follows_the_spec():
 def test_a_small_network_at_every_opset_from_9_to_21(opset):
     """Conv, BatchNormalization, Relu, MaxPool, Flatten, Gemm, Softmax: ops whose schemas changed across these opsets."""
     x = rand(2, 3, 8, 8)
-    inits = {
-        "w": rand(4, 3, 3, 3, seed=1),
-        "s": rand(4, seed=2, low=0.5, high=1.5),
-        "t": rand(4, seed=3),
-        "m": rand(4, seed=4),
-        "v": rand(4, seed=5, low=0.5, high=1.5),
-        "gw": rand(5, 64, seed=6),
-        "gb": rand(5, seed=7),
-    }
-    nodes = [
-        node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-        node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
-        node("Relu", ["n"], ["r"]),
-        node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-        node("Flatten", ["p"], ["f"]),
-        node("Gemm", ["f", "gw", "gb"], ["g"], transB=1),
-        node("Softmax", ["g"], ["y"], axis=1),
-    ]
-    assert_matches_onnxruntime(make_model(nodes, {"x": x}, ["y"], inits, opset=opset), {"x": x})
+    assert_matches_onnxruntime(small_cnn_model(batch="N", opset=opset), {"x": x})
