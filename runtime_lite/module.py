@@ -11,6 +11,7 @@ from runtime_lite.backends import IncompatiblePayload, available_backends, get_b
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
 from runtime_lite.errors import BundleError
 from runtime_lite.plan import BoundModule, HostPlan
+from runtime_lite.profile import Profile
 from runtime_lite.signature import TensorSpec, bind_inputs, parse_specs
 
 
@@ -31,7 +32,8 @@ class Module:
         self.model_name: str = str(expect(header.get("model", {}), dict, "header.model").get("name", ""))
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
-        self._plan = HostPlan(expect_key(header, "plan", dict, "header"), bundle.constants, _init_modules(bundle))
+        self._modules = _init_modules(bundle)
+        self._plan = HostPlan(expect_key(header, "plan", dict, "header"), bundle.constants, self._modules)
         if len(self._plan.input_slots) != len(self.inputs) or len(self._plan.output_slots) != len(self.outputs):
             raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
 
@@ -41,6 +43,21 @@ class Module:
         Returns the outputs as a list of numpy arrays in signature order.
         """
         return self._plan.execute(bind_inputs(self.inputs, inputs))
+
+    def profile(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Profile:
+        """Run once, recording a timed event per host instruction and per backend dispatch.
+
+        Slower than ``run`` (it times every step); use it to see where time goes and
+        what each backend decided (the NPU's engine, tiers, tiles, fusion, cycles).
+        """
+        events: list[dict[str, Any]] = []
+        outputs = self._plan.execute(bind_inputs(self.inputs, inputs), trace=events)
+        return Profile(outputs, events)
+
+    @property
+    def modules(self) -> list[dict[str, str]]:
+        """The backend modules this bundle calls: id and backend of each."""
+        return [{"id": m.id, "backend": m.backend.name} for m in self._modules]
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.inputs)

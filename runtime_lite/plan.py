@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,30 +75,44 @@ def _bind_module_call(ins: Instruction, field: str, modules: list[BoundModule]) 
     index = expect_index(ins.attrs.get("module"), len(modules), f"{field}.attrs.module")
     module = modules[index]
     expected = len(ins.outputs)
+    traces = "trace" in _signature(module.backend.execute).parameters
 
-    def call(*inputs):
-        outputs = module.backend.execute(module.handle, inputs)
+    def call(*inputs, trace=None):
+        if trace is not None and traces:
+            outputs = module.backend.execute(module.handle, inputs, trace=trace)
+        else:
+            outputs = module.backend.execute(module.handle, inputs)
         if len(outputs) != expected:
             raise RuntimeError(f"module {module.id!r} returned {len(outputs)} outputs, the plan expects {expected}")
         return outputs
 
+    call.module = module
     return call
 
 
-def _bind_kernel(ins: Instruction, field: str) -> Callable:
-    kernel = KERNELS.get(ins.op)
+def bind_kernel(
+    op: str, num_inputs: int, attrs: dict[str, Any], field: str, name: str, inplace: int | None = None
+) -> Callable:
+    """The host kernel of ``op`` with ``attrs`` bound, checked once against its signature.
+
+    Shared by the host plan and by backends that execute canonical ops (the NPU),
+    so a bundle's attributes are validated the same way wherever they run.
+    """
+    kernel = KERNELS.get(op)
     if kernel is None:
-        raise BundleError(f"bundle field '{field}.op' names op {ins.op!r}, which this runtime_lite has no kernel for")
-    if ins.inplace is not None and ins.inplace not in kernel.inplace:
-        raise BundleError(f"bundle field '{field}.inplace': op {ins.op!r} cannot write operand {ins.inplace} in place")
-    extra = {"out": None} if ins.inplace is not None else {}
+        raise BundleError(f"bundle field '{field}.op' names op {op!r}, which this runtime_lite has no kernel for")
+    if inplace is not None and inplace not in kernel.inplace:
+        raise BundleError(f"bundle field '{field}.inplace': op {op!r} cannot write operand {inplace} in place")
+    extra = {"out": None} if inplace is not None else {}
     try:
-        _signature(kernel.fn).bind(*range(len(ins.inputs)), **ins.attrs, **extra)
+        _signature(kernel.fn).bind(*range(num_inputs), **attrs, **extra)
     except TypeError as e:
-        raise BundleError(
-            f"bundle field '{field}': instruction {ins.name!r} ({ins.op}) does not fit its kernel: {e}"
-        ) from None
-    return functools.partial(kernel.fn, **ins.attrs) if ins.attrs else kernel.fn
+        raise BundleError(f"bundle field '{field}': {name} ({op}) does not fit its kernel: {e}") from None
+    return functools.partial(kernel.fn, **attrs) if attrs else kernel.fn
+
+
+def _bind_kernel(ins: Instruction, field: str) -> Callable:
+    return bind_kernel(ins.op, len(ins.inputs), ins.attrs, field, f"instruction {ins.name!r}", ins.inplace)
 
 
 def _make_step(fn: Callable, ins: Instruction) -> Step:
@@ -180,6 +195,7 @@ class HostPlan:
         self._template = template
         self.instructions: list[Instruction] = []
         self._program: list[tuple[Step, tuple[int, ...]]] = []
+        self._calls: dict[int, Callable] = {}  # instruction index -> backend call, for traced runs
         for i, raw in enumerate(raw_instructions):
             field = f"plan.instructions[{i}]"
             ins = _parse_instruction(raw, i, num_slots)
@@ -192,7 +208,7 @@ class HostPlan:
             defined.difference_update(ins.free)
             self.instructions.append(ins)
             if ins.op == CALL_MODULE:
-                fn = _bind_module_call(ins, field, list(modules))
+                fn = self._calls[i] = _bind_module_call(ins, field, list(modules))
             else:
                 fn = _bind_kernel(ins, field)
             self._program.append((_make_step(fn, ins), ins.free))
@@ -202,19 +218,48 @@ class HostPlan:
                     f"bundle field 'plan.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
 
-    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def execute(self, inputs: list[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
+        """Run the plan; with ``trace``, append one timed event per instruction and backend dispatch."""
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
+            if trace is not None:
+                self._run_traced(slots, trace)
+                return [slots[s] for s in self.output_slots]
             for index, (step, free) in enumerate(self._program):
                 try:
                     step(slots)
                 except Exception as e:
-                    ins = self.instructions[index]
-                    raise ExecutionError(
-                        f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(e).__name__}: {e}"
-                    ) from e
+                    raise self._failure(index, e) from e
                 for slot in free:
                     slots[slot] = None
         return [slots[s] for s in self.output_slots]
+
+    def _run_traced(self, slots: list, trace: list) -> None:
+        for index, (step, free) in enumerate(self._program):
+            ins = self.instructions[index]
+            call = self._calls.get(index)
+            start = time.perf_counter()
+            try:
+                if call is None:
+                    step(slots)
+                else:
+                    for slot, value in zip(ins.outputs, call(*[slots[i] for i in ins.inputs], trace=trace)):
+                        slots[slot] = value
+            except Exception as e:
+                raise self._failure(index, e) from e
+            event = {
+                "backend": "host" if call is None else call.module.backend.name,
+                "module": None,
+                "node": ins.name,
+                "op": ins.op,
+                "wall_s": time.perf_counter() - start,
+            }
+            trace.append(event)
+            for slot in free:
+                slots[slot] = None
+
+    def _failure(self, index: int, error: Exception) -> ExecutionError:
+        ins = self.instructions[index]
+        return ExecutionError(f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(error).__name__}: {error}")

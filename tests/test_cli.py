@@ -31,9 +31,10 @@ def test_build_then_run_from_the_shell(model_file, tmp_path, small_input):
     bundle = tmp_path / "small.aotb"
     result = run("-m", "aot.cli.build", str(model_file), "-o", str(bundle), "--target", "npu")
     summary = result.stdout
-    for expected in ("built", "regions  host:", "plan ", "bundle ", "note: target 'npu'", "x: float32[1,3,8,8]"):
+    for expected in ("built", "regions  host:", "npu:", "region", "plan ", "bundle ", "x: float32[1,3,8,8]"):
         assert expected in summary, summary
-    assert "import" in result.stderr and "write" in result.stderr  # stage progress
+    for stage in ("import", "partition", "codegen", "write"):  # stage progress
+        assert stage in result.stderr
 
     np.save(tmp_path / "x.npy", small_input)
     out_dir = tmp_path / "out"
@@ -46,6 +47,17 @@ def test_build_then_run_from_the_shell(model_file, tmp_path, small_input):
 
     info = run("-m", "runtime_lite", "info", str(bundle)).stdout
     assert "input  x: float32[1,3,8,8]" in info and "format 1.0" in info
+
+
+def test_a_target_without_a_backend_yet_is_placed_on_the_host(model_file, tmp_path):
+    result = run("-m", "aot.cli.build", str(model_file), "-o", str(tmp_path / "t.aotb"), "--target", "tensorrt")
+    assert "note: target 'tensorrt'" in result.stdout
+
+
+def test_print_graph_shows_regions_and_composites(model_file, tmp_path):
+    result = run("-m", "aot.cli.build", str(model_file), "--target", "npu", "--print-graph", cwd=tmp_path)
+    assert 'region npu_0 {Codegen="npu"}' in result.stdout
+    assert "composite npu.conv2d_relu_fused" in result.stdout
 
 
 def test_default_output_name_and_print_graph(model_file, tmp_path):

@@ -34,7 +34,7 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
         f"built {output} from {source} in {took}",
         f"  model    {graph.name}: {origin} -> {len(graph.nodes)} ops ({folded} batch-norm/scale ops folded away)",
         f"  ops      {ops}",
-        "  regions  " + ", ".join(f"{backend}: {n} ops" for backend, n in result.regions.items()),
+        "  regions  " + _regions_line(result),
         f"  plan     {len(result.plan.record['instructions'])} instructions, {memory.num_slots} slots, "
         f"{memory.inplace_count} in place, peak activations {_megabytes(memory.peak_bytes)}",
         f"  bundle   {size / 1e6:.1f} MB ({len(result.plan.constants)} constants in {len(result.blobs.payloads)} blobs)",
@@ -42,6 +42,16 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
         "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
     ]
     return lines + [f"  note: {note}" for note in result.notes]
+
+
+def _regions_line(result: BuildResult) -> str:
+    counts = result.regions
+    regions = result.partitioned.regions if result.partitioned else []
+    parts = []
+    for backend, n in counts.items():
+        k = sum(1 for r in regions if r.backend == backend)
+        parts.append(f"{backend}: {n} ops" + (f" in {k} region{'s' if k != 1 else ''}" if k else ""))
+    return ", ".join(parts)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,11 +69,16 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
 @click.option(
     "--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224."
 )
-@click.option("--print-graph", is_flag=True, help="Print the optimised graph.")
+@click.option(
+    "--min-region-size",
+    type=click.IntRange(min=1),
+    help="Keep regions with fewer ops than this on the host (default: each backend's own).",
+)
+@click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="aot", prog_name="aot-build")
-def main(model, output, targets, inputs, print_graph, quiet, debug):
+def main(model, output, targets, inputs, min_region_size, print_graph, quiet, debug):
     """Compile MODEL (an ONNX file) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
     start = time.perf_counter()
@@ -74,7 +89,13 @@ def main(model, output, targets, inputs, print_graph, quiet, debug):
 
     try:
         shapes = parse_input_shapes(inputs)
-        result = build(model, targets=targets or ("host",), input_shapes=shapes, progress=progress)
+        result = build(
+            model,
+            targets=targets or ("host",),
+            input_shapes=shapes,
+            min_region_size=min_region_size,
+            progress=progress,
+        )
         size = result.save(output)
         progress("write", result.timings["write"])
     except AotError as e:
@@ -86,7 +107,7 @@ def main(model, output, targets, inputs, print_graph, quiet, debug):
             f"internal compiler error: {type(e).__name__}: {e} (run with --debug for the traceback)"
         ) from None
     if print_graph and not quiet:
-        click.echo(str(result.graph))
+        click.echo(str(result.partitioned or result.graph))
     if not quiet:
         for line in summarize(result, model, output, size, time.perf_counter() - start):
             click.echo(line)

@@ -13,8 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aot.compiler.backends import get_compiler_backend
 from aot.compiler.host_plan import HostPlan, lower_to_host_plan
-from aot.compiler.targets import check_targets
+from aot.compiler.outline import outline_regions
+from aot.compiler.partition import PartitionedGraph, partition
+from aot.compiler.targets import IMPLEMENTED_TARGETS, check_targets
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.ir.graph import Graph
@@ -36,15 +39,20 @@ class BuildResult:
     notes: list[str]
     pass_stats: dict[str, int]
     timings: dict[str, float] = field(default_factory=dict)
+    #: The graph before regions were outlined, with its composites and regions (printable).
+    partitioned: PartitionedGraph | None = None
 
     @property
     def op_counts(self) -> dict[str, int]:
-        return dict(collections.Counter(node.op for node in self.graph.nodes))
+        nodes = self.partitioned.nodes if self.partitioned else self.graph.nodes
+        return dict(collections.Counter(node.op for node in nodes))
 
     @property
     def regions(self) -> dict[str, int]:
-        """Ops per backend (every op runs on the host until backends land)."""
-        return {"host": len(self.graph.nodes)}
+        """Ops per backend, the host included."""
+        if self.partitioned is None:
+            return {"host": len(self.graph.nodes)}
+        return self.partitioned.op_counts()
 
     def to_bytes(self) -> bytes:
         return to_bytes(self.header, self.blobs)
@@ -63,9 +71,14 @@ def build(
     targets: Sequence[str] = ("host",),
     input_shapes: InputShapes | None = None,
     name: str | None = None,
+    min_region_size: int | None = None,
     progress: Progress | None = None,
 ) -> BuildResult:
-    """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result."""
+    """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
+
+    ``targets`` name backends in priority order; the host runs whatever they do not take.
+    ``min_region_size`` overrides each backend's smallest region worth offloading.
+    """
     report = progress or (lambda stage, seconds: None)
     ordered, notes = check_targets(targets)
     timings: dict[str, float] = {}
@@ -82,10 +95,52 @@ def build(
     else:
         graph = stage("import", lambda: from_onnx(model, input_shapes=input_shapes, name=name or _default_name(model)))
     stats = stage("optimize", lambda: optimize(graph))
-    plan = stage("plan", lambda: lower_to_host_plan(graph))
     blobs = BlobTable()
-    header = stage("package", lambda: make_header(graph, plan, blobs))
-    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings)
+    partitioned, modules = None, []
+    offload = [t for t in ordered if t in IMPLEMENTED_TARGETS and t != "host"]
+    if offload:
+        partitioned = stage("partition", lambda: partition(graph, offload, min_region_size=min_region_size))
+        modules = stage("codegen", lambda: _codegen(partitioned, blobs))
+        outline_regions(partitioned)
+    plan = stage("plan", lambda: lower_to_host_plan(graph))
+    header = stage("package", lambda: make_header(graph, plan, blobs, modules))
+    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned)
+
+
+def _codegen(pg: PartitionedGraph, blobs: BlobTable) -> list[dict[str, Any]]:
+    """Each region through its backend's codegen, as the bundle's module records."""
+    records = []
+    for region in pg.regions:
+        artifact = get_compiler_backend(region.backend).codegen(region)
+        records.append(
+            {
+                "id": region.id,
+                "backend": region.backend,
+                "compile_specs": artifact.compile_specs,
+                "payloads": {key: blobs.add(data) for key, data in sorted(artifact.payloads.items())},
+                "summary": region_summary(region),
+            }
+        )
+    return records
+
+
+def region_summary(region) -> dict[str, Any]:
+    """What tools (aot-inspect) show of a region without knowing its backend's payload."""
+    return {
+        "inputs": [v.name for v in region.inputs],
+        "outputs": [v.name for v in region.outputs],
+        "nodes": [
+            {
+                "name": n.name,
+                "op": n.op,
+                "composite": c.name,
+                "inputs": [v.name for v in n.inputs],
+                "outputs": [o.name for o in n.outputs],
+            }
+            for c in region.composites
+            for n in c.nodes
+        ],
+    }
 
 
 def _default_name(model: Any) -> str | None:

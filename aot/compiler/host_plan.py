@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from aot.compiler.memory_plan import MemoryPlan, plan_memory
+from aot.compiler.memory_plan import MemoryPlan, buffer_flags, plan_memory
 from aot.errors import BuildError
 from aot.ir.graph import Graph
-from runtime_lite.kernels import get_kernel
 
 
 @dataclass
@@ -48,7 +47,7 @@ def copy_aliased_outputs(graph: Graph) -> int:
     root = {id(v): id(v) for v in graph.inputs + graph.constants()}
     for node in graph.nodes:
         for o in node.outputs:
-            root[id(o)] = root[id(node.inputs[0])] if get_kernel(node.op).view else id(o)
+            root[id(o)] = root[id(node.inputs[0])] if buffer_flags(node.op).view else id(o)
     claimed: set[int] = set()
     copies = 0
     for i, v in enumerate(graph.outputs):

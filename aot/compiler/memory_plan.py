@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 from aot.ir.graph import Graph, Node, Value
 from aot.ir.types import TensorType
-from runtime_lite.kernels import get_kernel
+from runtime_lite.kernels import KERNELS, Kernel
+
+#: How a backend call (``call_module``) treats buffers: fresh outputs, never in place, never a view.
+OPAQUE_CALL = Kernel("call_module", lambda *args: None)
+
+
+def buffer_flags(op: str) -> Kernel:
+    """The in-place/view flags of ``op``'s host kernel (a backend call has neither)."""
+    return KERNELS.get(op, OPAQUE_CALL)
 
 
 @dataclass
@@ -75,7 +83,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
 
     inplace: dict[int, int] = {}
     for i, node in enumerate(nodes):
-        kernel = get_kernel(node.op)
+        kernel = buffer_flags(node.op)
         out = node.outputs[0]
         chosen = None
         if len(node.outputs) == 1:

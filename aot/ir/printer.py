@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aot.ir.graph import Graph, Value
+    from aot.ir.graph import Graph, Node, Value
 
 
 def format_attr(value: Any) -> str:
@@ -35,15 +35,18 @@ def format_value(value: Value) -> str:
     return f"%{value.name}"
 
 
+def format_node(node: Node) -> str:
+    outs = ", ".join(f"%{o.name}" for o in node.outputs)
+    args = ", ".join(format_value(v) for v in node.inputs)
+    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in node.attrs.items())
+    types = ", ".join(str(o.type) for o in node.outputs)
+    return f"{outs} = {node.op}({args})" + (f" {{{attrs}}}" if attrs else "") + f" : {types}"
+
+
 def format_graph(graph: Graph) -> str:
     params = ", ".join(f"%{v.name}: {v.type}" for v in graph.inputs)
     results = ", ".join(f"{format_value(v)}: {v.type}" for v in graph.outputs)
     lines = [f"graph {graph.name}({params}) -> ({results})"]
-    for node in graph.nodes:
-        outs = ", ".join(f"%{o.name}" for o in node.outputs)
-        args = ", ".join(format_value(v) for v in node.inputs)
-        attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in node.attrs.items())
-        types = ", ".join(str(o.type) for o in node.outputs)
-        lines.append(f"  {outs} = {node.op}({args})" + (f" {{{attrs}}}" if attrs else "") + f" : {types}")
+    lines.extend("  " + format_node(node) for node in graph.nodes)
     lines.append("  return " + ", ".join(format_value(v) for v in graph.outputs))
     return "\n".join(lines)

@@ -7,7 +7,9 @@ BackendInterface, reduced to what a Python runtime needs):
 * ``is_available()``: whether this host can run it at all (a GPU, a library);
 * ``init(payloads, compile_specs) -> handle``: prepare one module from its blobs,
   raising :class:`IncompatiblePayload` when the payload is not for this host;
-* ``execute(handle, inputs) -> outputs``: run it on numpy arrays.
+* ``execute(handle, inputs) -> outputs``: run it on numpy arrays; a backend whose
+  ``execute`` also takes ``trace`` appends one event (a dict) per dispatch to it
+  when the caller profiles (``Module.profile``).
 
 Built-in backends register themselves on import; third-party ones are found
 through the ``runtime_lite.backends`` entry-point group, so installing a package
@@ -16,6 +18,7 @@ is enough to make its backend loadable.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -58,10 +61,16 @@ def _from_entry_points(name: str) -> Backend | None:
     return None
 
 
+#: Backends shipped with runtime_lite, imported on first use so ``import runtime_lite`` stays cheap.
+BUILTIN_BACKENDS = {"npu": "runtime_lite.backends.npu"}
+
+
 def get_backend(name: str) -> Backend | None:
-    """The backend called ``name``, looking in installed entry points if it is not registered yet."""
+    """The backend called ``name``: registered, built in, or found in installed entry points."""
+    if name not in _REGISTRY and name in BUILTIN_BACKENDS:
+        importlib.import_module(BUILTIN_BACKENDS[name])
     return _REGISTRY.get(name) or _from_entry_points(name)
 
 
 def available_backends() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) | set(BUILTIN_BACKENDS))

@@ -1,0 +1,116 @@
+"""NPU codegen: a region becomes a JSON graph in TVM's JSON-runtime layout, plus dispatch records.
+
+    {"format": "npu-graph/1", "profile": {...},
+     "nodes": [{"op": "input", "name": "x", "attrs": {"shape": [[1,3,32,32]], "dtype": ["float32"]}},
+               {"op": "const", "name": "w", "attrs": {"shape": ..., "dtype": ..., "offset": 0, "nbytes": 1728}},
+               {"op": "kernel", "name": "conv", "inputs": [[0, 0, 0], [1, 0, 0]],
+                "attrs": {"composite": "npu.conv2d_relu_fused", "shape": ..., "dtype": ...,
+                          "body": [{"op": "conv2d", "inputs": [["arg", 0], ["arg", 1]], "attrs": {...}},
+                                   {"op": "relu", "inputs": [["op", 0]], "attrs": {}}],
+                          "dispatch": {"engine": "CONV", "fused": true, "tile": [32, 32], ...}}}],
+     "arg_nodes": [0], "heads": [[2, 0, 0]], "node_row_ptr": [0, 1, 2, 3]}
+
+One kernel node per composite: that is one NPU dispatch. Its ``body`` lists the
+canonical ops it fuses, which the run side executes with the host's kernels.
+Constants are ``input`` nodes when the host owns the weights (``bind_constants``
+off, the NPU's default) and ``const`` nodes backed by the ``weights`` payload otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from aot.compiler.backends import ModuleArtifact
+from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
+from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
+from aot.compiler.host_plan import plain
+from aot.compiler.partition import Region, boundary
+from aot.errors import BuildError
+from aot.ir.graph import Value
+
+FORMAT = "npu-graph/1"
+ALIGN = 64
+
+
+def _tensor_attrs(value: Value) -> dict[str, Any]:
+    return {"shape": [list(value.type.shape)], "dtype": [value.type.dtype]}
+
+
+def _kernel_plans(region: Region) -> list[KernelPlan]:
+    plans = []
+    for composite in region.composites:
+        if len(composite.outputs) != 1:
+            raise BuildError(
+                f"npu region {region.id}: composite {composite.name} has {len(composite.outputs)} outputs; "
+                "an NPU dispatch writes exactly one"
+            )
+        inputs, _ = boundary(composite.nodes, (), {}, bind_constants=False)
+        plans.append(
+            KernelPlan(composite.nodes[-1].name, composite.name, composite.nodes, inputs, composite.outputs[0])
+        )
+    return plans
+
+
+def npu_codegen(region: Region, profile: DeviceProfile = DEFAULT_PROFILE) -> ModuleArtifact:
+    kernels = _kernel_plans(region)
+    nodes: list[dict[str, Any]] = []
+    index: dict[int, int] = {}  # id(value) -> JSON node producing it
+    arg_nodes = []
+    for value in region.inputs:
+        index[id(value)] = len(nodes)
+        arg_nodes.append(len(nodes))
+        nodes.append({"op": "input", "name": value.name, "attrs": _tensor_attrs(value)})
+
+    weights = bytearray()
+    for k in kernels:
+        for value in k.inputs:
+            if value.is_constant and id(value) not in index:
+                data = np.asarray(value.data, order="C")
+                weights.extend(b"\0" * (-len(weights) % ALIGN))
+                index[id(value)] = len(nodes)
+                nodes.append(
+                    {
+                        "op": "const",
+                        "name": value.name,
+                        "attrs": {**_tensor_attrs(value), "offset": len(weights), "nbytes": data.nbytes},
+                    }
+                )
+                weights.extend(data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes())
+
+    dispatch = plan_dispatch(kernels, region.inputs, region.outputs, profile)
+    for k, record in zip(kernels, dispatch):
+        local = {id(n.outputs[0]): j for j, n in enumerate(k.nodes)}
+        args = {id(v): j for j, v in enumerate(k.inputs)}
+        body = [
+            {
+                "op": n.op,
+                "inputs": [["op", local[id(v)]] if id(v) in local else ["arg", args[id(v)]] for v in n.inputs],
+                "attrs": {key: plain(val, f"{n.op} '{n.name}'.{key}") for key, val in n.attrs.items()},
+            }
+            for n in k.nodes
+        ]
+        index[id(k.output)] = len(nodes)
+        nodes.append(
+            {
+                "op": "kernel",
+                "name": k.name,
+                "inputs": [[index[id(v)], 0, 0] for v in k.inputs],
+                "attrs": {"composite": k.composite, **_tensor_attrs(k.output), "body": body, "dispatch": record},
+            }
+        )
+    graph = {
+        "format": FORMAT,
+        "region": region.id,
+        "profile": profile.to_record(),
+        "nodes": nodes,
+        "arg_nodes": arg_nodes,
+        "heads": [[index[id(v)], 0, 0] for v in region.outputs],
+        "node_row_ptr": list(range(len(nodes) + 1)),
+    }
+    payloads = {"graph": json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()}
+    if weights:
+        payloads["weights"] = bytes(weights)
+    return ModuleArtifact(payloads, {"format": FORMAT})

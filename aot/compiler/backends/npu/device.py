@@ -1,0 +1,63 @@
+"""The virtual NPU's device profile: memory tiers, engines, throughput.
+
+These numbers are the design's (docs/npu.md); a payload records the profile it
+was compiled for, so the dispatch decisions in a bundle can always be explained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "int16"})
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    bytes: int
+    #: Bytes per cycle between this tier and the engines.
+    bandwidth: int
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    tiers: tuple[Tier, ...] = (
+        Tier("L0", 4 * 1024, 512),  # registers
+        Tier("L1", 256 * 1024, 256),  # SRAM
+        Tier("L2", 512 * 1024, 128),  # CMX
+        Tier("L3", 1024 * 1024 * 1024, 32),  # DRAM
+    )
+    macs_per_cycle: int = 256  # 16x16 systolic array / conv engine
+    vector_lanes: int = 64
+    tile_start: int = 32
+    tile_floor: int = 8
+    engines: dict[str, str] = field(
+        default_factory=lambda: {
+            "conv1d": "CONV",
+            "conv2d": "CONV",
+            "matmul": "MATRIX",
+            "dense": "MATRIX",
+            "max_pool2d": "POOLING",
+            "avg_pool2d": "POOLING",
+            "relu": "ACTIVATION",
+            "relu6": "ACTIVATION",
+            "clip": "ACTIVATION",
+            "sigmoid": "ACTIVATION",
+            "tanh": "ACTIVATION",
+            "gelu": "ACTIVATION",
+        }
+    )
+
+    def engine(self, op: str) -> str:
+        return self.engines.get(op, "VECTOR")
+
+    @property
+    def tile_budget(self) -> int:
+        """An output larger than L1 is tiled until one tile fits in L1."""
+        return self.tiers[1].bytes
+
+    def to_record(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_PROFILE = DeviceProfile()

@@ -1,0 +1,141 @@
+"""Ahead-of-time dispatch decisions for one NPU region: engine, memory tier, tiling, fusion, cycles.
+
+The runtime executes what is decided here; it never re-decides. Rules (docs/npu.md):
+
+* **tiers**: a tensor goes to the smallest tier it fits in *given what is live*
+  there; when that tier is full it spills upward (the record says so);
+* **tiling**: an output larger than L1 is cut along its last two dims, starting
+  at 32x32 and halving (floor 8) until one tile fits in L1;
+* **fusion**: a fused composite's intermediates stay in the engine, costing no traffic;
+* **cycles**: MACs / 256 on CONV and MATRIX, elements / 64 elsewhere, plus the
+  bytes each operand moves divided by its tier's bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from aot.compiler.backends.npu.device import DeviceProfile
+from aot.ir.graph import Node, Value
+
+
+@dataclass
+class KernelPlan:
+    """One NPU dispatch: a composite's nodes, what it reads, what it writes."""
+
+    name: str
+    composite: str
+    nodes: list[Node]
+    inputs: list[Value]
+    output: Value
+
+
+def _macs(node: Node) -> int:
+    out = node.outputs[0].type
+    if node.op in ("conv1d", "conv2d"):
+        w = node.inputs[1].type.shape
+        return out.numel * math.prod(w[1:])  # each output: C_in/groups x kernel taps
+    if node.op in ("matmul", "dense"):
+        k = node.inputs[0].type.shape[-1]
+        return out.numel * k
+    return 0
+
+
+def _tile(shape: tuple, itemsize: int, profile: DeviceProfile) -> tuple[list[int] | None, int]:
+    """The tile shape over the last two dims and the tile count; (None, 1) when untiled."""
+    nbytes = math.prod(shape) * itemsize
+    if nbytes <= profile.tile_budget or len(shape) == 0:
+        return None, 1
+    lead = shape[:-2] if len(shape) >= 2 else ()
+    dims = list(shape[-2:]) if len(shape) >= 2 else [1, shape[-1]]
+    side = profile.tile_start
+    tile = [min(side, d) for d in dims]
+    while math.prod(lead) * math.prod(tile) * itemsize > profile.tile_budget and side > profile.tile_floor:
+        side = max(side // 2, profile.tile_floor)
+        tile = [min(side, d) for d in dims]
+    count = math.prod(math.ceil(d / t) for d, t in zip(dims, tile))
+    return tile, count
+
+
+class _TierAllocator:
+    """Live bytes per tier; a tensor takes the smallest tier with room, else spills upward."""
+
+    def __init__(self, profile: DeviceProfile):
+        self.profile = profile
+        self.used = [0] * len(profile.tiers)
+        self.where: dict[int, tuple[int, int]] = {}  # id(value) -> (tier index, bytes)
+
+    def place(self, value: Value) -> dict[str, Any]:
+        nbytes = value.type.nbytes
+        tiers = self.profile.tiers
+        preferred = next((i for i, t in enumerate(tiers) if nbytes <= t.bytes), len(tiers) - 1)
+        chosen = next(
+            (i for i in range(preferred, len(tiers)) if self.used[i] + nbytes <= tiers[i].bytes), len(tiers) - 1
+        )
+        self.used[chosen] += nbytes
+        self.where[id(value)] = (chosen, nbytes)
+        return self.describe(value, spilled_from=tiers[preferred].name if chosen != preferred else None)
+
+    def describe(self, value: Value, spilled_from: str | None = None) -> dict[str, Any]:
+        tier, nbytes = self.where[id(value)]
+        record = {"tensor": value.name, "bytes": nbytes, "tier": self.profile.tiers[tier].name}
+        if spilled_from:
+            record["spilled_from"] = spilled_from
+        return record
+
+    def release(self, value: Value) -> None:
+        tier, nbytes = self.where.pop(id(value))
+        self.used[tier] -= nbytes
+
+    def bandwidth(self, value: Value) -> int:
+        return self.profile.tiers[self.where[id(value)][0]].bandwidth
+
+
+def plan_dispatch(
+    kernels: list[KernelPlan], region_inputs: list[Value], region_outputs: list[Value], profile: DeviceProfile
+) -> list[dict[str, Any]]:
+    """One dispatch record per kernel, in execution order."""
+    last_use: dict[int, int] = {}
+    for i, k in enumerate(kernels):
+        for v in k.inputs:
+            last_use[id(v)] = i
+    kept = {id(v) for v in region_outputs}
+    alloc = _TierAllocator(profile)
+    records = []
+    for v in region_inputs:
+        alloc.place(v)
+    for v in {id(v): v for k in kernels for v in k.inputs if v.is_constant and id(v) not in alloc.where}.values():
+        alloc.place(v)  # weights baked into the payload are resident like inputs
+    for i, k in enumerate(kernels):
+        anchor = k.nodes[0]
+        engine = profile.engine(anchor.op)
+        reads = [alloc.describe(v) for v in k.inputs]
+        write = alloc.place(k.output)
+        itemsize = k.output.type.nbytes // max(k.output.type.numel, 1)
+        tile, tiles = _tile(tuple(k.output.type.shape), itemsize, profile)
+        macs = sum(_macs(n) for n in k.nodes)
+        if engine in ("CONV", "MATRIX"):
+            compute = math.ceil(_macs(anchor) / profile.macs_per_cycle)
+        else:
+            compute = math.ceil(max(k.output.type.numel, *(v.type.numel for v in k.inputs)) / profile.vector_lanes)
+        traffic = sum(math.ceil(v.type.nbytes / alloc.bandwidth(v)) for v in k.inputs)
+        traffic += math.ceil(k.output.type.nbytes / alloc.bandwidth(k.output))
+        record = {
+            "engine": engine,
+            "ops": [n.op for n in k.nodes],
+            "fused": len(k.nodes) > 1,
+            "reads": reads,
+            "writes": [write],
+            "on_chip": [o.name for n in k.nodes[:-1] for o in n.outputs],
+            "tile": tile,
+            "tiles": tiles,
+            "macs": macs,
+            "cycles": compute + traffic,
+        }
+        records.append(record)
+        for v in {id(v): v for v in k.inputs}.values():
+            if last_use.get(id(v)) == i and id(v) not in kept and id(v) in alloc.where:
+                alloc.release(v)
+    return records

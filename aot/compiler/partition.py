@@ -1,0 +1,402 @@
+"""Partitioning: patterns -> composites -> regions, TVM's FuseOpsByPattern and MergeCompositeFunctions.
+
+The IR stays flat. A ``PartitionedGraph`` records, beside the graph, which nodes
+form each *composite* (one pattern match, e.g. ``npu.conv2d_relu_fused``) and
+which composites form each *region* (one external function: one ``call_module``
+in the host plan, one backend payload). Everything not in a region runs on the host.
+
+Two rules keep regions executable:
+
+* a composite is convex (no path leaves it and comes back), so it can run as one call;
+* merging never creates a cycle between regions: two groups are joined only when no
+  path between them passes through a third (the diamond A-conv -> B-gelu -> A-add
+  keeps its two A parts apart, as peers.md describes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from aot.compiler.pattern import match, root_ops
+from aot.compiler.pattern_registry import FusionPattern
+from aot.ir.graph import Graph, Node, Value
+
+
+@dataclass
+class Composite:
+    """One accepted pattern match: its nodes (graph order) and boundary values."""
+
+    name: str
+    nodes: list[Node]
+    inputs: list[Value]
+    outputs: list[Value]
+    annotated: dict[str, Value] = field(default_factory=dict)
+    bind_constants: bool = False
+
+    @property
+    def backend(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+@dataclass
+class Region:
+    """One external function: adjacent composites of one backend, run by one backend call."""
+
+    id: str
+    backend: str
+    composites: list[Composite]
+    inputs: list[Value]
+    outputs: list[Value]
+    bind_constants: bool = False
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [n for c in self.composites for n in c.nodes]
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes]
+
+
+class PartitionedGraph:
+    """A graph plus its composites and regions; prints like TVM's partitioned module."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.composites: list[Composite] = []
+        self.regions: list[Region] = []
+        # Snapshots: outlining regions later rewrites the graph, the partition view stays printable.
+        self.nodes: list[Node] = list(graph.nodes)
+        self.inputs: list[Value] = list(graph.inputs)
+        self.outputs: list[Value] = list(graph.outputs)
+
+    def composite_of(self) -> dict[int, Composite]:
+        return {id(n): c for c in self.composites for n in c.nodes}
+
+    def region_of(self) -> dict[int, Region]:
+        return {id(n): r for r in self.regions for n in r.nodes}
+
+    def op_counts(self) -> dict[str, int]:
+        """Ops per backend, host included: the build summary's ``regions`` line."""
+        counts = {"host": len(self.nodes) - sum(len(r.nodes) for r in self.regions)}
+        for r in self.regions:
+            counts[r.backend] = counts.get(r.backend, 0) + len(r.nodes)
+        return counts
+
+    def __str__(self) -> str:
+        from aot.compiler.partition_printer import format_partitioned
+
+        return format_partitioned(self)
+
+
+# -- boundaries -------------------------------------------------------------------------
+
+
+def boundary(
+    nodes: Sequence[Node], graph_outputs: Iterable[Value], consumers: dict[Value, list[Node]], bind_constants: bool
+) -> tuple[list[Value], list[Value]]:
+    """(inputs, outputs) of a node set: what it reads from outside, what the outside reads from it.
+
+    Constants are inputs unless ``bind_constants`` (then they travel inside the payload).
+    """
+    inside = {id(n) for n in nodes}
+    produced = {id(o) for n in nodes for o in n.outputs}
+    inputs: dict[int, Value] = {}
+    for node in nodes:
+        for v in node.inputs:
+            if id(v) not in produced and not (bind_constants and v.is_constant):
+                inputs.setdefault(id(v), v)
+    exported = {id(v) for v in graph_outputs}
+    outputs = [
+        o
+        for n in nodes
+        for o in n.outputs
+        if id(o) in exported or any(id(user) not in inside for user in consumers.get(o, ()))
+    ]
+    return list(inputs.values()), outputs
+
+
+def _is_convex(nodes: list[Node], consumers: dict[Value, list[Node]], position: dict[int, int]) -> bool:
+    """No path leaves ``nodes`` and re-enters them (then they could not run as one call)."""
+    inside = {id(n) for n in nodes}
+    last = max(position[id(n)] for n in nodes)
+    stack = [u for n in nodes for o in n.outputs for u in consumers.get(o, ()) if id(u) not in inside]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or position[id(node)] > last:
+            continue
+        seen.add(id(node))
+        for o in node.outputs:
+            for user in consumers.get(o, ()):
+                if id(user) in inside:
+                    return False
+                stack.append(user)
+    return True
+
+
+# -- FuseOpsByPattern -------------------------------------------------------------------
+
+
+def fuse_ops_by_pattern(
+    graph: Graph | PartitionedGraph,
+    patterns: Sequence[FusionPattern],
+    *,
+    bind_constants: bool = False,
+    annotate_codegen: bool = False,
+) -> PartitionedGraph:
+    """Group pattern matches into composites, trying ``patterns`` in order (highest priority first).
+
+    A node already in a composite cannot be matched again, so a fused pattern that
+    comes first wins over its parts. ``annotate_codegen`` also wraps each composite
+    in its own region (TVM's ``Codegen`` tag); ``merge_composite_functions`` groups them.
+    """
+    pg = graph if isinstance(graph, PartitionedGraph) else PartitionedGraph(graph)
+    nodes = pg.nodes
+    consumers = pg.graph.consumers()
+    graph_outputs = frozenset(id(v) for v in pg.outputs)
+    position = {id(n): i for i, n in enumerate(nodes)}
+    claimed = {id(n) for c in pg.composites for n in c.nodes}
+    by_op: dict[str, list[Node]] = {}
+    for node in nodes:
+        by_op.setdefault(node.op, []).append(node)
+
+    for fp in patterns:
+        ops = root_ops(fp.pattern)
+        if ops is None:
+            candidates: Iterable[Node] = nodes
+        else:
+            candidates = sorted((n for op in ops for n in by_op.get(op, ())), key=lambda n: position[id(n)])
+        for node in candidates:
+            if id(node) in claimed or len(node.outputs) != 1:
+                continue
+            found = match(fp.pattern, node.outputs[0])
+            if found is None or any(id(n) in claimed for n in found.nodes):
+                continue
+            members = sorted(found.nodes, key=lambda n: position[id(n)])
+            if not _is_convex(members, consumers, position):
+                continue
+            if not fp.accepts(found, consumers, graph_outputs):
+                continue
+            inputs, outputs = boundary(members, pg.outputs, consumers, bind_constants)
+            annotated = {k: found.value_of(p) for k, p in fp.annotations.items() if found.value_of(p) is not None}
+            composite = Composite(fp.name, members, inputs, outputs, annotated, bind_constants)
+            pg.composites.append(composite)
+            claimed.update(id(n) for n in members)
+            if annotate_codegen:
+                pg.regions.append(_region([composite], pg, consumers, f"{composite.backend}_{len(pg.regions)}"))
+    pg.composites.sort(key=lambda c: position[id(c.nodes[0])])
+    return pg
+
+
+def _region(composites: list[Composite], pg: PartitionedGraph, consumers, region_id: str) -> Region:
+    position = {id(n): i for i, n in enumerate(pg.nodes)}
+    composites = sorted(composites, key=lambda c: position[id(c.nodes[0])])
+    members = sorted((n for c in composites for n in c.nodes), key=lambda n: position[id(n)])
+    bind = composites[0].bind_constants
+    inputs, outputs = boundary(members, pg.outputs, consumers, bind)
+    return Region(region_id, composites[0].backend, composites, inputs, outputs, bind)
+
+
+# -- MergeCompositeFunctions ------------------------------------------------------------
+
+
+class _UnitGraph:
+    """Composites and host nodes as units, with union-find groups of composites."""
+
+    def __init__(self, pg: PartitionedGraph):
+        composite_of = pg.composite_of()
+        self.composites = pg.composites
+        n_comp = len(pg.composites)
+        index = {id(c): i for i, c in enumerate(pg.composites)}
+        unit_of: dict[int, int] = {}
+        first: list[int] = [0] * n_comp
+        host_units = 0
+        for pos, node in enumerate(pg.nodes):
+            c = composite_of.get(id(node))
+            if c is not None:
+                u = index[id(c)]
+                if node is c.nodes[0]:
+                    first[u] = pos
+            else:
+                u = n_comp + host_units
+                host_units += 1
+                first.append(pos)
+            unit_of[id(node)] = u
+        self.size = n_comp + host_units
+        producer_unit = {id(o): unit_of[id(n)] for n in pg.nodes for o in n.outputs}
+        self.preds: list[set[int]] = [set() for _ in range(self.size)]
+        self.succs: list[set[int]] = [set() for _ in range(self.size)]
+        for node in pg.nodes:
+            u = unit_of[id(node)]
+            for v in node.inputs:
+                p = producer_unit.get(id(v))
+                if p is not None and p != u:
+                    self.preds[u].add(p)
+                    self.succs[p].add(u)
+        self.order = self._toposort(first)
+        self.rank = [0] * self.size
+        for r, u in enumerate(self.order):
+            self.rank[u] = r
+        self.parent = list(range(self.size))
+        self.members: dict[int, list[int]] = {u: [u] for u in range(self.size)}
+        self.max_rank = list(self.rank)
+
+    def _toposort(self, first: list[int]) -> list[int]:
+        indegree = [len(p) for p in self.preds]
+        ready = [(first[u], u) for u in range(self.size) if indegree[u] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, u = heapq.heappop(ready)
+            order.append(u)
+            for s in self.succs[u]:
+                indegree[s] -= 1
+                if indegree[s] == 0:
+                    heapq.heappush(ready, (first[s], s))
+        if len(order) != self.size:  # pragma: no cover - composites are convex, so units form a DAG
+            raise AssertionError("partition: the composite graph has a cycle")
+        return order
+
+    def find(self, u: int) -> int:
+        root = u
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[u] != root:
+            self.parent[u], u = root, self.parent[u]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if len(self.members[a]) < len(self.members[b]):
+            a, b = b, a
+        self.parent[b] = a
+        self.members[a].extend(self.members.pop(b))
+        self.max_rank[a] = max(self.max_rank[a], self.max_rank[b])
+
+    def _reaches_via_outside(self, src: int, dst: int) -> bool:
+        """A path from group ``src`` to group ``dst`` through at least one unit in neither."""
+        limit = self.max_rank[dst]
+        stack = [s for u in self.members[src] for s in self.succs[u] if self.find(s) not in (src, dst)]
+        seen: set[int] = set()
+        while stack:
+            u = stack.pop()
+            if u in seen or self.rank[u] > limit:
+                continue
+            seen.add(u)
+            for s in self.succs[u]:
+                g = self.find(s)
+                if g == dst:
+                    return True
+                if g != src:
+                    stack.append(s)
+        return False
+
+    def can_merge(self, a: int, b: int) -> bool:
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return False
+        ca, cb = self.composites[a], self.composites[b]
+        if ca.backend != cb.backend or ca.bind_constants != cb.bind_constants:
+            return False
+        return not self._reaches_via_outside(a, b) and not self._reaches_via_outside(b, a)
+
+
+def merge_composite_functions(pg: PartitionedGraph) -> PartitionedGraph:
+    """Merge adjacent composites of one backend into regions, as large as the no-cycle rule allows.
+
+    A dataflow-order greedy pass joins each composite to the groups of its
+    producers when no path between them leaves both; a sweep over the remaining
+    same-backend edges then repeats until nothing more can merge, so no two
+    regions joined by an edge could be merged without a cycle.
+    """
+    units = _UnitGraph(pg)
+    n_comp = len(pg.composites)
+    for u in units.order:
+        if u >= n_comp:
+            continue
+        for p in sorted(units.preds[u], key=units.rank.__getitem__):
+            if p < n_comp and units.can_merge(p, u):
+                units.union(p, u)
+    changed = True
+    while changed:
+        changed = False
+        for u in range(n_comp):
+            for s in units.succs[u]:
+                if s < n_comp and units.can_merge(u, s):
+                    units.union(u, s)
+                    changed = True
+
+    consumers = pg.graph.consumers()
+    groups: dict[int, list[Composite]] = {}
+    for u in range(n_comp):
+        groups.setdefault(units.find(u), []).append(pg.composites[u])
+    position = {id(n): i for i, n in enumerate(pg.nodes)}
+    ordered = sorted(groups.values(), key=lambda cs: min(position[id(c.nodes[0])] for c in cs))
+    pg.regions = []
+    per_backend: dict[str, int] = {}
+    for composites in ordered:
+        backend = composites[0].backend
+        k = per_backend.get(backend, 0)
+        per_backend[backend] = k + 1
+        pg.regions.append(_region(composites, pg, consumers, f"{backend}_{k}"))
+    return pg
+
+
+def drop_small_regions(pg: PartitionedGraph, min_region_size: dict[str, int] | int) -> list[Region]:
+    """Give regions with fewer ops than their backend's minimum back to the host; return them."""
+
+    def minimum(backend: str) -> int:
+        return min_region_size if isinstance(min_region_size, int) else min_region_size.get(backend, 1)
+
+    dropped = [r for r in pg.regions if len(r.nodes) < minimum(r.backend)]
+    if dropped:
+        gone = {id(c) for r in dropped for c in r.composites}
+        pg.composites = [c for c in pg.composites if id(c) not in gone]
+        pg.regions = [r for r in pg.regions if len(r.nodes) >= minimum(r.backend)]
+        _renumber(pg)
+    return dropped
+
+
+def _renumber(pg: PartitionedGraph) -> None:
+    per_backend: dict[str, int] = {}
+    for region in pg.regions:
+        k = per_backend.get(region.backend, 0)
+        per_backend[region.backend] = k + 1
+        region.id = f"{region.backend}_{k}"
+
+
+def partition(
+    graph: Graph, targets: Sequence[str], *, min_region_size: int | dict[str, int] | None = None
+) -> PartitionedGraph:
+    """Partition ``graph`` for ``targets`` (highest priority first; ``"host"`` takes the rest).
+
+    Each backend's patterns run in turn on what the earlier ones left, with its
+    own ``bind_constants``; adjacent composites merge into regions; regions
+    smaller than ``min_region_size`` (default: each backend's own) stay on the host.
+    """
+    from aot.compiler.backends import get_compiler_backend
+
+    backends = [get_compiler_backend(t) for t in targets if t != "host"]
+    pg = PartitionedGraph(graph)
+    for backend in backends:
+        fuse_ops_by_pattern(pg, backend.patterns(), bind_constants=backend.bind_constants)
+    merge_composite_functions(pg)
+    if min_region_size is None:
+        min_region_size = {b.name: b.min_region_size for b in backends}
+    drop_small_regions(pg, min_region_size)
+    return pg
+
+
+__all__ = [
+    "Composite",
+    "PartitionedGraph",
+    "Region",
+    "boundary",
+    "drop_small_regions",
+    "fuse_ops_by_pattern",
+    "merge_composite_functions",
+    "partition",
+]

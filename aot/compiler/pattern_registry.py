@@ -1,0 +1,127 @@
+"""The fusion-pattern registry: what each backend can take, in priority order.
+
+As in TVM's ``pattern_registry``: a backend registers ``FusionPattern``s named
+``"<backend>.<what>"``; a later registration has higher priority, and
+``get_patterns_with_prefix`` returns them highest first, the order the
+partitioner tries them in. A check sees the whole match (nodes, annotated values,
+who else reads each intermediate) and may veto it; that is where dtype, shape and
+memory limits live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aot.compiler.pattern import Match, Pattern
+from aot.ir.graph import Node, Value
+
+
+@dataclass
+class PatternCheckContext:
+    """What a check may look at: the match, its annotated values and their readers."""
+
+    match: Match
+    annotated: dict[str, Value]
+    #: Every reader of every value produced inside the match, inside or outside it.
+    consumers: Mapping[Value, list[Node]]
+    #: Ids of the graph's output values (an intermediate that is a graph output leaks too).
+    graph_outputs: frozenset[int]
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.match.nodes
+
+    @property
+    def root(self) -> Value:
+        return self.match.root
+
+    def intermediate_used_outside(self) -> bool:
+        """True when a value computed inside the match (other than its root) is read outside it.
+
+        Fusing such a match would either recompute the value or need a second
+        output; the standard check rejects it, as TVM's do.
+        """
+        inside = {id(n) for n in self.nodes}
+        for node in self.nodes:
+            for out in node.outputs:
+                if out is self.root:
+                    continue
+                if id(out) in self.graph_outputs:
+                    return True
+                if any(id(user) not in inside for user in self.consumers.get(out, ())):
+                    return True
+        return False
+
+    def values(self) -> list[Value]:
+        """Every value the matched nodes read or write."""
+        seen: dict[int, Value] = {}
+        for node in self.nodes:
+            for v in (*node.inputs, *node.outputs):
+                seen.setdefault(id(v), v)
+        return list(seen.values())
+
+
+Check = Callable[[PatternCheckContext], bool]
+
+
+@dataclass(frozen=True)
+class FusionPattern:
+    """A named pattern a backend can execute; ``annotations`` name sub-patterns for the check."""
+
+    name: str
+    pattern: Pattern
+    annotations: dict[str, Pattern] = field(default_factory=dict)
+    check: Check | None = None
+
+    def __post_init__(self) -> None:
+        if "." not in self.name or not self.name.split(".", 1)[0]:
+            raise ValueError(f"pattern name {self.name!r} must look like '<backend>.<op>'")
+
+    @property
+    def backend(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def accepts(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> bool:
+        annotated = {}
+        for key, sub in self.annotations.items():
+            value = match.value_of(sub)
+            if value is not None:
+                annotated[key] = value
+        if self.check is None:
+            return True
+        return bool(self.check(PatternCheckContext(match, annotated, consumers, graph_outputs)))
+
+
+_PATTERNS: list[FusionPattern] = []
+
+
+def register_patterns(patterns: list[FusionPattern | tuple[Any, ...]]) -> None:
+    """Append patterns, later ones with higher priority; re-registering a name moves it to the top."""
+    for entry in patterns:
+        pattern = entry if isinstance(entry, FusionPattern) else FusionPattern(*entry)
+        _PATTERNS[:] = [p for p in _PATTERNS if p.name != pattern.name]
+        _PATTERNS.append(pattern)
+
+
+def get_patterns_with_prefix(prefix: str) -> list[FusionPattern]:
+    """Patterns whose name starts with ``prefix``, highest priority first.
+
+    A bare backend name (``"npu"``) selects that backend's patterns only, not ``"npu2.*"``.
+    """
+    start = prefix if "." in prefix else prefix + "."
+    return [p for p in reversed(_PATTERNS) if p.name.startswith(start)]
+
+
+def get_pattern(name: str) -> FusionPattern | None:
+    return next((p for p in _PATTERNS if p.name == name), None)
+
+
+__all__ = [
+    "FusionPattern",
+    "PatternCheckContext",
+    "get_pattern",
+    "get_patterns_with_prefix",
+    "register_patterns",
+]
