@@ -72,12 +72,16 @@ def build(
     input_shapes: InputShapes | None = None,
     name: str | None = None,
     min_region_size: int | None = None,
+    partitioner: Callable[[Graph], PartitionedGraph] | None = None,
     progress: Progress | None = None,
 ) -> BuildResult:
     """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
 
     ``targets`` name backends in priority order; the host runs whatever they do not take.
     ``min_region_size`` overrides each backend's smallest region worth offloading.
+    ``partitioner`` replaces the default partitioning (your own patterns or
+    passes over ``fuse_ops_by_pattern`` / ``merge_composite_functions``); its
+    regions must name registered compiler backends.
     """
     report = progress or (lambda stage, seconds: None)
     ordered, notes = check_targets(targets)
@@ -98,8 +102,11 @@ def build(
     blobs = BlobTable()
     partitioned, modules = None, []
     offload = [t for t in ordered if t in IMPLEMENTED_TARGETS and t != "host"]
-    if offload:
+    if partitioner is not None:
+        partitioned = stage("partition", lambda: partitioner(graph))
+    elif offload:
         partitioned = stage("partition", lambda: partition(graph, offload, min_region_size=min_region_size))
+    if partitioned is not None:
         modules = stage("codegen", lambda: _codegen(partitioned, blobs))
         outline_regions(partitioned)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
@@ -126,6 +133,7 @@ def _codegen(pg: PartitionedGraph, blobs: BlobTable) -> list[dict[str, Any]]:
 
 def region_summary(region) -> dict[str, Any]:
     """What tools (aot-inspect) show of a region without knowing its backend's payload."""
+    composite_of = {id(n): c.name for c in region.composites for n in c.nodes}
     return {
         "inputs": [v.name for v in region.inputs],
         "outputs": [v.name for v in region.outputs],
@@ -133,12 +141,11 @@ def region_summary(region) -> dict[str, Any]:
             {
                 "name": n.name,
                 "op": n.op,
-                "composite": c.name,
+                "composite": composite_of[id(n)],
                 "inputs": [v.name for v in n.inputs],
                 "outputs": [o.name for o in n.outputs],
             }
-            for c in region.composites
-            for n in c.nodes
+            for n in region.nodes
         ],
     }
 

@@ -42,7 +42,11 @@ class Composite:
 
 @dataclass
 class Region:
-    """One external function: adjacent composites of one backend, run by one backend call."""
+    """One external function: adjacent composites of one backend, run by one backend call.
+
+    ``composites`` are in dataflow order (each after those it reads from); ``nodes``
+    lists every op in graph order.
+    """
 
     id: str
     backend: str
@@ -50,10 +54,7 @@ class Region:
     inputs: list[Value]
     outputs: list[Value]
     bind_constants: bool = False
-
-    @property
-    def nodes(self) -> list[Node]:
-        return [n for c in self.composites for n in c.nodes]
+    nodes: list[Node] = field(default_factory=list)
 
     @property
     def ops(self) -> list[str]:
@@ -192,12 +193,12 @@ def fuse_ops_by_pattern(
 
 
 def _region(composites: list[Composite], pg: PartitionedGraph, consumers, region_id: str) -> Region:
+    """A region of ``composites``, which the caller gives in dataflow order."""
     position = {id(n): i for i, n in enumerate(pg.nodes)}
-    composites = sorted(composites, key=lambda c: position[id(c.nodes[0])])
     members = sorted((n for c in composites for n in c.nodes), key=lambda n: position[id(n)])
     bind = composites[0].bind_constants
     inputs, outputs = boundary(members, pg.outputs, consumers, bind)
-    return Region(region_id, composites[0].backend, composites, inputs, outputs, bind)
+    return Region(region_id, composites[0].backend, composites, inputs, outputs, bind, members)
 
 
 # -- MergeCompositeFunctions ------------------------------------------------------------
@@ -243,6 +244,7 @@ class _UnitGraph:
         self.parent = list(range(self.size))
         self.members: dict[int, list[int]] = {u: [u] for u in range(self.size)}
         self.max_rank = list(self.rank)
+        self.min_rank = list(self.rank)
 
     def _toposort(self, first: list[int]) -> list[int]:
         indegree = [len(p) for p in self.preds]
@@ -275,22 +277,26 @@ class _UnitGraph:
         self.parent[b] = a
         self.members[a].extend(self.members.pop(b))
         self.max_rank[a] = max(self.max_rank[a], self.max_rank[b])
+        self.min_rank[a] = min(self.min_rank[a], self.min_rank[b])
 
     def _reaches_via_outside(self, src: int, dst: int) -> bool:
-        """A path from group ``src`` to group ``dst`` through at least one unit in neither."""
+        """A path from group ``src`` to group ``dst`` through at least one group that is neither.
+
+        Groups are contracted: a path may enter a group at one unit and leave it
+        from another, so reaching any unit of a group continues from all of them.
+        """
         limit = self.max_rank[dst]
-        stack = [s for u in self.members[src] for s in self.succs[u] if self.find(s) not in (src, dst)]
-        seen: set[int] = set()
+        stack = [s for u in self.members[src] for s in self.succs[u]]
+        seen: set[int] = {src, dst}
         while stack:
-            u = stack.pop()
-            if u in seen or self.rank[u] > limit:
+            g = self.find(stack.pop())
+            if g in seen or self.min_rank[g] > limit:  # every path out of g climbs in rank: dst is behind it
                 continue
-            seen.add(u)
-            for s in self.succs[u]:
-                g = self.find(s)
-                if g == dst:
-                    return True
-                if g != src:
+            seen.add(g)
+            for u in self.members[g]:
+                for s in self.succs[u]:
+                    if self.find(s) == dst:
+                        return True
                     stack.append(s)
         return False
 
@@ -331,7 +337,7 @@ def merge_composite_functions(pg: PartitionedGraph) -> PartitionedGraph:
 
     consumers = pg.graph.consumers()
     groups: dict[int, list[Composite]] = {}
-    for u in range(n_comp):
+    for u in sorted(range(n_comp), key=units.rank.__getitem__):  # dataflow order inside each region
         groups.setdefault(units.find(u), []).append(pg.composites[u])
     position = {id(n): i for i, n in enumerate(pg.nodes)}
     ordered = sorted(groups.values(), key=lambda cs: min(position[id(c.nodes[0])] for c in cs))

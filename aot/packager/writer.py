@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -111,19 +112,23 @@ def _umask() -> int:
     return mask
 
 
-def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable) -> int:
-    """Atomically write the bundle to ``path``; return its size. Raises BuildError naming the path."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int], what: str = "bundle") -> int:
+    """Write a file all-or-nothing: into a temporary file beside ``path``, fsync, then rename.
+
+    A reader never sees half a file and a failure leaves none behind. Returns
+    what ``write`` returns (the size). Raises BuildError naming the path.
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise BuildError(f"cannot write bundle '{path}': it is a directory")
+        raise BuildError(f"cannot write {what} '{path}': it is a directory")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise BuildError(f"cannot write bundle '{path}': {e.strerror or e}") from None
+        raise BuildError(f"cannot write {what} '{path}': {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as out:
-            size = write_stream(out, header, blobs)
+            size = write(out)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
@@ -134,6 +139,16 @@ def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable)
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise BuildError(f"cannot write bundle '{path}': {e.strerror or e}") from None
+            raise BuildError(f"cannot write {what} '{path}': {e.strerror or e}") from None
         raise
     return size
+
+
+def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable) -> int:
+    """Atomically write the bundle to ``path``; return its size. Raises BuildError naming the path."""
+    return atomic_write(path, lambda out: write_stream(out, header, blobs))
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, what: str = "file") -> int:
+    data = text.encode()
+    return atomic_write(path, lambda out: out.write(data), what)
