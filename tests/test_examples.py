@@ -28,3 +28,13 @@ def test_shipped_example_model_is_reproducible():
     finally:
         sys.path.pop(0)
     assert small_cnn().SerializeToString() == (ROOT / "examples" / "models" / "small_cnn.onnx").read_bytes()
+
+
+def test_byoc_npu_example_partitions_and_computes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "byoc_npu.py")], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "'npu.conv2d_relu_fused'" in result.stdout
+    assert 'region npu_0 {Codegen="npu"}' in result.stdout and "CONV" in result.stdout
+    assert "OK: the NPU computed the convolution for real" in result.stdout

@@ -11,8 +11,11 @@ Two variants per architecture:
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import runtime_lite
+from aot.compiler import build
 from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2
 from aot.testing.zoo import zoo_input
 from tests.helpers import build_and_load, onnxruntime_outputs
@@ -39,3 +42,18 @@ def test_zoo_model_as_shipped_logits_match_onnxruntime(name):
     feeds = zoo_input(model)
     logits = build_and_load(model).run(feeds)[-1]
     assert relative_l2(logits, onnxruntime_outputs(model, feeds, threads=2)[-1]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_zoo_model_on_the_npu_equals_the_host(name):
+    """Partitioned for the NPU, every architecture computes exactly what the host-only bundle does."""
+    model = load_zoo_model(name, random_weights=True, logits=True)
+    feeds = zoo_input(model)
+    result = build(model, targets=["npu"])
+    assert result.regions["npu"] > result.regions["host"], result.regions  # most ops offloaded
+    ours = runtime_lite.load(result.to_bytes()).run(feeds)
+    host = build_and_load(model).run(feeds)
+    for a, b in zip(ours, host):
+        np.testing.assert_array_equal(a, b)
+    expected = onnxruntime_outputs(model, feeds, threads=2)
+    assert relative_l2(ours[-1], expected[-1]) <= TOLERANCE
