@@ -16,7 +16,7 @@ Two rules keep regions executable:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aot.compiler.pattern import match, root_ops
@@ -187,14 +187,15 @@ def fuse_ops_by_pattern(
             pg.composites.append(composite)
             claimed.update(id(n) for n in members)
             if annotate_codegen:
-                pg.regions.append(_region([composite], pg, consumers, f"{composite.backend}_{len(pg.regions)}"))
+                pg.regions.append(
+                    _region([composite], pg, consumers, position, f"{composite.backend}_{len(pg.regions)}")
+                )
     pg.composites.sort(key=lambda c: position[id(c.nodes[0])])
     return pg
 
 
-def _region(composites: list[Composite], pg: PartitionedGraph, consumers, region_id: str) -> Region:
+def _region(composites: list[Composite], pg: PartitionedGraph, consumers, position, region_id: str) -> Region:
     """A region of ``composites``, which the caller gives in dataflow order."""
-    position = {id(n): i for i, n in enumerate(pg.nodes)}
     members = sorted((n for c in composites for n in c.nodes), key=lambda n: position[id(n)])
     bind = composites[0].bind_constants
     inputs, outputs = boundary(members, pg.outputs, consumers, bind)
@@ -284,18 +285,25 @@ class _UnitGraph:
 
         Groups are contracted: a path may enter a group at one unit and leave it
         from another, so reaching any unit of a group continues from all of them.
+        The search starts from the smaller end (forward from ``src`` or backward
+        from ``dst``) and never leaves the rank window between them, so merging a
+        small composite into a large region costs what the composite touches.
         """
-        limit = self.max_rank[dst]
-        stack = [s for u in self.members[src] for s in self.succs[u]]
-        seen: set[int] = {src, dst}
+        if len(self.members[src]) <= len(self.members[dst]):
+            return self._search(src, dst, self.succs, lambda g: self.min_rank[g] > self.max_rank[dst])
+        return self._search(dst, src, self.preds, lambda g: self.max_rank[g] < self.min_rank[src])
+
+    def _search(self, start: int, goal: int, edges: list[set[int]], beyond: Callable[[int], bool]) -> bool:
+        stack = [s for u in self.members[start] for s in edges[u]]
+        seen: set[int] = {start, goal}
         while stack:
             g = self.find(stack.pop())
-            if g in seen or self.min_rank[g] > limit:  # every path out of g climbs in rank: dst is behind it
+            if g in seen or beyond(g):
                 continue
             seen.add(g)
             for u in self.members[g]:
-                for s in self.succs[u]:
-                    if self.find(s) == dst:
+                for s in edges[u]:
+                    if self.find(s) == goal:
                         return True
                     stack.append(s)
         return False
@@ -347,7 +355,7 @@ def merge_composite_functions(pg: PartitionedGraph) -> PartitionedGraph:
         backend = composites[0].backend
         k = per_backend.get(backend, 0)
         per_backend[backend] = k + 1
-        pg.regions.append(_region(composites, pg, consumers, f"{backend}_{k}"))
+        pg.regions.append(_region(composites, pg, consumers, position, f"{backend}_{k}"))
     return pg
 
 

@@ -7,6 +7,7 @@ per graph, so two unknown dims never compare equal by accident.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Union
 
@@ -36,7 +37,7 @@ class TensorType:
     def numel(self) -> int | None:
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)  # exact Python ints: no int64 overflow on absurd shapes
 
     @property
     def nbytes(self) -> int | None:

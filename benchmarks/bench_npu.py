@@ -1,0 +1,172 @@
+"""The virtual NPU: what gets offloaded, what the emulation costs, and how partitioning scales.
+
+    python benchmarks/bench_npu.py                    # all nine zoo models, writes the NPU section of BENCHMARKS.md
+    python benchmarks/bench_npu.py --models resnet50 --runs 10 --no-write
+
+Per zoo model (random weights): the same model built host-only and with ``--target
+npu``; both bundles and onnxruntime run alternately in one process, median of the
+rounds. ``npu / host`` is the cost of emulating the NPU (the same numpy kernels run,
+plus the region calls); the outputs of the two bundles are compared bit for bit.
+Partition scaling times ``partition(graph, ["npu"])`` on synthetic graphs of
+residual blocks (conv, batch_norm, relu, add) of growing size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, str(THREADS))
+
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import aot  # noqa: E402
+import runtime_lite  # noqa: E402
+from aot.compiler.partition import partition  # noqa: E402
+from aot.ir.graph import Graph  # noqa: E402
+from aot.ir.types import TensorType  # noqa: E402
+from aot.testing import ZOO_MODELS, load_zoo_model  # noqa: E402
+from aot.testing.zoo import zoo_input  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_host import machine, onnxruntime_session  # noqa: E402
+from report import write_section  # noqa: E402
+
+
+def alternate3(fns, rounds: int) -> list[float]:
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def bench_model(name: str, rounds: int, workdir: Path) -> dict:
+    model = load_zoo_model(name)
+    model_path = workdir / f"{name}.onnx"
+    model_path.write_bytes(model.SerializeToString())
+    feeds = zoo_input(model)
+    host = runtime_lite.load(aot.build(model).to_bytes())
+    start = time.perf_counter()
+    result = aot.build(model, targets=["npu"])
+    build_s = time.perf_counter() - start
+    npu = runtime_lite.load(result.to_bytes())
+    session = onnxruntime_session(str(model_path))
+    exact = all(np.array_equal(a, b) for a, b in zip(npu.run(feeds), host.run(feeds)))
+    for _ in range(2):
+        host.run(feeds), npu.run(feeds), session.run(None, feeds)
+    host_s, npu_s, ort_s = alternate3(
+        [lambda: host.run(feeds), lambda: npu.run(feeds), lambda: session.run(None, feeds)], rounds
+    )
+    profile = npu.profile(feeds)
+    counts = result.regions
+    total = sum(counts.values())
+    return {
+        "model": name,
+        "ops": total,
+        "offloaded": counts.get("npu", 0) / total,
+        "regions": len(result.partitioned.regions),
+        "dispatches": len(profile.dispatches),
+        "cycles": sum(e["cycles"] for e in profile.dispatches),
+        "partition_ms": result.timings["partition"] * 1e3,
+        "codegen_ms": result.timings["codegen"] * 1e3,
+        "build_s": build_s,
+        "host_ms": host_s * 1e3,
+        "npu_ms": npu_s * 1e3,
+        "ort_ms": ort_s * 1e3,
+        "exact": exact,
+    }
+
+
+def residual_graph(blocks: int) -> Graph:
+    """``blocks`` x (conv -> batch_norm -> relu -> conv -> add -> relu): 6 nodes per block."""
+    g = Graph(f"residual{blocks}")
+    x = g.add_input("x", TensorType((1, 8, 8, 8), "float32"))
+    w = g.constant(np.zeros((8, 8, 3, 3), np.float32), "w")
+    ones, zeros = g.constant(np.ones(8, np.float32), "one"), g.constant(np.zeros(8, np.float32), "zero")
+    conv = dict(strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1])
+    for _ in range(blocks):
+        h = g.op("conv2d", x, w, **conv)
+        h = g.op("relu", g.op("batch_norm", h, ones, zeros, zeros, ones))
+        x = g.op("relu", g.op("add", g.op("conv2d", h, w, **conv), x))
+    g.outputs = [x]
+    return g
+
+
+def bench_partition_scaling(sizes=(1_000, 5_000, 20_000)) -> list[tuple[int, float, int]]:
+    rows = []
+    for nodes in sizes:
+        graph = residual_graph(nodes // 6)
+        start = time.perf_counter()
+        pg = partition(graph, ["npu"])
+        rows.append((len(graph.nodes), time.perf_counter() - start, len(pg.regions)))
+        print(f"partition {len(graph.nodes):6d} nodes: {rows[-1][1]:.2f} s, {rows[-1][2]} regions", flush=True)
+    return rows
+
+
+def render(rows: list[dict], scaling, command: str) -> str:
+    lines = [
+        "## Virtual NPU",
+        "",
+        f"- Command: `{command}`",
+        f"- Machine: {machine()}",
+        "- Each model built host-only and with `--target npu`; host bundle, NPU bundle and onnxruntime",
+        "  alternate in one process, median of the rounds. `npu / host` is what the emulation costs;",
+        "  `exact` says the two bundles' outputs are bit-identical.",
+        "",
+        "| model | ops | on NPU | regions | dispatches | est. cycles | partition (ms) | codegen (ms) "
+        "| host (ms) | npu (ms) | npu / host | npu / onnxruntime | exact |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['ops']} | {r['offloaded']:.0%} | {r['regions']} | {r['dispatches']} | "
+            f"{r['cycles']:,} | {r['partition_ms']:.1f} | {r['codegen_ms']:.1f} | {r['host_ms']:.1f} | "
+            f"{r['npu_ms']:.1f} | {r['npu_ms'] / r['host_ms']:.2f} | {r['npu_ms'] / r['ort_ms']:.2f} | "
+            f"{'yes' if r['exact'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Partitioning time for the NPU on synthetic residual graphs (conv, batch_norm, relu, add):",
+        "",
+        "| nodes | partition (s) | regions | µs per node |",
+        "|---:|---:|---:|---:|",
+    ]
+    lines += [f"| {n:,} | {s:.2f} | {k} | {s / n * 1e6:.0f} |" for n, s, k in scaling]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(ZOO_MODELS), choices=ZOO_MODELS)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    command = " ".join(["python benchmarks/bench_npu.py"] + [a for a in sys.argv[1:] if a != "--no-write"])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            r = bench_model(name, args.runs, Path(tmp))
+            rows.append(r)
+            print(f"{name:14s} on npu {r['offloaded']:.0%} in {r['regions']} regions  host {r['host_ms']:.1f} ms  "
+                  f"npu {r['npu_ms']:.1f} ms  ratio {r['npu_ms'] / r['host_ms']:.2f}  exact {r['exact']}", flush=True)  # fmt: skip
+    report = render(rows, bench_partition_scaling(), command)
+    if args.no_write:
+        print(report)
+    else:
+        write_section("npu", report)
+        print("wrote the npu section of BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""BENCHMARKS.md is written by several scripts; each owns one marked section and keeps the others."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+
+
+def write_section(name: str, text: str, path: Path = PATH) -> None:
+    """Replace section ``name`` of BENCHMARKS.md with ``text`` (appended if absent)."""
+    block = f"<!-- section: {name} -->\n{text.rstrip()}\n<!-- end: {name} -->\n"
+    current = path.read_text() if path.exists() else ""
+    pattern = re.compile(rf"<!-- section: {re.escape(name)} -->\n.*?<!-- end: {re.escape(name)} -->\n", re.S)
+    if pattern.search(current):
+        updated = pattern.sub(lambda _: block, current)
+    elif name == "host" and current and "<!-- section:" not in current:
+        updated = block  # the old single-script file: this section replaces all of it
+    else:
+        updated = current + ("\n" if current and not current.endswith("\n\n") else "") + block
+    path.write_text(updated)
