@@ -137,6 +137,15 @@ def render(rows: list[dict], scaling, command: str) -> str:
         )
     lines += [
         "",
+        "The emulation runs the host's kernels, so `npu / host` stays near 1 (within this machine's",
+        "~10% noise). What it adds: every dispatch gets a fresh output buffer",
+        "(the host plan writes elementwise ops in place and reuses slots), and each region call adds",
+        "a Python call and an input check, so models cut into many small regions by host-only ops",
+        "(ShuffleNet's channel shuffles, SqueezeNet's concats) pay the most. Estimated cycles are the",
+        "cost model's (docs/npu.md), not a measurement.",
+    ]
+    lines += [
+        "",
         "Partitioning time for the NPU on synthetic residual graphs (conv, batch_norm, relu, add):",
         "",
         "| nodes | partition (s) | regions | µs per node |",

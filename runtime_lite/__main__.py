@@ -91,6 +91,8 @@ def _info(args) -> int:
         print(f"  input  {spec}")
     for spec in module.outputs:
         print(f"  output {spec}")
+    for record in module.modules:
+        print(f"  module {record['id']} on backend {record['backend']}")
     return 0
 
 

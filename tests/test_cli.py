@@ -126,3 +126,11 @@ def test_runtime_cli_errors(tmp_path, small_bundle):
     result = run("-m", "runtime_lite", "run", str(tmp_path / "junk.aotb"), "--random-inputs", check=False)
     assert result.returncode == 1 and result.stderr.startswith("error: not an aot bundle")
     assert run("-m", "runtime_lite", "run", str(bundle), "--random-inputs").returncode == 0
+
+
+def test_min_region_size_keeps_small_regions_on_the_host(model_file, tmp_path):
+    bundle = tmp_path / "m.aotb"
+    out = run("-m", "aot.cli.build", str(model_file), "-o", str(bundle), "--target", "npu", "--min-region-size", "1000")
+    assert "npu:" not in out.stdout and runtime_lite.load(bundle).modules == []
+    bad = run("-m", "aot.cli.build", str(model_file), "--target", "npu", "--min-region-size", "0", check=False)
+    assert bad.returncode != 0 and "--min-region-size" in bad.stderr
