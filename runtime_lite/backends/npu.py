@@ -100,6 +100,31 @@ def _compile_body(body: Any, num_args: int, field: str) -> Callable[[list[np.nda
     return run
 
 
+def _dispatch_record(record: Any, field: str) -> dict[str, Any]:
+    """The compiler's dispatch decisions for one kernel, checked: they reach logs and profiles."""
+    expect(record, dict, field)
+    expect(record.get("engine", ""), str, f"{field}.engine")
+    for key in ("ops", "on_chip"):
+        for i, op in enumerate(expect(record.get(key, []), list, f"{field}.{key}")):
+            expect(op, str, f"{field}.{key}[{i}]")
+    expect(record.get("fused", False), bool, f"{field}.fused")
+    for key in ("reads", "writes"):
+        for i, tensor in enumerate(expect(record.get(key, []), list, f"{field}.{key}")):
+            expect(tensor, dict, f"{field}.{key}[{i}]")
+            expect(tensor.get("tier", "?"), str, f"{field}.{key}[{i}].tier")
+            expect(tensor.get("spilled_from", ""), str, f"{field}.{key}[{i}].spilled_from")
+    tile = record.get("tile")
+    if tile is not None:
+        expect(tile, list, f"{field}.tile")
+        if len(tile) != 2:
+            raise BundleError(f"npu payload field '{field}.tile' must be [rows, cols]")
+        for i, t in enumerate(tile):
+            expect(t, int, f"{field}.tile[{i}]")
+    for key in ("tiles", "cycles", "macs"):
+        expect(record.get(key, 0), int, f"{field}.{key}")
+    return record
+
+
 def _describe(name: str, record: dict[str, Any]) -> str:
     tiers = ",".join(r.get("tier", "?") for r in record.get("reads", []))
     out = ",".join(
@@ -189,7 +214,7 @@ class NpuProgram:
             name = expect_key(node, "name", str, f"npu payload {field}")
             shape, dtype = _tensor(attrs, f"{field}.attrs")
             run = _compile_body(attrs.get("body"), len(inputs), f"npu payload {field}.attrs")
-            record = expect(attrs.get("dispatch", {}), dict, f"npu payload {field}.attrs.dispatch")
+            record = _dispatch_record(attrs.get("dispatch", {}), f"npu payload {field}.attrs.dispatch")
             event = {
                 "backend": "npu",
                 "module": self.region,

@@ -1,0 +1,151 @@
+"""Hostile bundles, fuzzed: real NPU-partitioned bundles, mutated, must fail cleanly or stay correct.
+
+* bytes: truncations, bit flips and overwritten ranges anywhere in the file. The
+  result either raises BundleError at load or (a flip in padding) loads and computes
+  exactly what the original does: never a bundle that loads as valid but wrong;
+* header: a random field anywhere in the header replaced by a value of a random type,
+  re-packed with correct checksums so validation (not the checksum) must catch it;
+* NPU payload: the same for a random field of the JSON graph.
+
+Each example has a 2-second deadline: nothing may hang.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import runtime_lite
+from aot.compiler import build
+from aot.packager import to_bytes
+from runtime_lite import BundleError, ExecutionError, InputError
+from runtime_lite.backends import IncompatiblePayload
+from runtime_lite.backends.npu import NpuBackend
+from tests.conftest import small_cnn_model
+
+FUZZ = settings(
+    max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "150")),
+    deadline=2000,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+HOSTILE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 63), (1 << 64) - 1),
+    st.sampled_from([0, -1, 1 << 31, 1 << 40, (1 << 64) - 1]),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.lists(st.integers(-3, 1 << 40), max_size=6),
+    st.dictionaries(st.text(max_size=6), st.integers(), max_size=3),
+)
+
+
+@pytest.fixture(scope="module")
+def npu_build():
+    model = small_cnn_model(1, 13)
+    result = build(model, targets=["npu"])
+    assert result.header["modules"], "the fuzzed bundle must contain NPU modules"
+    return result
+
+
+@pytest.fixture(scope="module")
+def original(npu_build):
+    data = npu_build.to_bytes()
+    module = runtime_lite.load(data)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    return data, x, module.run([x])
+
+
+def _paths(node, prefix=()):
+    """Every (container, key) position inside a header, for structured mutation."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield prefix + (i,)
+            yield from _paths(v, prefix + (i,))
+
+
+def _replace(tree, path, value):
+    tree = copy.deepcopy(tree)
+    target = tree
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return tree
+
+
+def _load_cleanly(data, x, expected=None):
+    """Load and run; only the runtime's own errors may come out."""
+    try:
+        module = runtime_lite.load(data)
+    except BundleError as e:
+        assert "\n" not in str(e)
+        return "rejected"
+    try:
+        outputs = module.run([x])
+    except (ExecutionError, InputError):
+        return "failed at run"
+    if expected is not None:
+        for a, b in zip(outputs, expected):
+            np.testing.assert_array_equal(a, b)
+    return "loaded"
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_bytes_are_rejected_or_harmless(original, data):
+    bundle, x, expected = original
+    raw = bytearray(bundle)
+    kind = data.draw(st.sampled_from(["truncate", "flip", "overwrite"]))
+    if kind == "truncate":
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+    elif kind == "flip":
+        for _ in range(data.draw(st.integers(1, 8))):
+            i = data.draw(st.integers(0, len(raw) - 1))
+            raw[i] ^= 1 << data.draw(st.integers(0, 7))
+    else:
+        start = data.draw(st.integers(0, len(raw) - 1))
+        chunk = data.draw(st.binary(min_size=1, max_size=64))
+        raw[start : start + len(chunk)] = chunk
+    _load_cleanly(bytes(raw), x, expected)
+
+
+@FUZZ
+@given(data=st.data())
+def test_hostile_header_fields_are_bundle_errors(npu_build, original, data):
+    _, x, _ = original
+    paths = list(_paths(npu_build.header))
+    path = data.draw(st.sampled_from(paths))
+    header = _replace(npu_build.header, path, data.draw(HOSTILE_VALUES))
+    try:
+        bundle = to_bytes(header, npu_build.blobs)
+    except (TypeError, ValueError, OverflowError):
+        return  # msgpack cannot even encode it (e.g. an int beyond 64 bits): no bundle to load
+    _load_cleanly(bundle, x)
+
+
+@FUZZ
+@given(data=st.data())
+def test_hostile_npu_payload_fields_are_bundle_errors(npu_build, data):
+    blob = npu_build.header["modules"][0]["payloads"]["graph"]
+    graph = json.loads(bytes(npu_build.blobs.payloads[blob]))
+    path = data.draw(st.sampled_from(list(_paths(graph))))
+    value = data.draw(HOSTILE_VALUES)
+    try:
+        payload = json.dumps(_replace(graph, path, value)).encode()
+    except (TypeError, ValueError):
+        return  # not expressible in JSON
+    try:
+        NpuBackend().init({"graph": memoryview(payload)}, {})
+    except (BundleError, IncompatiblePayload) as e:
+        assert "\n" not in str(e)
