@@ -37,7 +37,7 @@ from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2  # noqa: E402
 from aot.testing.zoo import zoo_input  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import write_section  # noqa: E402
+from report import command_line, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("--cold-model", default="resnet50", choices=ZOO_MODELS)
     parser.add_argument("--no-write", action="store_true", help="print the report instead of writing BENCHMARKS.md")
     args = parser.parse_args()
-    command = " ".join(["python benchmarks/bench_host.py"] + [a for a in sys.argv[1:] if a != "--no-write"])
+    command = command_line("bench_host.py")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

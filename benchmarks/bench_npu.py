@@ -38,7 +38,7 @@ from aot.testing.zoo import zoo_input  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_host import machine, onnxruntime_session  # noqa: E402
-from report import write_section  # noqa: E402
+from report import command_line, write_section  # noqa: E402
 
 
 def alternate3(fns, rounds: int) -> list[float]:
@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    command = " ".join(["python benchmarks/bench_npu.py"] + [a for a in sys.argv[1:] if a != "--no-write"])
+    command = command_line("bench_npu.py")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 PATH = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
@@ -20,3 +21,8 @@ def write_section(name: str, text: str, path: Path = PATH) -> None:
     else:
         updated = current + ("\n" if current and not current.endswith("\n\n") else "") + block
     path.write_text(updated)
+
+
+def command_line(script: str) -> str:
+    """How this run was invoked, for the report (``--no-write`` only changes where it goes)."""
+    return " ".join([f"python benchmarks/{script}"] + [a for a in sys.argv[1:] if a != "--no-write"])

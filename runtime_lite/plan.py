@@ -86,7 +86,6 @@ def _bind_module_call(ins: Instruction, field: str, modules: list[BoundModule]) 
             raise RuntimeError(f"module {module.id!r} returned {len(outputs)} outputs, the plan expects {expected}")
         return outputs
 
-    call.module = module
     return call
 
 
@@ -195,7 +194,9 @@ class HostPlan:
         self._template = template
         self.instructions: list[Instruction] = []
         self._program: list[tuple[Step, tuple[int, ...]]] = []
-        self._calls: dict[int, Callable] = {}  # instruction index -> backend call, for traced runs
+        # instruction index -> (backend call, backend name), for traced runs
+        self._calls: dict[int, tuple[Callable, str]] = {}
+        modules = list(modules)
         for i, raw in enumerate(raw_instructions):
             field = f"plan.instructions[{i}]"
             ins = _parse_instruction(raw, i, num_slots)
@@ -208,7 +209,8 @@ class HostPlan:
             defined.difference_update(ins.free)
             self.instructions.append(ins)
             if ins.op == CALL_MODULE:
-                fn = self._calls[i] = _bind_module_call(ins, field, list(modules))
+                fn = _bind_module_call(ins, field, modules)
+                self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
             self._program.append((_make_step(fn, ins), ins.free))
@@ -239,24 +241,19 @@ class HostPlan:
     def _run_traced(self, slots: list, trace: list) -> None:
         for index, (step, free) in enumerate(self._program):
             ins = self.instructions[index]
-            call = self._calls.get(index)
+            backend = "host"
+            if index in self._calls:  # the same step, with the trace handed to the backend
+                call, backend = self._calls[index]
+                step = _make_step(functools.partial(call, trace=trace), ins)
             start = time.perf_counter()
             try:
-                if call is None:
-                    step(slots)
-                else:
-                    for slot, value in zip(ins.outputs, call(*[slots[i] for i in ins.inputs], trace=trace)):
-                        slots[slot] = value
+                step(slots)
             except Exception as e:
                 raise self._failure(index, e) from e
-            event = {
-                "backend": "host" if call is None else call.module.backend.name,
-                "module": None,
-                "node": ins.name,
-                "op": ins.op,
-                "wall_s": time.perf_counter() - start,
-            }
-            trace.append(event)
+            trace.append(
+                {"backend": backend, "module": None, "node": ins.name, "op": ins.op,
+                 "wall_s": time.perf_counter() - start}
+            )  # fmt: skip
             for slot in free:
                 slots[slot] = None
 

@@ -15,6 +15,7 @@ Two rules keep regions executable:
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,13 @@ class PartitionedGraph:
         self.nodes: list[Node] = list(graph.nodes)
         self.inputs: list[Value] = list(graph.inputs)
         self.outputs: list[Value] = list(graph.outputs)
+        #: Graph order of every node; sorts composites and regions and bounds path searches.
+        self.position: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
+
+    @functools.cached_property
+    def consumers(self) -> dict[Value, list[Node]]:
+        """Readers of each value, as partitioning sees the graph (before regions are outlined)."""
+        return self.graph.consumers()
 
     def composite_of(self) -> dict[int, Composite]:
         return {id(n): c for c in self.composites for n in c.nodes}
@@ -155,10 +163,8 @@ def fuse_ops_by_pattern(
     in its own region (TVM's ``Codegen`` tag); ``merge_composite_functions`` groups them.
     """
     pg = graph if isinstance(graph, PartitionedGraph) else PartitionedGraph(graph)
-    nodes = pg.nodes
-    consumers = pg.graph.consumers()
+    nodes, consumers, position = pg.nodes, pg.consumers, pg.position
     graph_outputs = frozenset(id(v) for v in pg.outputs)
-    position = {id(n): i for i, n in enumerate(nodes)}
     claimed = {id(n) for c in pg.composites for n in c.nodes}
     by_op: dict[str, list[Node]] = {}
     for node in nodes:
@@ -182,24 +188,24 @@ def fuse_ops_by_pattern(
             if not fp.accepts(found, consumers, graph_outputs):
                 continue
             inputs, outputs = boundary(members, pg.outputs, consumers, bind_constants)
-            annotated = {k: found.value_of(p) for k, p in fp.annotations.items() if found.value_of(p) is not None}
-            composite = Composite(fp.name, members, inputs, outputs, annotated, bind_constants)
+            composite = Composite(fp.name, members, inputs, outputs, found.annotated(fp.annotations), bind_constants)
             pg.composites.append(composite)
             claimed.update(id(n) for n in members)
             if annotate_codegen:
-                pg.regions.append(
-                    _region([composite], pg, consumers, position, f"{composite.backend}_{len(pg.regions)}")
-                )
+                pg.regions.append(_region([composite], pg))
     pg.composites.sort(key=lambda c: position[id(c.nodes[0])])
+    if annotate_codegen:
+        pg.regions.sort(key=lambda r: position[id(r.nodes[0])])
+        _renumber(pg)
     return pg
 
 
-def _region(composites: list[Composite], pg: PartitionedGraph, consumers, position, region_id: str) -> Region:
-    """A region of ``composites``, which the caller gives in dataflow order."""
-    members = sorted((n for c in composites for n in c.nodes), key=lambda n: position[id(n)])
+def _region(composites: list[Composite], pg: PartitionedGraph) -> Region:
+    """A region of ``composites``, which the caller gives in dataflow order; ``_renumber`` names it."""
+    members = sorted((n for c in composites for n in c.nodes), key=lambda n: pg.position[id(n)])
     bind = composites[0].bind_constants
-    inputs, outputs = boundary(members, pg.outputs, consumers, bind)
-    return Region(region_id, composites[0].backend, composites, inputs, outputs, bind, members)
+    inputs, outputs = boundary(members, pg.outputs, pg.consumers, bind)
+    return Region("", composites[0].backend, composites, inputs, outputs, bind, members)
 
 
 # -- MergeCompositeFunctions ------------------------------------------------------------
@@ -343,19 +349,12 @@ def merge_composite_functions(pg: PartitionedGraph) -> PartitionedGraph:
                     units.union(u, s)
                     changed = True
 
-    consumers = pg.graph.consumers()
     groups: dict[int, list[Composite]] = {}
     for u in sorted(range(n_comp), key=units.rank.__getitem__):  # dataflow order inside each region
         groups.setdefault(units.find(u), []).append(pg.composites[u])
-    position = {id(n): i for i, n in enumerate(pg.nodes)}
-    ordered = sorted(groups.values(), key=lambda cs: min(position[id(c.nodes[0])] for c in cs))
-    pg.regions = []
-    per_backend: dict[str, int] = {}
-    for composites in ordered:
-        backend = composites[0].backend
-        k = per_backend.get(backend, 0)
-        per_backend[backend] = k + 1
-        pg.regions.append(_region(composites, pg, consumers, position, f"{backend}_{k}"))
+    ordered = sorted(groups.values(), key=lambda cs: min(pg.position[id(c.nodes[0])] for c in cs))
+    pg.regions = [_region(composites, pg) for composites in ordered]
+    _renumber(pg)
     return pg
 
 
@@ -375,6 +374,7 @@ def drop_small_regions(pg: PartitionedGraph, min_region_size: dict[str, int] | i
 
 
 def _renumber(pg: PartitionedGraph) -> None:
+    """Region ids ``<backend>_<k>``, counted per backend in graph order."""
     per_backend: dict[str, int] = {}
     for region in pg.regions:
         k = per_backend.get(region.backend, 0)

@@ -211,6 +211,11 @@ class Match:
     def value_of(self, pattern: Pattern) -> Value | None:
         return self.bindings.get(id(pattern))
 
+    def annotated(self, annotations: dict[str, Pattern]) -> dict[str, Value]:
+        """The value each named sub-pattern bound (names whose pattern took no part are left out)."""
+        values = {key: self.value_of(p) for key, p in annotations.items()}
+        return {key: v for key, v in values.items() if v is not None}
+
 
 def match(pattern: Pattern, value: Value) -> Match | None:
     """Match ``pattern`` rooted at ``value``; the covered nodes are the ops the op patterns bound."""

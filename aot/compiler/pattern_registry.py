@@ -84,14 +84,10 @@ class FusionPattern:
         return self.name.split(".", 1)[0]
 
     def accepts(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> bool:
-        annotated = {}
-        for key, sub in self.annotations.items():
-            value = match.value_of(sub)
-            if value is not None:
-                annotated[key] = value
         if self.check is None:
             return True
-        return bool(self.check(PatternCheckContext(match, annotated, consumers, graph_outputs)))
+        context = PatternCheckContext(match, match.annotated(self.annotations), consumers, graph_outputs)
+        return bool(self.check(context))
 
 
 _PATTERNS: list[FusionPattern] = []

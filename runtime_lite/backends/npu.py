@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,6 @@ class _Kernel:
     inputs: tuple[int, ...]
     run: Callable[[list[np.ndarray]], np.ndarray]
     shape: tuple[int, ...]
-    dtype: np.dtype
     frees: tuple[int, ...]
     event: dict[str, Any]  # the dispatch record, as a trace event
     message: str
@@ -152,7 +152,6 @@ class NpuProgram:
         nodes = expect_key(graph, "nodes", list, "npu payload")
         template: list[Any] = [None] * len(nodes)
         kinds: list[str] = []
-        kernels: list[dict] = []
         for i, node in enumerate(nodes):
             field = f"nodes[{i}]"
             expect(node, dict, f"npu payload {field}")
@@ -163,8 +162,6 @@ class NpuProgram:
             attrs = expect_key(node, "attrs", dict, f"npu payload {field}")
             if kind == "const":
                 template[i] = self._constant(attrs, weights, f"npu payload {field}.attrs")
-            elif kind == "kernel":
-                kernels.append(node)
         self.args = tuple(
             self._arg(nodes, kinds, ref, i) for i, ref in enumerate(expect_key(graph, "arg_nodes", list, "npu payload"))
         )
@@ -179,7 +176,7 @@ class NpuProgram:
     def _constant(attrs: dict, weights: memoryview | None, field: str) -> np.ndarray:
         shape, dtype = _tensor(attrs, field)
         offset = expect_key(attrs, "offset", int, field)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         nbytes = count * dtype.itemsize
         if weights is None or offset < 0 or offset + nbytes > len(weights):
             raise BundleError(f"npu payload field '{field}' points outside the weights payload")
@@ -212,7 +209,7 @@ class NpuProgram:
         for i, field, node, inputs in parsed:
             attrs = node["attrs"]
             name = expect_key(node, "name", str, f"npu payload {field}")
-            shape, dtype = _tensor(attrs, f"{field}.attrs")
+            shape, _ = _tensor(attrs, f"{field}.attrs")  # the dtype is checked, the shape is enforced
             run = _compile_body(attrs.get("body"), len(inputs), f"npu payload {field}.attrs")
             record = _dispatch_record(attrs.get("dispatch", {}), f"npu payload {field}.attrs.dispatch")
             event = {
@@ -223,7 +220,7 @@ class NpuProgram:
                 **record,
             }
             frees = tuple(sorted({s for s in inputs if last_use.get(s) == i and s not in keep}))
-            kernels.append(_Kernel(i, name, inputs, run, shape, dtype, frees, event, _describe(name, record)))
+            kernels.append(_Kernel(i, name, inputs, run, shape, frees, event, _describe(name, record)))
         return tuple(kernels)
 
     def run(self, inputs: Sequence[np.ndarray], trace: list | None) -> list[np.ndarray]:

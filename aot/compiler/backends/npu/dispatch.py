@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from aot.compiler.backends.npu.device import DeviceProfile
 from aot.ir.graph import Node, Value
 
@@ -113,7 +115,7 @@ def plan_dispatch(
         engine = profile.engine(anchor.op)
         reads = [alloc.describe(v) for v in k.inputs]
         write = alloc.place(k.output)
-        itemsize = k.output.type.nbytes // max(k.output.type.numel, 1)
+        itemsize = np.dtype(k.output.type.dtype).itemsize
         tile, tiles = _tile(tuple(k.output.type.shape), itemsize, profile)
         macs = sum(_macs(n) for n in k.nodes)
         if engine in ("CONV", "MATRIX"):
