@@ -61,6 +61,26 @@ class Region:
     def ops(self) -> list[str]:
         return [n.op for n in self.nodes]
 
+    def as_graph(self) -> Graph:
+        """The region as a graph of its own, with fresh values (the partitioned graph is untouched).
+
+        Backends that lower a region with graph-level machinery (the host plan for
+        TensorRT's fallback) use this; shapes are re-inferred, so it doubles as a check.
+        """
+        graph = Graph(self.id)
+        mapped: dict[int, Value] = {id(v): graph.add_input(v.name, v.type) for v in self.inputs}
+        for node in self.nodes:
+            inputs = []
+            for v in node.inputs:
+                if id(v) not in mapped:  # a constant bound into the region
+                    mapped[id(v)] = Value(graph.unique_name(v.name), v.type, data=v.data)
+                inputs.append(mapped[id(v)])
+            copy = graph.add_node(node.op, inputs, dict(node.attrs), node.name)
+            for old, new in zip(node.outputs, copy.outputs):
+                mapped[id(old)] = new
+        graph.outputs = [mapped[id(v)] for v in self.outputs]
+        return graph
+
 
 class PartitionedGraph:
     """A graph plus its composites and regions; prints like TVM's partitioned module."""

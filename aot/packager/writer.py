@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -19,6 +18,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from aot.errors import BuildError
+from runtime_lite import files
 from runtime_lite import format as fmt
 
 MAX_BLOB_BYTES = (1 << 32) - 1  # a msgpack bin32 length
@@ -106,42 +106,12 @@ def to_bytes(header: dict[str, Any], blobs: BlobTable) -> bytes:
     return buffer.getvalue()
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int], what: str = "bundle") -> int:
-    """Write a file all-or-nothing: into a temporary file beside ``path``, fsync, then rename.
-
-    A reader never sees half a file and a failure leaves none behind. Returns
-    what ``write`` returns (the size). Raises BuildError naming the path.
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise BuildError(f"cannot write {what} '{path}': it is a directory")
+    """Write a file all-or-nothing (see ``runtime_lite.files.atomic_write``); BuildError names the path."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        return files.atomic_write(path, write)
     except OSError as e:
-        raise BuildError(f"cannot write {what} '{path}': {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            size = write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise BuildError(f"cannot write {what} '{path}': {e.strerror or e}") from None
-        raise
-    return size
+        raise BuildError(f"cannot write {what} '{os.fspath(path)}': {e.strerror or e}") from None
 
 
 def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable) -> int:

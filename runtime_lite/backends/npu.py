@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import IncompatiblePayload, register_backend
+from runtime_lite.backends.weights import view_constant
 from runtime_lite.bundle import expect, expect_dtype, expect_index, expect_key, expect_shape
 from runtime_lite.errors import BundleError
 from runtime_lite.plan import bind_kernel
@@ -175,12 +175,7 @@ class NpuProgram:
     @staticmethod
     def _constant(attrs: dict, weights: memoryview | None, field: str) -> np.ndarray:
         shape, dtype = _tensor(attrs, field)
-        offset = expect_key(attrs, "offset", int, field)
-        count = math.prod(shape)
-        nbytes = count * dtype.itemsize
-        if weights is None or offset < 0 or offset + nbytes > len(weights):
-            raise BundleError(f"npu payload field '{field}' points outside the weights payload")
-        return np.frombuffer(weights, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+        return view_constant(weights, shape, dtype, expect_key(attrs, "offset", int, field), field)
 
     @staticmethod
     def _arg(nodes: list, kinds: list[str], ref: Any, i: int) -> _Arg:

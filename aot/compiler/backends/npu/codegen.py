@@ -21,18 +21,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
+from aot.compiler.backends.weights import append_constant
 from aot.compiler.host_plan import plain
 from aot.compiler.partition import Region, boundary
 from aot.errors import BuildError
 from aot.ir.graph import Value
 
 FORMAT = "npu-graph/1"
-ALIGN = 64
 
 
 def _tensor_attrs(value: Value) -> dict[str, Any]:
@@ -68,17 +66,15 @@ def npu_codegen(region: Region, profile: DeviceProfile = DEFAULT_PROFILE) -> Mod
     for k in kernels:
         for value in k.inputs:
             if value.is_constant and id(value) not in index:
-                data = np.asarray(value.data, order="C")
-                weights.extend(b"\0" * (-len(weights) % ALIGN))
+                offset, nbytes = append_constant(weights, value.data)
                 index[id(value)] = len(nodes)
                 nodes.append(
                     {
                         "op": "const",
                         "name": value.name,
-                        "attrs": {**_tensor_attrs(value), "offset": len(weights), "nbytes": data.nbytes},
+                        "attrs": {**_tensor_attrs(value), "offset": offset, "nbytes": nbytes},
                     }
                 )
-                weights.extend(data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes())
 
     dispatch = plan_dispatch(kernels, region.inputs, region.outputs, profile)
     for k, record in zip(kernels, dispatch):

@@ -1,0 +1,100 @@
+"""What TensorRT takes: one pattern per op family, each with the check TensorRT's ONNX parser needs.
+
+TensorRT fuses on its own when it builds the engine, so, as in TVM's
+``partition_for_tensorrt``, the patterns are single ops and the work of the
+partitioner is to grow the largest regions it can. The checks keep out what
+the parser or the builder would reject: dtypes other than float32/float16 (int8
+only through Q/DQ with a zero point of 0), shapes that are dynamic anywhere but
+the batch dimension, dilated pooling, shapes computed at run time, and
+attribute values the parser has no layer for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aot.compiler.pattern import is_const, is_op, wildcard
+from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, register_patterns
+from aot.ir.graph import Value
+
+FLOAT_DTYPES = frozenset({"float32", "float16"})
+QUANTIZED_DTYPES = frozenset({"int8"})
+MAX_RANK = 8
+
+UNARY = (
+    "relu relu6 sigmoid tanh leaky_relu elu gelu hard_sigmoid hard_swish softplus softsign "
+    "erf exp log sqrt reciprocal abs negative floor ceil sin cos clip"
+).split()
+BINARY = "add subtract multiply divide maximum minimum power prelu".split()
+REDUCTIONS = "reduce_mean reduce_sum reduce_max reduce_min reduce_prod".split()
+SHAPE_OPS = "concat split slice flatten transpose squeeze unsqueeze".split()
+RESIZE_MODES = frozenset({"nearest", "linear"})
+PAD_MODES = frozenset({"constant", "reflect", "edge"})
+
+
+def _static_but_batch(value: Value) -> bool:
+    shape = value.type.shape
+    return len(shape) <= MAX_RANK and all(isinstance(d, int) for d in shape[1:])
+
+
+def _tensors(ctx: PatternCheckContext, dtypes: frozenset[str] = FLOAT_DTYPES) -> bool:
+    return all(v.type.dtype in dtypes and _static_but_batch(v) for v in ctx.values())
+
+
+def _all(*checks: Callable[[PatternCheckContext], bool]) -> Callable[[PatternCheckContext], bool]:
+    return lambda ctx: all(check(ctx) for check in checks)
+
+
+def _attr(predicate: Callable[[dict], bool]) -> Callable[[PatternCheckContext], bool]:
+    return lambda ctx: predicate(ctx.root.producer.attrs)
+
+
+def _quantized(ctx: PatternCheckContext) -> bool:
+    """Symmetric int8: TensorRT's Q/DQ layers take a float scale and no (or a zero) zero point."""
+    node = ctx.root.producer
+    scale = node.inputs[1]
+    zero_point = node.inputs[2] if len(node.inputs) > 2 else None
+    return (
+        _tensors(ctx, FLOAT_DTYPES | QUANTIZED_DTYPES)
+        and scale.type.dtype in FLOAT_DTYPES
+        and (zero_point is None or (zero_point.type.dtype == "int8" and not zero_point.data.any()))
+    )
+
+
+def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
+    return FusionPattern(f"tensorrt.{name}", pattern, {"root": pattern}, check)
+
+
+def tensorrt_patterns() -> list[FusionPattern]:
+    """TensorRT's patterns (single ops: their order does not matter)."""
+    patterns = []
+    for nd in (1, 2, 3):
+        for conv in (f"conv{nd}d", f"conv_transpose{nd}d"):
+            # TensorRT wants weights and bias fixed at build time: they go into the engine.
+            patterns.append(
+                _pattern(conv, is_op(conv)(wildcard(), is_const()) | is_op(conv)(wildcard(), is_const(), is_const()))
+            )
+        for pool in (f"max_pool{nd}d", f"avg_pool{nd}d"):
+            patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))
+    patterns += [
+        _pattern("matmul", is_op("matmul")),
+        _pattern("dense", is_op("dense")),
+        *(_pattern(op, is_op(op)) for op in UNARY + BINARY + REDUCTIONS),
+        _pattern("softmax", is_op("softmax", "log_softmax")),
+        *(_pattern(op, is_op(op)) for op in SHAPE_OPS),
+        # A target shape known only at run time needs shape tensors TensorRT's profile cannot bound.
+        _pattern("reshape", is_op("reshape")(wildcard())),
+        _pattern("pad", is_op("pad"), _all(_tensors, _attr(lambda a: a["mode"] in PAD_MODES))),
+        _pattern("batch_norm", is_op("batch_norm")(wildcard(), is_const(), is_const(), is_const(), is_const())),
+        _pattern("instance_norm", is_op("instance_norm")(wildcard(), is_const(), is_const())),
+        _pattern("layer_norm", is_op("layer_norm")),
+        _pattern("lrn", is_op("lrn")),
+        _pattern("resize", is_op("resize"), _all(_tensors, _attr(lambda a: a["mode"] in RESIZE_MODES))),
+        _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _quantized),
+        _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _quantized),
+    ]
+    return patterns
+
+
+def register() -> None:
+    register_patterns(list(reversed(tensorrt_patterns())))
