@@ -51,7 +51,8 @@ def _unpacker(stream, max_bytes: int) -> msgpack.Unpacker:
     )
 
 
-def _decode_header(header_bytes: bytes) -> dict:
+def decode_record(header_bytes: bytes) -> Any:
+    """Decode a msgpack record (the header, a backend's plan) with explicit limits and no extension types."""
     return msgpack.unpackb(
         header_bytes,
         raw=False,
@@ -230,7 +231,7 @@ def read_bundle(source: BundleSource, *, verify: bool = True) -> Bundle:
     buf, path = _open_buffer(source)
     version, header_bytes, data_start = _read_preamble(buf)
     try:
-        header = _decode_header(header_bytes)
+        header = decode_record(header_bytes)
     except Exception as e:
         raise BundleError(f"bundle header is not valid msgpack ({type(e).__name__}: {e})") from None
     expect(header, dict, "header")

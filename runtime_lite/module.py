@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import IncompatiblePayload, available_backends, get_backend
+from runtime_lite.backends import IncompatiblePayload, LoadOptions, available_backends, get_backend
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
 from runtime_lite.errors import BundleError
 from runtime_lite.plan import BoundModule, HostPlan
@@ -18,7 +21,7 @@ from runtime_lite.signature import TensorSpec, bind_inputs, parse_specs
 class Module:
     """A model loaded from a bundle. Safe to share between threads: ``run`` keeps no state."""
 
-    def __init__(self, source: BundleSource, *, verify: bool = True):
+    def __init__(self, source: BundleSource, *, verify: bool = True, options: LoadOptions | None = None):
         bundle = read_bundle(source, verify=verify)
         header = bundle.header
         signature = expect_key(header, "signature", dict, "header")
@@ -32,7 +35,7 @@ class Module:
         self.model_name: str = str(expect(header.get("model", {}), dict, "header.model").get("name", ""))
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
-        self._modules = _init_modules(bundle)
+        self._modules = _init_modules(bundle, options or LoadOptions())
         self._plan = HostPlan(expect_key(header, "plan", dict, "header"), bundle.constants, self._modules)
         if len(self._plan.input_slots) != len(self.inputs) or len(self._plan.output_slots) != len(self.outputs):
             raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
@@ -56,8 +59,15 @@ class Module:
 
     @property
     def modules(self) -> list[dict[str, str]]:
-        """The backend modules this bundle calls: id and backend of each."""
-        return [{"id": m.id, "backend": m.backend.name} for m in self._modules]
+        """The backend modules this bundle calls: id, backend and, where it decides, where it runs."""
+        described = []
+        for m in self._modules:
+            record = {"id": m.id, "backend": m.backend.name}
+            placement = getattr(m.handle, "placement", None)
+            if placement is not None:
+                record["placement"] = placement
+            described.append(record)
+        return described
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.inputs)
@@ -65,7 +75,7 @@ class Module:
         return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
 
 
-def _init_modules(bundle: Bundle) -> list[BoundModule]:
+def _init_modules(bundle: Bundle, options: LoadOptions) -> list[BoundModule]:
     """Hand each backend module record to its backend's ``init``."""
     modules = []
     for i, record in enumerate(expect(bundle.header.get("modules", []), list, "header.modules")):
@@ -89,7 +99,10 @@ def _init_modules(bundle: Bundle) -> list[BoundModule]:
         }
         specs = expect(record.get("compile_specs", {}), dict, f"{field}.compile_specs")
         try:
-            handle = backend.init(payloads, specs)
+            if "options" in inspect.signature(backend.init).parameters:
+                handle = backend.init(payloads, specs, options=options)
+            else:
+                handle = backend.init(payloads, specs)
         except IncompatiblePayload as e:
             raise BundleError(
                 f"bundle module {module_id!r}: backend {name!r} cannot use its payload here: {e}"
@@ -98,9 +111,24 @@ def _init_modules(bundle: Bundle) -> list[BoundModule]:
     return modules
 
 
-def load(source: BundleSource, *, verify: bool = True) -> Module:
+def load(
+    source: BundleSource,
+    *,
+    verify: bool = True,
+    allow_engine_build: bool | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    allow_version_compatible: bool = False,
+) -> Module:
     """Load a bundle from a path or from bytes.
 
     ``verify`` checks every blob's sha256 (on by default; the header is always checked).
+    TensorRT regions: ``allow_engine_build`` lets a region whose engines do not fit
+    this GPU build one from its recipe into the engine cache at ``cache_dir``
+    (defaults: ``$AOT_ALLOW_ENGINE_BUILD``, ``$AOT_CACHE_DIR`` else the XDG cache
+    dir); otherwise it runs on the host. ``allow_version_compatible`` admits
+    version-compatible engines, which execute host code shipped inside the engine.
     """
-    return Module(source, verify=verify)
+    options = LoadOptions(cache_dir=cache_dir, allow_version_compatible=allow_version_compatible)
+    if allow_engine_build is not None:
+        options = dataclasses.replace(options, allow_engine_build=allow_engine_build)
+    return Module(source, verify=verify, options=options)

@@ -98,3 +98,27 @@ def evaluate_graph(graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         for out, value in zip(node.outputs, result if isinstance(result, tuple) else (result,)):
             env[id(out)] = np.array(value)
     return [np.array(v.data) if v.is_constant else env[id(v)] for v in graph.outputs]
+
+
+def conv_relu_graph(weight: np.ndarray, batch: Any = 1):
+    """The BYOC tutorial's model: one convolution and a ReLU, as an IR graph."""
+    from aot.ir.graph import Graph
+    from aot.ir.types import TensorType
+
+    g = Graph("ConvReLU")
+    data = g.add_input("data", TensorType((batch, 3, 32, 32), "float32"))
+    conv = g.op("conv2d", data, g.constant(weight, "weight"), strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1])
+    g.outputs = [g.op("relu", conv, name="out")]
+    return g
+
+
+def tensorrt_recipe_bytes(seed: int = 0, nudge_weight: bool = False) -> bytes:
+    """The recipe of the tutorial model partitioned for TensorRT (one weight nudged by 1 ulp on request)."""
+    from aot.compiler import build
+
+    weight = np.random.default_rng(seed).standard_normal((16, 3, 3, 3)).astype(np.float32)
+    if nudge_weight:
+        weight.flat[7] = np.nextafter(weight.flat[7], np.float32(np.inf))
+    result = build(conv_relu_graph(weight), targets=["tensorrt"], min_region_size=1)
+    (record,) = result.header["modules"]
+    return bytes(result.blobs.payloads[record["payloads"]["recipe"]])

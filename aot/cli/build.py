@@ -9,9 +9,11 @@ import traceback
 
 import click
 
+from aot.cli.options import tensorrt_options
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.targets import KNOWN_TARGETS
 from aot.errors import AotError
+from runtime_lite.backends.tensorrt.spec import PRECISIONS
 
 
 def _megabytes(n: int | None) -> str:
@@ -74,11 +76,37 @@ def _regions_line(result: BuildResult) -> str:
     type=click.IntRange(min=1),
     help="Keep regions with fewer ops than this on the host (default: each backend's own).",
 )
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default="fp32",
+    show_default=True,
+    help="TensorRT: precision written into each recipe (fp16: fp16 weights, casts at the region boundary).",
+)
+@click.option("--workspace", default="1GiB", show_default=True, help="TensorRT: builder workspace limit, e.g. 512MiB.")
+@click.option("--batch", metavar="MIN:OPT:MAX", help="TensorRT: optimization profile for a symbolic batch dim.")
+@click.option(
+    "--hardware-compatible", is_flag=True, help="TensorRT: engines that run on any Ampere or newer GPU (AMPERE_PLUS)."
+)
+@click.option(
+    "--version-compatible",
+    is_flag=True,
+    help="TensorRT: engines later TensorRT versions can run; they embed host code, so loading one needs an opt-in.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    help="Engine cache shared with deployed runtimes (default: $AOT_CACHE_DIR, else the XDG cache dir).",
+)
+@click.option("--no-engines", is_flag=True, help="TensorRT: write recipes only, even where a GPU could build engines.")
 @click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="aot", prog_name="aot-build")
-def main(model, output, targets, inputs, min_region_size, print_graph, quiet, debug):
+def main(
+    model, output, targets, inputs, min_region_size, precision, workspace, batch, hardware_compatible,
+    version_compatible, cache_dir, no_engines, print_graph, quiet, debug,
+):  # fmt: skip
     """Compile MODEL (an ONNX file) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
     start = time.perf_counter()
@@ -89,11 +117,15 @@ def main(model, output, targets, inputs, min_region_size, print_graph, quiet, de
 
     try:
         shapes = parse_input_shapes(inputs)
+        tensorrt = tensorrt_options(
+            precision, workspace, batch, hardware_compatible, version_compatible, cache_dir, no_engines, quiet
+        )
         result = build(
             model,
             targets=targets or ("host",),
             input_shapes=shapes,
             min_region_size=min_region_size,
+            backend_options={"tensorrt": tensorrt},
             progress=progress,
         )
         size = result.save(output)
@@ -111,6 +143,12 @@ def main(model, output, targets, inputs, min_region_size, print_graph, quiet, de
     if not quiet:
         for line in summarize(result, model, output, size, time.perf_counter() - start):
             click.echo(line)
+        if "tensorrt" in result.regions:
+            stats = tensorrt.cache.stats
+            click.echo(
+                f"  engines  cache {tensorrt.cache.root}: {stats.hits} hits, {stats.misses} misses, "
+                f"{stats.builds} built"
+            )
 
 
 if __name__ == "__main__":  # pragma: no cover

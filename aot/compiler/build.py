@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,7 @@ def build(
     name: str | None = None,
     min_region_size: int | None = None,
     partitioner: Callable[[Graph], PartitionedGraph] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> BuildResult:
     """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
@@ -82,6 +83,8 @@ def build(
     ``partitioner`` replaces the default partitioning (your own patterns or
     passes over ``fuse_ops_by_pattern`` / ``merge_composite_functions``); its
     regions must name registered compiler backends.
+    ``backend_options`` maps a backend name to its codegen options
+    (``{"tensorrt": TensorRTOptions(...)}``, ``{"npu": DeviceProfile(...)}``).
     """
     report = progress or (lambda stage, seconds: None)
     ordered, notes = check_targets(targets)
@@ -107,18 +110,21 @@ def build(
     elif offload:
         partitioned = stage("partition", lambda: partition(graph, offload, min_region_size=min_region_size))
     if partitioned is not None:
-        modules = stage("codegen", lambda: _codegen(partitioned, blobs))
+        modules = stage("codegen", lambda: _codegen(partitioned, blobs, backend_options or {}, notes))
         outline_regions(partitioned)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
     header = stage("package", lambda: make_header(graph, plan, blobs, modules))
     return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned)
 
 
-def _codegen(pg: PartitionedGraph, blobs: BlobTable) -> list[dict[str, Any]]:
+def _codegen(
+    pg: PartitionedGraph, blobs: BlobTable, options: Mapping[str, Any], notes: list[str]
+) -> list[dict[str, Any]]:
     """Each region through its backend's codegen, as the bundle's module records."""
     records = []
     for region in pg.regions:
-        artifact = get_compiler_backend(region.backend).codegen(region)
+        artifact = get_compiler_backend(region.backend).codegen(region, options.get(region.backend))
+        notes.extend(artifact.notes)
         records.append(
             {
                 "id": region.id,

@@ -8,7 +8,7 @@ from aot.errors import BuildError
 
 KNOWN_TARGETS = ("host", "npu", "tensorrt")
 #: Targets with a compiler backend in this version; the others are accepted and run on the host.
-IMPLEMENTED_TARGETS = ("host", "npu")
+IMPLEMENTED_TARGETS = ("host", "npu", "tensorrt")
 
 
 def check_targets(targets: Sequence[str]) -> tuple[list[str], list[str]]:

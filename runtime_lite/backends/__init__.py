@@ -6,7 +6,9 @@ BackendInterface, reduced to what a Python runtime needs):
 * ``name``: the id bundles refer to;
 * ``is_available()``: whether this host can run it at all (a GPU, a library);
 * ``init(payloads, compile_specs) -> handle``: prepare one module from its blobs,
-  raising :class:`IncompatiblePayload` when the payload is not for this host;
+  raising :class:`IncompatiblePayload` when the payload is not for this host; a
+  backend whose ``init`` also takes ``options`` receives the caller's
+  :class:`LoadOptions` (engine cache, whether it may build engines);
 * ``execute(handle, inputs) -> outputs``: run it on numpy arrays; a backend whose
   ``execute`` also takes ``trace`` appends one event (a dict) per dispatch to it
   when the caller profiles (``Module.profile``).
@@ -19,7 +21,9 @@ is enough to make its backend loadable.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +33,22 @@ ENTRY_POINT_GROUP = "runtime_lite.backends"
 
 class IncompatiblePayload(Exception):
     """A backend cannot use this payload here (other hardware, other library version)."""
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What the deployment allows backends to do at load (``runtime_lite.load`` keywords)."""
+
+    #: Build a missing engine from the bundle's recipe into the engine cache (default: $AOT_ALLOW_ENGINE_BUILD).
+    allow_engine_build: bool = field(default_factory=lambda: _env_flag("AOT_ALLOW_ENGINE_BUILD"))
+    #: The engine cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir).
+    cache_dir: str | os.PathLike[str] | None = None
+    #: Load version-compatible TensorRT engines, which run host code embedded in the engine.
+    allow_version_compatible: bool = False
 
 
 class Backend(Protocol):
@@ -62,7 +82,7 @@ def _from_entry_points(name: str) -> Backend | None:
 
 
 #: Backends shipped with runtime_lite, imported on first use so ``import runtime_lite`` stays cheap.
-BUILTIN_BACKENDS = {"npu": "runtime_lite.backends.npu"}
+BUILTIN_BACKENDS = {"npu": "runtime_lite.backends.npu", "tensorrt": "runtime_lite.backends.tensorrt"}
 
 
 def get_backend(name: str) -> Backend | None:

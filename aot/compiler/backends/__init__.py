@@ -23,11 +23,14 @@ class ModuleArtifact:
 
     payloads: dict[str, bytes]
     compile_specs: dict[str, Any] = field(default_factory=dict)
+    #: Lines for the build summary (what was not built, and why).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class CompilerBackend:
     name: str
+    #: ``codegen(region, options)``: options are the backend's own (``build(backend_options=...)``), or None.
     codegen: Callable[..., ModuleArtifact]
     #: True: constants travel inside the payload; False: the host owns them and passes them in.
     bind_constants: bool = False

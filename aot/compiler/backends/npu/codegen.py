@@ -52,7 +52,9 @@ def _kernel_plans(region: Region) -> list[KernelPlan]:
     return plans
 
 
-def npu_codegen(region: Region, profile: DeviceProfile = DEFAULT_PROFILE) -> ModuleArtifact:
+def npu_codegen(region: Region, options: DeviceProfile | None = None) -> ModuleArtifact:
+    """``options``: the device profile to plan dispatches for (default: the reference NPU)."""
+    profile = options or DEFAULT_PROFILE
     kernels = _kernel_plans(region)
     nodes: list[dict[str, Any]] = []
     index: dict[int, int] = {}  # id(value) -> JSON node producing it

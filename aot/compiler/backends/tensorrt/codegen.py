@@ -1,0 +1,110 @@
+"""TensorRT codegen: a region becomes a recipe, a host plan of the same ops, and engines where possible.
+
+Payloads of one TensorRT module:
+
+* ``recipe``: the region as ONNX in the chosen precision (``recipe.py``), weights inside;
+* ``fallback`` + ``fallback_weights``: the region's host plan, run where no engine fits;
+* ``engine/<k>``: serialized engines built here, when this machine has TensorRT and a
+  GPU, each tagged in ``compile_specs.engines`` with what it was built for.
+
+Engines built here also go into the engine cache, so a deployment on this
+machine, or a later build, finds them there.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import msgpack
+
+from aot.compiler.backends import ModuleArtifact
+from aot.compiler.backends.tensorrt.recipe import write_recipe
+from aot.compiler.backends.weights import constant_record
+from aot.compiler.host_plan import lower_to_host_plan
+from aot.compiler.partition import Region
+from aot.errors import BuildError
+from aot.packager.bundle import tensor_spec
+from runtime_lite.backends.tensorrt.spec import FORMAT, BuildSettings, engine_tags_for, ingredients, profiles
+from runtime_lite.engine_cache import EngineCache, engine_key
+from runtime_lite.signature import parse_specs
+
+
+@dataclass
+class TensorRTOptions:
+    """How ``aot-build`` lowers TensorRT regions (``build(..., backend_options={"tensorrt": ...})``)."""
+
+    settings: BuildSettings = field(default_factory=BuildSettings)
+    #: Build engines when this machine has TensorRT and a GPU ("auto"), or never.
+    engines: str = "auto"
+    #: Where built engines are cached (and looked up): shared with deployed runtimes on this machine.
+    cache: EngineCache = field(default_factory=EngineCache)
+    #: Where the engine build draws its progress; None is silent.
+    progress: TextIO | None = sys.stderr
+
+
+def _fallback(graph) -> tuple[bytes, bytes]:
+    plan = lower_to_host_plan(graph)
+    weights = bytearray()
+    constants = [constant_record(weights, array) for array in plan.constants]
+    record = {"format": "host-plan/1", "plan": plan.record, "constants": constants}
+    return msgpack.packb(record, use_bin_type=True), bytes(weights)
+
+
+def _engine(recipe: bytes, region_id: str, specs: list[dict], options: TensorRTOptions, notes: list[str]):
+    """(tags, engine bytes) built or found in the cache for this machine's GPU, or None with a note."""
+    from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engine
+    from runtime_lite.backends.tensorrt.gpu import GpuUnavailable, probe
+
+    try:
+        device, _, _ = probe()
+    except GpuUnavailable as e:
+        notes.append(f"tensorrt: no engine built for {region_id} ({e}); it is built or run on the host at load")
+        return None
+    profile = profiles(parse_specs(specs, "inputs"), options.settings)
+    ingredient = ingredients(options.settings, profile, device)
+    key = engine_key(recipe, ingredient)
+    try:
+        data, _ = options.cache.get_or_build(
+            key,
+            lambda: build_engine(recipe, options.settings, profile, label=region_id,
+                                 timing_cache=options.cache.root / "timing" / f"{device.compute_capability}.cache",
+                                 progress=options.progress),
+            ingredient,
+        )  # fmt: skip
+    except EngineBuildError as e:
+        raise BuildError(str(e)) from None
+    return engine_tags_for(options.settings, profile, device, key), data
+
+
+def tensorrt_codegen(region: Region, options: TensorRTOptions | None = None) -> ModuleArtifact:
+    options = options or TensorRTOptions()
+    if options.engines not in ("auto", "never"):
+        raise BuildError(f"tensorrt engines must be 'auto' or 'never', got {options.engines!r}")
+    graph = region.as_graph()
+    recipe = write_recipe(graph, options.settings.precision).SerializeToString()
+    inputs = [tensor_spec(v) for v in graph.inputs]
+    outputs = [tensor_spec(v) for v in graph.outputs]
+    fallback, weights = _fallback(graph)
+    payloads = {"recipe": recipe, "fallback": fallback}
+    if weights:
+        payloads["fallback_weights"] = weights
+    notes: list[str] = []
+    if options.settings.batch and not any(spec["shape"] and isinstance(spec["shape"][0], str) for spec in inputs):
+        notes.append(f"tensorrt: --batch has no effect on {region.id}: its inputs have a fixed batch dimension")
+    engines: list[dict[str, Any]] = []
+    built = _engine(recipe, region.id, inputs, options, notes) if options.engines == "auto" else None
+    if built is not None:
+        tags, data = built
+        payloads["engine/0"] = data
+        engines.append({"payload": "engine/0", "tags": tags})
+    specs = {
+        "format": FORMAT,
+        "region": region.id,
+        "inputs": inputs,
+        "outputs": outputs,
+        "settings": options.settings.to_record(),
+        "engines": engines,
+    }
+    return ModuleArtifact(payloads, specs, notes)

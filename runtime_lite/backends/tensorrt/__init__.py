@@ -1,0 +1,205 @@
+"""The TensorRT backend, run side: an engine from the bundle, else from the cache, else the host.
+
+A TensorRT module record carries the recipe (ONNX, weights inside), engines
+tagged with what they were built for, and a host plan of the same region. At
+``init`` the backend settles, once, where the region will run, and logs it:
+
+1. an engine from the bundle whose tags fit this GPU and TensorRT, if TensorRT
+   deserializes it (it returns None for an engine it cannot run);
+2. else the engine cache, by the content-addressed key of recipe + settings +
+   this device; a hit is verified by its sha256;
+3. else, when the deployment allows building (``load(..., allow_engine_build=True)``
+   or ``AOT_ALLOW_ENGINE_BUILD=1``), a build from the recipe into the cache,
+   once across processes;
+4. else the host plan, with numpy: slower, but the bundle still runs, correctly,
+   on a machine with no GPU at all.
+
+Nothing here imports tensorrt or cuda-python until a TensorRT module is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime_lite.backends import IncompatiblePayload, LoadOptions, register_backend
+from runtime_lite.backends.tensorrt.spec import (
+    FORMAT,
+    BuildSettings,
+    DeviceSignature,
+    engine_fits,
+    ingredients,
+    profiles,
+)
+from runtime_lite.backends.weights import view_constant
+from runtime_lite.bundle import decode_record, expect, expect_dtype, expect_key, expect_shape
+from runtime_lite.errors import BundleError
+from runtime_lite.plan import HostPlan
+from runtime_lite.signature import TensorSpec, parse_specs
+
+logger = logging.getLogger("runtime_lite.tensorrt")
+
+ENGINE_TAGS = ("tensorrt", "cuda", "gpu", "compute_capability", "platform")
+
+
+def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
+    """The region's host plan, its constants viewed in place in the ``fallback_weights`` payload."""
+    if "fallback" not in payloads:
+        raise BundleError(f"tensorrt module {module_id!r} has no 'fallback' payload")
+    try:
+        record = decode_record(bytes(payloads["fallback"]))
+    except Exception as e:
+        raise BundleError(f"tensorrt payload 'fallback' is not valid msgpack ({type(e).__name__})") from None
+    expect(record, dict, "tensorrt payload fallback")
+    weights = payloads.get("fallback_weights")
+    constants = []
+    for i, c in enumerate(expect_key(record, "constants", list, "tensorrt payload fallback")):
+        field = f"tensorrt payload fallback.constants[{i}]"
+        expect(c, dict, field)
+        shape = expect_shape(expect_key(c, "shape", list, field), f"{field}.shape", allow_symbols=False)
+        dtype = expect_dtype(expect_key(c, "dtype", str, field), f"{field}.dtype")
+        constants.append(view_constant(weights, shape, dtype, expect_key(c, "offset", int, field), field))
+    return HostPlan(expect_key(record, "plan", dict, "tensorrt payload fallback"), constants)
+
+
+def _engines(specs: dict[str, Any], payloads: dict[str, memoryview]) -> list[tuple[dict[str, Any], memoryview]]:
+    engines = []
+    for i, record in enumerate(expect(specs.get("engines", []), list, "tensorrt compile_specs.engines")):
+        field = f"tensorrt compile_specs.engines[{i}]"
+        expect(record, dict, field)
+        key = expect_key(record, "payload", str, field)
+        if key not in payloads:
+            raise BundleError(f"bundle field '{field}.payload' names payload {key!r}, which the module lacks")
+        tags = expect_key(record, "tags", dict, field)
+        for tag in ENGINE_TAGS:
+            expect_key(tags, tag, str, f"{field}.tags")
+        engines.append((tags, payloads[key]))
+    return engines
+
+
+class TensorRTModule:
+    """One TensorRT region, resolved at load to an engine runner or its host plan."""
+
+    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: LoadOptions):
+        fmt = expect_key(specs, "format", str, "tensorrt compile_specs")
+        if fmt != FORMAT:
+            raise IncompatiblePayload(f"payload format {fmt!r}; this runtime_lite runs {FORMAT!r}")
+        self.id = expect(specs.get("region", "tensorrt"), str, "tensorrt compile_specs.region")
+        self.inputs: tuple[TensorSpec, ...] = parse_specs(
+            expect_key(specs, "inputs", list, "tensorrt compile_specs"), "tensorrt compile_specs.inputs"
+        )
+        self.outputs: tuple[TensorSpec, ...] = parse_specs(
+            expect_key(specs, "outputs", list, "tensorrt compile_specs"), "tensorrt compile_specs.outputs"
+        )
+        self.settings = BuildSettings.from_record(specs.get("settings"), "tensorrt compile_specs.settings")
+        if "recipe" not in payloads:
+            raise BundleError(f"tensorrt module {self.id!r} has no 'recipe' payload")
+        self.recipe = payloads["recipe"]
+        self.engines = _engines(specs, payloads)
+        self.fallback = _fallback_plan(payloads, self.id)
+        if len(self.fallback.input_slots) != len(self.inputs) or len(self.fallback.output_slots) != len(self.outputs):
+            raise BundleError(f"tensorrt module {self.id!r}: its fallback plan does not match its inputs/outputs")
+        self.runner, self.placement = self._resolve(options)
+        log = logger.info if self.runner is not None or "no GPU" in self.placement else logger.warning
+        log("tensorrt region %s runs %s", self.id, self.placement)
+
+    def _resolve(self, options: LoadOptions) -> tuple[Any, str]:
+        """(engine runner or None, where the region runs and why): the four steps of the module docstring."""
+        from runtime_lite.backends.tensorrt.gpu import EngineIncompatible, GpuUnavailable, probe
+
+        try:
+            device, _, _ = probe()
+        except GpuUnavailable as e:
+            return None, f"on the host (no GPU engine possible: {e})"
+        reasons = []
+        for i, (tags, blob) in enumerate(self.engines):
+            why = engine_fits(tags, device, options.allow_version_compatible)
+            if why is None:
+                try:
+                    return self._runner(blob, tags), f"on {device.gpu} with engine {i} from the bundle"
+                except EngineIncompatible as e:
+                    why = str(e)
+            reasons.append(f"engine {i}: {why}")
+        return self._from_cache(device, options, reasons)
+
+    def _from_cache(self, device: DeviceSignature, options: LoadOptions, reasons: list[str]) -> tuple[Any, str]:
+        from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engine
+        from runtime_lite.backends.tensorrt.gpu import EngineIncompatible
+        from runtime_lite.engine_cache import EngineCache, engine_key
+
+        profile = profiles(self.inputs, self.settings)
+        ingredient = ingredients(self.settings, profile, device)
+        key = engine_key(bytes(self.recipe), ingredient)
+        cache = EngineCache(options.cache_dir)
+        data = cache.get(key)
+        if data is not None:
+            try:
+                return self._runner(data, {}), f"on {device.gpu} with engine {key[:12]} from the cache {cache.root}"
+            except EngineIncompatible as e:
+                reasons.append(f"cache entry {key[:12]}: {e}")
+        why = "; ".join(reasons) or "the bundle has no engines"
+        if not options.allow_engine_build:
+            return None, (
+                f"on the host: no engine fits {device} ({why}); "
+                "load with allow_engine_build=True or set AOT_ALLOW_ENGINE_BUILD=1 to build one into the cache"
+            )
+
+        def build() -> bytes:
+            timing = cache.root / "timing" / f"{key[:2]}-{device.compute_capability}.cache"
+            return build_engine(bytes(self.recipe), self.settings, profile, label=self.id, timing_cache=timing)
+
+        try:
+            data, hit = cache.get_or_build(key, build, ingredient)
+            how = "from the cache" if hit else "built from the recipe into the cache"
+            return self._runner(data, {}), f"on {device.gpu} with engine {key[:12]} {how} {cache.root}"
+        except (EngineBuildError, EngineIncompatible, OSError) as e:
+            return None, f"on the host: building an engine for {device} failed: {e}"
+
+    def _runner(self, blob: Any, tags: dict[str, Any]) -> Any:
+        from runtime_lite.backends.tensorrt.gpu import EngineRunner
+
+        return EngineRunner(
+            blob,
+            [s.name for s in self.inputs],
+            [s.name for s in self.outputs],
+            allow_host_code=bool(tags.get("version_compatible")),
+        )
+
+    def run(self, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
+        start = time.perf_counter() if trace is not None else 0.0
+        if self.runner is not None:
+            outputs = self.runner.run(inputs)
+            outputs = [o.astype(s.dtype, copy=False) for o, s in zip(outputs, self.outputs)]
+        else:
+            outputs = self.fallback.execute(list(inputs))
+        if trace is not None:
+            placement = "engine" if self.runner is not None else "host"
+            trace.append(
+                {"backend": "tensorrt", "module": self.id, "node": self.id, "placement": placement,
+                 "wall_s": time.perf_counter() - start}
+            )  # fmt: skip
+        return outputs
+
+
+class TensorRTBackend:
+    name = "tensorrt"
+
+    def is_available(self) -> bool:
+        return True  # a region without a usable engine runs its host plan
+
+    def init(
+        self, payloads: dict[str, memoryview], compile_specs: dict[str, Any], options: LoadOptions | None = None
+    ) -> TensorRTModule:
+        return TensorRTModule(payloads, compile_specs, options or LoadOptions())
+
+    def execute(
+        self, handle: TensorRTModule, inputs: Sequence[np.ndarray], trace: list | None = None
+    ) -> list[np.ndarray]:
+        return handle.run(inputs, trace)
+
+
+BACKEND = register_backend(TensorRTBackend())

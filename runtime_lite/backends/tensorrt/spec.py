@@ -1,0 +1,168 @@
+"""What a TensorRT module record says: build settings, profiles, engine tags, and which engine fits.
+
+Shared by ``aot`` (which writes these records and builds engines at build time)
+and by the runtime (which picks an engine, or rebuilds one identically from the
+recipe). Everything here is plain data, validated field by field when read.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime_lite.bundle import expect, expect_key
+from runtime_lite.errors import BundleError
+from runtime_lite.signature import TensorSpec
+
+FORMAT = "tensorrt-recipe/1"
+PRECISIONS = ("fp32", "fp16")
+#: TensorRT's hardware-compatibility levels: "none" ties an engine to one compute capability.
+HARDWARE_LEVELS = ("none", "ampere_plus")
+DEFAULT_WORKSPACE = 1 << 30
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """The knobs of an engine build besides the recipe itself."""
+
+    precision: str = "fp32"
+    workspace: int = DEFAULT_WORKSPACE
+    #: (min, opt, max) of a symbolic batch dimension; None: the default range (1, 1, 32).
+    batch: tuple[int, int, int] | None = None
+    hardware_compatibility: str = "none"
+    #: Version-compatible engines embed host code; loading one is a trust decision made at load.
+    version_compatible: bool = False
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.hardware_compatibility not in HARDWARE_LEVELS:
+            raise ValueError(
+                f"hardware compatibility {self.hardware_compatibility!r} is not one of {', '.join(HARDWARE_LEVELS)}"
+            )
+        if not isinstance(self.workspace, int) or self.workspace <= 0:
+            raise ValueError(f"workspace must be a positive number of bytes, got {self.workspace!r}")
+        if self.batch is not None:
+            lo, opt, hi = self.batch
+            if not 1 <= lo <= opt <= hi:
+                raise ValueError(f"batch range must satisfy 1 <= MIN <= OPT <= MAX, got {lo}:{opt}:{hi}")
+
+    @property
+    def batch_range(self) -> tuple[int, int, int]:
+        return self.batch or (1, 1, 32)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "workspace": self.workspace,
+            "batch": list(self.batch) if self.batch else None,
+            "hardware_compatibility": self.hardware_compatibility,
+            "version_compatible": self.version_compatible,
+        }
+
+    @classmethod
+    def from_record(cls, record: Any, field: str) -> BuildSettings:
+        expect(record, dict, field)
+        batch = record.get("batch")
+        if batch is not None:
+            expect(batch, list, f"{field}.batch")
+            if len(batch) != 3 or not all(isinstance(b, int) and not isinstance(b, bool) for b in batch):
+                raise BundleError(f"bundle field '{field}.batch' must be [min, opt, max] integers")
+        try:
+            return cls(
+                precision=expect_key(record, "precision", str, field),
+                workspace=expect_key(record, "workspace", int, field),
+                batch=tuple(batch) if batch else None,
+                hardware_compatibility=expect_key(record, "hardware_compatibility", str, field),
+                version_compatible=expect_key(record, "version_compatible", bool, field),
+            )
+        except ValueError as e:
+            if isinstance(e, BundleError):
+                raise
+            raise BundleError(f"bundle field '{field}': {e}") from None
+
+
+def profiles(inputs: tuple[TensorSpec, ...] | list[TensorSpec], settings: BuildSettings) -> dict[str, list[list[int]]]:
+    """The optimization profile: [min, opt, max] shape per input; a symbolic batch spans the batch range."""
+    result = {}
+    for spec in inputs:
+        dims = list(spec.shape)
+        if any(isinstance(d, str) for d in dims[1:]):
+            raise ValueError(f"input {spec.name!r} has a symbolic dim beyond the batch: {dims}")
+        if dims and isinstance(dims[0], str):
+            result[spec.name] = [[b, *dims[1:]] for b in settings.batch_range]
+        else:
+            result[spec.name] = [dims, dims, dims]
+    return result
+
+
+@dataclass(frozen=True)
+class DeviceSignature:
+    """What an engine is tied to on the machine that builds or runs it."""
+
+    tensorrt: str
+    cuda: str
+    gpu: str
+    compute_capability: str
+    platform: str = field(default_factory=lambda: host_platform())
+
+    def to_record(self) -> dict[str, str]:
+        return {
+            "tensorrt": self.tensorrt,
+            "cuda": self.cuda,
+            "gpu": self.gpu,
+            "compute_capability": self.compute_capability,
+            "platform": self.platform,
+        }
+
+    def __str__(self) -> str:
+        return f"{self.gpu} (sm {self.compute_capability}), TensorRT {self.tensorrt}, CUDA {self.cuda}, {self.platform}"
+
+
+def host_platform() -> str:
+    return f"{sys.platform}-{platform.machine().lower()}"
+
+
+def ingredients(settings: BuildSettings, profile: dict[str, Any], device: DeviceSignature) -> dict[str, Any]:
+    """Everything besides the recipe bytes that goes into an engine's cache key."""
+    record = settings.to_record()
+    del record["batch"]  # the profiles carry its effect
+    return {**record, "profiles": profile, "device": device.to_record()}
+
+
+def engine_tags_for(
+    settings: BuildSettings, profile: dict[str, Any], device: DeviceSignature, key: str
+) -> dict[str, Any]:
+    """The tags stored beside an engine in a bundle: what it was built for, and its cache key."""
+    record = ingredients(settings, profile, device)
+    return {**record.pop("device"), **record, "key": key}
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
+def engine_fits(tags: dict[str, Any], device: DeviceSignature, allow_version_compatible: bool) -> str | None:
+    """None if an engine with ``tags`` can run on ``device``; otherwise why not, in a few words."""
+    if tags.get("platform") != device.platform:
+        return f"built for {tags.get('platform')}"
+    if tags.get("tensorrt") != device.tensorrt:
+        same_major = str(tags.get("tensorrt", "")).split(".")[0] == device.tensorrt.split(".")[0]
+        if not (tags.get("version_compatible") and allow_version_compatible and same_major):
+            return f"built with TensorRT {tags.get('tensorrt')}"
+    if tags.get("compute_capability") != device.compute_capability:
+        try:
+            ampere_plus = tags.get("hardware_compatibility") == "ampere_plus" and _cc(device.compute_capability) >= (
+                8,
+                0,
+            )
+        except ValueError:
+            ampere_plus = False
+        if not ampere_plus:
+            return f"built for sm {tags.get('compute_capability')}"
+    if tags.get("version_compatible") and not allow_version_compatible:
+        return "version-compatible (embeds host code; load with allow_version_compatible=True)"
+    return None

@@ -1,0 +1,218 @@
+"""The TensorRT engine cache shared by ``aot-build`` and deployed runtimes.
+
+Content-addressed: an engine's key is the sha256 of everything that decides
+which engine TensorRT builds (``engine_key``), so a hit can never be an engine
+for other weights, another GPU, another TensorRT or other build settings (the
+peers' keys leave some of these out and serve wrong engines). On disk it is
+plain files, no pickle::
+
+    <root>/tensorrt-engines/v1/<key>.engine   the serialized engine
+    <root>/tensorrt-engines/v1/<key>.json     its index record: sha256, size, ingredients
+
+The record is written after the engine and names its sha256, so an entry exists
+only once both are complete; every read verifies the digest and drops an entry
+that fails. Writes are atomic and happen under a per-key file lock, so N
+processes that miss at once build once. The modification time of the record is
+its last use; ``evict`` removes least recently used entries beyond the size budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime_lite.files import atomic_write
+
+logger = logging.getLogger("runtime_lite.engine_cache")
+
+LAYOUT = "tensorrt-engines/v1"
+DEFAULT_BUDGET = 8 << 30
+
+
+def default_cache_dir() -> Path:
+    """``$AOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/aot``, else ``~/.cache/aot``."""
+    explicit = os.environ.get("AOT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "aot" if xdg else Path.home() / ".cache" / "aot"
+
+
+def engine_key(recipe: bytes, ingredients: Mapping[str, Any]) -> str:
+    """The cache key: sha256 over the recipe (weights included) and every other ingredient.
+
+    ``ingredients`` holds the build settings (precision, profiles, workspace,
+    hardware-compatibility level, version compatibility) and the device signature
+    (TensorRT and CUDA versions, GPU name and compute capability, OS and arch).
+    """
+    digest = hashlib.sha256()
+    digest.update(hashlib.sha256(recipe).digest())
+    digest.update(json.dumps(ingredients, sort_keys=True, separators=(",", ":")).encode())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (fcntl on POSIX, msvcrt on Windows)."""
+    with open(path, "a+b") as handle:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows
+            import msvcrt
+
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+        try:
+            yield
+        finally:
+            try:
+                import fcntl
+
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            except ImportError:  # pragma: no cover - Windows
+                import msvcrt
+
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    builds: int = 0
+    dropped: int = 0  # corrupt entries removed
+    evicted: int = 0
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    size: int
+    last_used: float
+    ingredients: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineCache:
+    """Engines by key under ``root`` (default ``default_cache_dir()``), at most ``max_bytes`` in all."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, max_bytes: int = DEFAULT_BUDGET):
+        self.root = Path(root) if root is not None else default_cache_dir()
+        self.directory = self.root / LAYOUT
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+            raise ValueError(f"engine cache key must be 64 hex digits, got {key!r}")
+        return self.directory / f"{key}.engine", self.directory / f"{key}.json"
+
+    def get(self, key: str) -> bytes | None:
+        """The engine stored under ``key``, verified; None on a miss or a corrupt entry (then dropped)."""
+        engine_path, record_path = self._paths(key)
+        try:
+            record = json.loads(record_path.read_text())
+            data = engine_path.read_bytes()
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or hashlib.sha256(data).hexdigest() != record.get("sha256"):
+            logger.warning("engine cache entry %s is corrupt (sha256 mismatch); dropping it", key[:16])
+            self._drop(key)
+            self.stats.dropped += 1
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(record_path)  # last use, for eviction
+        return data
+
+    def put(self, key: str, data: bytes, ingredients: Mapping[str, Any] | None = None) -> None:
+        """Store ``data`` under ``key`` atomically, then evict beyond the budget."""
+        engine_path, record_path = self._paths(key)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            "key": key,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "created": time.time(),
+            "ingredients": dict(ingredients or {}),
+        }
+        atomic_write(engine_path, lambda out: out.write(data))
+        text = json.dumps(record, sort_keys=True, indent=1).encode()
+        atomic_write(record_path, lambda out: out.write(text))  # last: the entry now exists
+        self.evict(keep=key)
+
+    def get_or_build(
+        self, key: str, build: Callable[[], bytes], ingredients: Mapping[str, Any] | None = None
+    ) -> tuple[bytes, bool]:
+        """(engine, hit). On a miss ``build`` runs once across every process sharing the cache."""
+        data = self.get(key)
+        if data is not None:
+            self.stats.hits += 1
+            return data, True
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.directory / f"{key}.lock"):
+            data = self.get(key)  # another process may have built it while we waited
+            if data is not None:
+                self.stats.hits += 1
+                return data, True
+            self.stats.misses += 1
+            data = build()
+            self.stats.builds += 1
+            self.put(key, data, ingredients)
+        # Removing the lock file is safe: whoever locks any file at this path later finds the entry.
+        with contextlib.suppress(OSError):
+            (self.directory / f"{key}.lock").unlink()
+        return data, False
+
+    def entries(self) -> list[CacheEntry]:
+        """Complete entries, least recently used first."""
+        found = []
+        for record_path in self.directory.glob("*.json") if self.directory.is_dir() else ():
+            try:
+                record = json.loads(record_path.read_text())
+                found.append(
+                    CacheEntry(
+                        record_path.stem,
+                        int(record["size"]),
+                        record_path.stat().st_mtime,
+                        record.get("ingredients", {}),
+                    )
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return sorted(found, key=lambda e: e.last_used)
+
+    def evict(self, keep: str | None = None) -> int:
+        """Remove least recently used entries until the cache fits its budget; returns how many."""
+        with file_lock(self.root / ".evict.lock") if self.directory.is_dir() else contextlib.nullcontext():
+            entries = self.entries()
+            total = sum(e.size for e in entries)
+            removed = 0
+            for entry in entries:
+                if total <= self.max_bytes:
+                    break
+                if entry.key == keep:
+                    continue
+                self._drop(entry.key)
+                total -= entry.size
+                removed += 1
+        self.stats.evicted += removed
+        return removed
+
+    def _drop(self, key: str) -> None:
+        engine_path, record_path = self._paths(key)
+        for path in (record_path, engine_path):  # the record first: the entry stops existing at once
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+__all__ = ["CacheEntry", "CacheStats", "EngineCache", "default_cache_dir", "engine_key", "file_lock"]

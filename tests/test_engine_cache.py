@@ -1,0 +1,153 @@
+"""The engine cache: keys that cannot serve a wrong engine, one build across processes, corruption, LRU."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from runtime_lite.engine_cache import EngineCache, default_cache_dir, engine_key
+from tests.helpers import tensorrt_recipe_bytes
+
+INGREDIENTS = {
+    "precision": "fp32",
+    "profiles": {"x": [[1, 3, 8, 8], [1, 3, 8, 8], [1, 3, 8, 8]]},
+    "workspace": 1 << 30,
+    "hardware_compatibility": "none",
+    "version_compatible": False,
+    "device": {
+        "tensorrt": "10.13.0",
+        "cuda": "12080",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "compute_capability": "9.0",
+        "platform": "linux-x86_64",
+    },
+}
+
+
+def _changed(path: tuple[str, ...], value):
+    ingredients = {k: (dict(v) if isinstance(v, dict) else v) for k, v in INGREDIENTS.items()}
+    target = ingredients
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    return ingredients
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("precision",), "fp16"),
+        (("profiles",), {"x": [[1, 3, 8, 8], [4, 3, 8, 8], [8, 3, 8, 8]]}),
+        (("workspace",), 1 << 28),
+        (("hardware_compatibility",), "ampere_plus"),
+        (("version_compatible",), True),
+        (("device", "tensorrt"), "10.13.1"),
+        (("device", "cuda"), "13000"),
+        (("device", "gpu"), "NVIDIA A100-SXM4-80GB"),
+        (("device", "compute_capability"), "8.0"),
+        (("device", "platform"), "linux-aarch64"),
+    ],
+)
+def test_every_ingredient_changes_the_key(path, value):
+    recipe = tensorrt_recipe_bytes(seed=0)
+    assert engine_key(recipe, INGREDIENTS) != engine_key(recipe, _changed(path, value))
+
+
+def test_a_changed_weight_changes_the_key():
+    """ORT's TensorRT EP and Torch-TensorRT key on the graph alone and serve the other model's engine."""
+    a, b = tensorrt_recipe_bytes(seed=0), tensorrt_recipe_bytes(seed=0, nudge_weight=True)
+    assert a != b
+    assert engine_key(a, INGREDIENTS) != engine_key(b, INGREDIENTS)
+    assert engine_key(a, INGREDIENTS) == engine_key(tensorrt_recipe_bytes(seed=0), dict(INGREDIENTS))
+
+
+def test_put_get_round_trip_and_index_record(tmp_path):
+    cache = EngineCache(tmp_path)
+    key = engine_key(b"recipe", INGREDIENTS)
+    assert cache.get(key) is None
+    cache.put(key, b"engine bytes", INGREDIENTS)
+    assert cache.get(key) == b"engine bytes"
+    (entry,) = cache.entries()
+    assert entry.key == key and entry.size == len(b"engine bytes")
+    assert entry.ingredients["device"]["gpu"] == INGREDIENTS["device"]["gpu"]
+    assert sorted(p.suffix for p in cache.directory.iterdir()) == [".engine", ".json"]
+
+
+def test_a_corrupt_entry_is_dropped_and_rebuilt(tmp_path):
+    cache = EngineCache(tmp_path)
+    key = engine_key(b"recipe", INGREDIENTS)
+    cache.put(key, b"good engine" * 100, INGREDIENTS)
+    engine_path = cache.directory / f"{key}.engine"
+    data = bytearray(engine_path.read_bytes())
+    data[37] ^= 0x01
+    engine_path.write_bytes(bytes(data))
+    builds = []
+    engine, hit = cache.get_or_build(key, lambda: builds.append(1) or b"rebuilt engine", INGREDIENTS)
+    assert (engine, hit, builds) == (b"rebuilt engine", False, [1])
+    assert cache.stats.dropped == 1
+    assert cache.get(key) == b"rebuilt engine"
+
+
+def test_a_truncated_or_missing_record_is_a_miss(tmp_path):
+    cache = EngineCache(tmp_path)
+    key = engine_key(b"recipe", INGREDIENTS)
+    cache.put(key, b"engine", INGREDIENTS)
+    record = cache.directory / f"{key}.json"
+    record.write_text(record.read_text()[:10])
+    assert cache.get(key) is None
+    record.unlink()
+    assert cache.get(key) is None
+    assert cache.entries() == []
+
+
+def test_least_recently_used_entries_are_evicted_beyond_the_budget(tmp_path):
+    cache = EngineCache(tmp_path, max_bytes=2500)
+    keys = [engine_key(bytes([i]), INGREDIENTS) for i in range(3)]
+    for i, key in enumerate(keys[:2]):
+        cache.put(key, bytes(1000), INGREDIENTS)
+        os.utime(cache.directory / f"{key}.json", (100 + i, 100 + i))
+    assert cache.get(keys[0]) is not None  # keys[0] is now the most recently used
+    cache.put(keys[2], bytes(1000), INGREDIENTS)
+    assert cache.get(keys[1]) is None
+    assert cache.get(keys[0]) is not None and cache.get(keys[2]) is not None
+    assert cache.stats.evicted == 1
+
+
+def test_bad_keys_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="64 hex digits"):
+        EngineCache(tmp_path).get("../../etc/passwd")
+
+
+def test_default_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("AOT_CACHE_DIR", str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("AOT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "aot"
+
+
+def _populate(root: str, log: str, start: float) -> bytes:
+    def build() -> bytes:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)  # long enough for every other process to arrive while this one builds
+        return b"the engine" * 1000
+
+    time.sleep(max(0.0, start - time.time()))
+    engine, _ = EngineCache(root).get_or_build(engine_key(b"recipe", INGREDIENTS), build, INGREDIENTS)
+    return engine
+
+
+def test_four_processes_missing_at_once_build_once(tmp_path):
+    log = tmp_path / "builds.log"
+    start = time.time() + 1.0
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        engines = pool.starmap(_populate, [(str(tmp_path / "cache"), str(log), start)] * 4)
+    assert len(log.read_text().splitlines()) == 1
+    assert engines == [b"the engine" * 1000] * 4
+    assert len(EngineCache(tmp_path / "cache").entries()) == 1
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
