@@ -197,9 +197,9 @@ def fuse_ops_by_pattern(
         else:
             candidates = sorted((n for op in ops for n in by_op.get(op, ())), key=lambda n: position[id(n)])
         for node in candidates:
-            if id(node) in claimed or len(node.outputs) != 1:
+            if id(node) in claimed or not node.outputs:
                 continue
-            found = match(fp.pattern, node.outputs[0])
+            found = match(fp.pattern, node.outputs[0])  # a multi-output op (split) is matched at its first
             if found is None or any(id(n) in claimed for n in found.nodes):
                 continue
             members = sorted(found.nodes, key=lambda n: position[id(n)])

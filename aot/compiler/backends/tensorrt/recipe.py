@@ -39,7 +39,7 @@ class RecipeWriter:
         self.graph = graph
         self.narrow = NARROWED.get(precision)
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
+        self.initializers: list[tuple[str, np.ndarray]] = []
         self.names: dict[int, str] = {}
         self._taken: set[str] = set()
 
@@ -66,7 +66,7 @@ class RecipeWriter:
 
     def const(self, array: Any, base: str = "const") -> str:
         name = self.fresh(base)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.initializers.append((name, np.asarray(array)))
         return name
 
     def data_const(self, value: float, like: Value, base: str = "const") -> str:
@@ -302,13 +302,40 @@ def write_recipe(graph: Graph, precision: str = "fp32") -> onnx.ModelProto:
         if inner != name:  # narrowed inside, or an input/constant passed straight through
             w.emit("Cast", [inner], [name], to=helper.np_dtype_to_tensor_dtype(np.dtype(value.type.dtype)))
         outputs.append(_value_info(name, value, value.type.dtype))
-    onnx_graph = helper.make_graph(w.nodes, graph.name, inputs, outputs, w.initializers)
+    _check(w, graph.name, inputs, outputs)
+    onnx_graph = helper.make_graph(w.nodes, graph.name, inputs, outputs)
+    for name, array in w.initializers:  # filled in place: protobuf would copy a finished tensor again
+        tensor = onnx_graph.initializer.add()
+        tensor.name = name
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        tensor.dims.extend(array.shape)
+        tensor.raw_data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+    return _model(onnx_graph)
+
+
+def _model(onnx_graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="aot")
     model.ir_version = 8  # what opset 17 needs; TensorRT 10's parser reads up to IR 10
+    return model
+
+
+def _check(w: RecipeWriter, name: str, inputs: list, outputs: list) -> None:
+    """Check and shape-infer the recipe with its large weights stood in by typed inputs.
+
+    The weights cannot change the verdict (their shapes and dtypes are kept) but
+    dominate the cost: protobuf would copy hundreds of MB three times.
+    """
+    small, stand_ins = [], []
+    for name, array in w.initializers:
+        if array.nbytes > 4096:
+            dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
+            stand_ins.append(helper.make_tensor_value_info(name, dtype, list(array.shape)))
+        else:
+            small.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    skeleton = _model(helper.make_graph(w.nodes, name, inputs + stand_ins, outputs, small))
     try:
-        onnx.checker.check_model(model)
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        onnx.checker.check_model(skeleton)
+        onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0]
-        raise BuildError(f"tensorrt recipe for {graph.name!r} is not valid ONNX: {first}") from None
-    return model
+        raise BuildError(f"tensorrt recipe for {name!r} is not valid ONNX: {first}") from None
