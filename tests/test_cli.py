@@ -49,9 +49,32 @@ def test_build_then_run_from_the_shell(model_file, tmp_path, small_input):
     assert "input  x: float32[1,3,8,8]" in info and "format 1.0" in info
 
 
-def test_a_target_without_a_backend_yet_is_placed_on_the_host(model_file, tmp_path):
-    result = run("-m", "aot.cli.build", str(model_file), "-o", str(tmp_path / "t.aotb"), "--target", "tensorrt")
-    assert "note: target 'tensorrt'" in result.stdout
+def test_tensorrt_target_without_a_gpu_writes_recipes_and_says_so(model_file, tmp_path):
+    bundle = tmp_path / "t.aotb"
+    result = run(
+        "-m", "aot.cli.build", str(model_file), "-o", str(bundle), "--target", "tensorrt", "--min-region-size", "1",
+        "--precision", "fp16", "--workspace", "256MiB", "--cache-dir", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert "tensorrt: " in result.stdout and "no engine built" in result.stdout
+    assert "engines  cache" in result.stdout and "0 built" in result.stdout
+    assert "module tensorrt_0 on backend tensorrt" in run("-m", "runtime_lite", "info", str(bundle)).stdout
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--workspace", "lots", "--workspace must be a size such as 512MiB"),
+        ("--batch", "8:4:1", "--batch must satisfy 1 <= MIN <= OPT <= MAX"),
+        ("--batch", "1-8", "--batch must look like MIN:OPT:MAX"),
+        ("--precision", "int4", "'int4' is not one of 'fp32', 'fp16'"),
+    ],
+)
+def test_bad_tensorrt_options_are_one_line_errors(model_file, tmp_path, option, value, message):
+    out = tmp_path / "t.aotb"
+    result = run("-m", "aot.cli.build", str(model_file), "-o", str(out), "--target", "tensorrt", option, value,
+                 check=False)  # fmt: skip
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
 
 
 def test_print_graph_shows_regions_and_composites(model_file, tmp_path):

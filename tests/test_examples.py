@@ -38,3 +38,16 @@ def test_byoc_npu_example_partitions_and_computes(tmp_path):
     assert "'npu.conv2d_relu_fused'" in result.stdout
     assert 'region npu_0 {Codegen="npu"}' in result.stdout and "CONV" in result.stdout
     assert "OK: the NPU computed the convolution for real" in result.stdout
+
+
+def test_tensorrt_example_degrades_gracefully_without_a_gpu(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "tensorrt_conv_relu.py"), "--cache-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'region tensorrt_0 {Codegen="tensorrt"}' in result.stdout
+    assert "recipe of tensorrt_0 in onnxruntime vs host" in result.stdout
+    assert "[fp32] output (1, 16, 30, 30)" in result.stdout and "[fp16] output" in result.stdout
+    assert result.stdout.count(": OK") == 2

@@ -1,8 +1,8 @@
 """Acceptance: `pip install ./runtime_lite` alone runs a bundle in a fresh virtual environment.
 
-The venv has no aot, onnx, click or torch; the bundle (SqueezeNet with random weights,
-partitioned between the virtual NPU and the host) is built here, run there in a new
-process, and the outputs compared.
+The venv has no aot, onnx, click, torch or tensorrt; two bundles (SqueezeNet with random
+weights, partitioned for the virtual NPU, and for TensorRT, which without a GPU runs its
+host fallback) are built here, run there in a new process, and the outputs compared.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import runtime_lite
 module = runtime_lite.load(sys.argv[1])
 outputs = module.run({k: np.load(v) for k, v in zip(sys.argv[2::2], sys.argv[3::2])})
 np.save("out.npy", outputs[0])
-for name in ("aot", "onnx", "click", "torch", "onnxruntime"):
+for name in ("aot", "onnx", "click", "torch", "onnxruntime", "tensorrt"):
     try:
         __import__(name)
     except ImportError:
@@ -53,17 +53,20 @@ def test_runtime_alone_runs_a_bundle_in_a_fresh_venv(tmp_path):
 
     model = load_zoo_model("squeezenet")
     feeds = zoo_input(model)
-    bundle = tmp_path / "squeezenet.aotb"
-    result = aot.build(model, targets=["npu"])
-    assert result.header["modules"], "the bundle should exercise the NPU backend too"
-    result.save(bundle)
-    args = [str(bundle)]
-    for name, array in feeds.items():
-        np.save(tmp_path / "input.npy", array)
-        args += [name, str(tmp_path / "input.npy")]
-    work = tmp_path / "work"
-    work.mkdir()
-    result = subprocess.run([str(python), "-c", SCRIPT, *args], capture_output=True, text=True, cwd=work)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert str(env_dir) in result.stdout  # the venv's own copy ran, not this checkout
-    np.testing.assert_array_equal(np.load(work / "out.npy"), runtime_lite.load(bundle).run(feeds)[0])
+    for target in ("npu", "tensorrt"):
+        bundle = tmp_path / f"squeezenet-{target}.aotb"
+        result = aot.build(model, targets=[target])
+        assert [m["backend"] for m in result.header["modules"]] and all(
+            m["backend"] == target for m in result.header["modules"]
+        ), f"the bundle should exercise the {target} backend"
+        result.save(bundle)
+        args = [str(bundle)]
+        for name, array in feeds.items():
+            np.save(tmp_path / "input.npy", array)
+            args += [name, str(tmp_path / "input.npy")]
+        work = tmp_path / f"work-{target}"
+        work.mkdir()
+        result = subprocess.run([str(python), "-c", SCRIPT, *args], capture_output=True, text=True, cwd=work)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert str(env_dir) in result.stdout  # the venv's own copy ran, not this checkout
+        np.testing.assert_array_equal(np.load(work / "out.npy"), runtime_lite.load(bundle).run(feeds)[0])
