@@ -127,6 +127,10 @@ def test_version_compatible_engines_need_an_explicit_opt_in(machine, tmp_path):
     assert "engine 0 from the bundle" in accepted.modules[0]["placement"]
     machine.become()  # the building TensorRT itself: host code is still embedded, still an opt-in
     assert "version-compatible" in runtime_lite.load(bundle, allow_engine_build=False).modules[0]["placement"]
+    rebuilt = runtime_lite.load(bundle, allow_engine_build=True, cache_dir=tmp_path / "cache")
+    assert "built from the recipe" in rebuilt.modules[0]["placement"]  # without the opt-in: a plain engine
+    newest = max(EngineCache(tmp_path / "cache").entries(), key=lambda e: e.last_used)
+    assert newest.ingredients["version_compatible"] is False
 
 
 def test_fp16_engine_within_fp16_tolerance(machine, tmp_path):

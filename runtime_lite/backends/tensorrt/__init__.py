@@ -19,6 +19,7 @@ Nothing here imports tensorrt or cuda-python until a TensorRT module is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -131,14 +132,21 @@ class TensorRTModule:
         from runtime_lite.backends.tensorrt.gpu import EngineIncompatible
         from runtime_lite.engine_cache import EngineCache, engine_key
 
-        profile = profiles(self.inputs, self.settings)
-        ingredient = ingredients(self.settings, profile, device)
+        # An engine built or cached here is for this TensorRT: it embeds host code only if the caller trusts that.
+        settings = dataclasses.replace(
+            self.settings, version_compatible=self.settings.version_compatible and options.allow_version_compatible
+        )
+        profile = profiles(self.inputs, settings)
+        ingredient = ingredients(settings, profile, device)
         key = engine_key(bytes(self.recipe), ingredient)
         cache = EngineCache(options.cache_dir)
         data = cache.get(key)
+        trusted = {"version_compatible": settings.version_compatible}
         if data is not None:
             try:
-                return self._runner(data, {}), f"on {device.gpu} with engine {key[:12]} from the cache {cache.root}"
+                return self._runner(
+                    data, trusted
+                ), f"on {device.gpu} with engine {key[:12]} from the cache {cache.root}"
             except EngineIncompatible as e:
                 reasons.append(f"cache entry {key[:12]}: {e}")
         why = "; ".join(reasons) or "the bundle has no engines"
@@ -150,12 +158,12 @@ class TensorRTModule:
 
         def build() -> bytes:
             timing = cache.root / "timing" / f"{key[:2]}-{device.compute_capability}.cache"
-            return build_engine(bytes(self.recipe), self.settings, profile, label=self.id, timing_cache=timing)
+            return build_engine(bytes(self.recipe), settings, profile, label=self.id, timing_cache=timing)
 
         try:
             data, hit = cache.get_or_build(key, build, ingredient)
             how = "from the cache" if hit else "built from the recipe into the cache"
-            return self._runner(data, {}), f"on {device.gpu} with engine {key[:12]} {how} {cache.root}"
+            return self._runner(data, trusted), f"on {device.gpu} with engine {key[:12]} {how} {cache.root}"
         except (EngineBuildError, EngineIncompatible, OSError) as e:
             return None, f"on the host: building an engine for {device} failed: {e}"
 
