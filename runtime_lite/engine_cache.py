@@ -59,31 +59,29 @@ def engine_key(recipe: bytes, ingredients: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
+try:
+    import fcntl
+
+    def _lock(handle, exclusive: bool) -> None:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_UN)
+
+except ImportError:  # pragma: no cover - Windows
+    import msvcrt
+
+    def _lock(handle, exclusive: bool) -> None:
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK if exclusive else msvcrt.LK_UNLCK, 1)
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (fcntl on POSIX, msvcrt on Windows)."""
+    """An exclusive lock between processes (flock on POSIX, msvcrt on Windows)."""
     with open(path, "a+b") as handle:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - Windows
-            import msvcrt
-
-            handle.seek(0)
-            msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+        _lock(handle, True)
         try:
             yield
         finally:
-            try:
-                import fcntl
-
-                fcntl.flock(handle, fcntl.LOCK_UN)
-            except ImportError:  # pragma: no cover - Windows
-                import msvcrt
-
-                handle.seek(0)
-                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+            _lock(handle, False)
 
 
 @dataclass
@@ -127,7 +125,7 @@ class EngineCache:
             return None
         if not isinstance(record, dict) or hashlib.sha256(data).hexdigest() != record.get("sha256"):
             logger.warning("engine cache entry %s is corrupt (sha256 mismatch); dropping it", key[:16])
-            self._drop(key)
+            self.drop(key)
             self.stats.dropped += 1
             return None
         with contextlib.suppress(OSError):
@@ -202,13 +200,14 @@ class EngineCache:
                     break
                 if entry.key == keep:
                     continue
-                self._drop(entry.key)
+                self.drop(entry.key)
                 total -= entry.size
                 removed += 1
         self.stats.evicted += removed
         return removed
 
-    def _drop(self, key: str) -> None:
+    def drop(self, key: str) -> None:
+        """Remove an entry (a no-op if absent)."""
         engine_path, record_path = self._paths(key)
         for path in (record_path, engine_path):  # the record first: the entry stops existing at once
             with contextlib.suppress(OSError):

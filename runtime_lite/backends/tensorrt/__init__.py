@@ -33,7 +33,6 @@ from runtime_lite.backends.tensorrt.spec import (
     BuildSettings,
     DeviceSignature,
     engine_fits,
-    ingredients,
     profiles,
 )
 from runtime_lite.backends.weights import view_constant
@@ -128,26 +127,25 @@ class TensorRTModule:
         return self._from_cache(device, options, reasons)
 
     def _from_cache(self, device: DeviceSignature, options: LoadOptions, reasons: list[str]) -> tuple[Any, str]:
-        from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engine
+        from runtime_lite.backends.tensorrt.builder import EngineBuildError, cached_engine
         from runtime_lite.backends.tensorrt.gpu import EngineIncompatible
-        from runtime_lite.engine_cache import EngineCache, engine_key
+        from runtime_lite.engine_cache import EngineCache
 
         # An engine built or cached here is for this TensorRT: it embeds host code only if the caller trusts that.
         settings = dataclasses.replace(
             self.settings, version_compatible=self.settings.version_compatible and options.allow_version_compatible
         )
         profile = profiles(self.inputs, settings)
-        ingredient = ingredients(settings, profile, device)
-        key = engine_key(bytes(self.recipe), ingredient)
+        recipe = bytes(self.recipe)
         cache = EngineCache(options.cache_dir)
-        data = cache.get(key)
         trusted = {"version_compatible": settings.version_compatible}
+        key, data, _ = cached_engine(cache, recipe, settings, profile, device, label=self.id, build=False)
         if data is not None:
             try:
-                return self._runner(
-                    data, trusted
-                ), f"on {device.gpu} with engine {key[:12]} from the cache {cache.root}"
+                runner = self._runner(data, trusted)
+                return runner, f"on {device.gpu} with engine {key[:12]} from the cache {cache.root}"
             except EngineIncompatible as e:
+                cache.drop(key)  # TensorRT refuses it here: a rebuild must not be handed the same bytes
                 reasons.append(f"cache entry {key[:12]}: {e}")
         why = "; ".join(reasons) or "the bundle has no engines"
         if not options.allow_engine_build:
@@ -155,13 +153,8 @@ class TensorRTModule:
                 f"on the host: no engine fits {device} ({why}); "
                 "load with allow_engine_build=True or set AOT_ALLOW_ENGINE_BUILD=1 to build one into the cache"
             )
-
-        def build() -> bytes:
-            timing = cache.root / "timing" / f"{key[:2]}-{device.compute_capability}.cache"
-            return build_engine(bytes(self.recipe), settings, profile, label=self.id, timing_cache=timing)
-
         try:
-            data, hit = cache.get_or_build(key, build, ingredient)
+            key, data, hit = cached_engine(cache, recipe, settings, profile, device, label=self.id, build=True)
             how = "from the cache" if hit else "built from the recipe into the cache"
             return self._runner(data, trusted), f"on {device.gpu} with engine {key[:12]} {how} {cache.root}"
         except (EngineBuildError, EngineIncompatible, OSError) as e:

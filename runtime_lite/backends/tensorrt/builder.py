@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime_lite.backends.tensorrt.gpu import probe
-from runtime_lite.backends.tensorrt.spec import BuildSettings
+from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
+from runtime_lite.engine_cache import EngineCache, engine_key
 from runtime_lite.files import atomic_write
 
 
@@ -102,3 +103,33 @@ def build_engine(
         os.makedirs(timing_cache.parent, exist_ok=True)
         atomic_write(timing_cache, lambda out: out.write(data))
     return bytes(serialized)
+
+
+def cached_engine(
+    cache: EngineCache,
+    recipe: bytes,
+    settings: BuildSettings,
+    profile: dict[str, list[list[int]]],
+    device: DeviceSignature,
+    *,
+    label: str,
+    build: bool,
+    progress: TextIO | None = sys.stderr,
+) -> tuple[str, bytes | None, bool]:
+    """(key, engine or None, hit): the cache entry for this recipe on ``device``, built on a miss if ``build``.
+
+    The one path by which aot-build and a deployed runtime reach the cache, so
+    both compute the same key and share one timing cache per TensorRT and GPU.
+    """
+    ingredient = ingredients(settings, profile, device)
+    key = engine_key(recipe, ingredient)
+    if not build:
+        data = cache.get(key)
+        return key, data, data is not None
+    timing = cache.root / "timing" / f"trt{device.tensorrt}-sm{device.compute_capability}.cache"
+    data, hit = cache.get_or_build(
+        key,
+        lambda: build_engine(recipe, settings, profile, label=label, timing_cache=timing, progress=progress),
+        ingredient,
+    )
+    return key, data, hit

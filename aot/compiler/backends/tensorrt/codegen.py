@@ -26,8 +26,8 @@ from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.partition import Region
 from aot.errors import BuildError
 from aot.packager.bundle import tensor_spec
-from runtime_lite.backends.tensorrt.spec import FORMAT, BuildSettings, engine_tags_for, ingredients, profiles
-from runtime_lite.engine_cache import EngineCache, engine_key
+from runtime_lite.backends.tensorrt.spec import FORMAT, BuildSettings, engine_tags_for, profiles
+from runtime_lite.engine_cache import EngineCache
 from runtime_lite.signature import parse_specs
 
 
@@ -54,7 +54,7 @@ def _fallback(graph) -> tuple[bytes, bytes]:
 
 def _engine(recipe: bytes, region_id: str, specs: list[dict], options: TensorRTOptions, notes: list[str]):
     """(tags, engine bytes) built or found in the cache for this machine's GPU, or None with a note."""
-    from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engine
+    from runtime_lite.backends.tensorrt.builder import EngineBuildError, cached_engine
     from runtime_lite.backends.tensorrt.gpu import GpuUnavailable, probe
 
     try:
@@ -63,15 +63,10 @@ def _engine(recipe: bytes, region_id: str, specs: list[dict], options: TensorRTO
         notes.append(f"tensorrt: no engine built for {region_id} ({e}); it is built or run on the host at load")
         return None
     profile = profiles(parse_specs(specs, "inputs"), options.settings)
-    ingredient = ingredients(options.settings, profile, device)
-    key = engine_key(recipe, ingredient)
     try:
-        data, _ = options.cache.get_or_build(
-            key,
-            lambda: build_engine(recipe, options.settings, profile, label=region_id,
-                                 timing_cache=options.cache.root / "timing" / f"{device.compute_capability}.cache",
-                                 progress=options.progress),
-            ingredient,
+        key, data, _ = cached_engine(
+            options.cache, recipe, options.settings, profile, device,
+            label=region_id, build=True, progress=options.progress,
         )  # fmt: skip
     except EngineBuildError as e:
         raise BuildError(str(e)) from None

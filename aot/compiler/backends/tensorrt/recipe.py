@@ -33,10 +33,9 @@ NARROWED = {"fp16": "float16"}  # precision -> the dtype float32 tensors take in
 class RecipeWriter:
     """Builds one recipe; ``tensor(value)`` names a value, ``emit`` adds ONNX nodes."""
 
-    def __init__(self, graph: Graph, precision: str):
+    def __init__(self, precision: str):
         if precision not in PRECISIONS:
             raise BuildError(f"precision {precision!r} is not supported (choose from {', '.join(PRECISIONS)})")
-        self.graph = graph
         self.narrow = NARROWED.get(precision)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[tuple[str, np.ndarray]] = []
@@ -277,7 +276,7 @@ def write_recipe(graph: Graph, precision: str = "fp32") -> onnx.ModelProto:
     Its inputs and outputs keep the names and dtypes the host exchanges with the
     region; a narrowed precision is cast on the way in and out.
     """
-    w = RecipeWriter(graph, precision)
+    w = RecipeWriter(precision)
     inputs, outputs = [], []
     for value in graph.inputs:
         name = w.fresh(value.name)
