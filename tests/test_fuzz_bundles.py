@@ -1,4 +1,4 @@
-"""Hostile bundles, fuzzed: real NPU-partitioned bundles, mutated, must fail cleanly or stay correct.
+"""Hostile bundles, fuzzed: real NPU- and TensorRT-partitioned bundles, mutated, must fail cleanly or stay correct.
 
 * bytes: truncations, bit flips and overwritten ranges anywhere in the file. The
   result either raises BundleError at load or (a flip in padding) loads and computes
@@ -7,13 +7,21 @@
   re-packed with correct checksums so validation (not the checksum) must catch it;
 * NPU payload: the same for a random field of the JSON graph.
 
-Each example has a 2-second deadline: nothing may hang.
+Each example has a 2-second deadline (nothing may hang) and a 64 MB bound on what
+loading and running may allocate (traced by tracemalloc, which sees numpy's buffers
+too): a declared-but-absurd size must be refused, never allocated.
+
+``FUZZ_EXAMPLES=N`` sets the examples per test (150 by default, bounded for CI);
+``FUZZ_REPORT=path.json`` writes the outcome counts, for docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import tracemalloc
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -29,7 +37,7 @@ from runtime_lite.backends.npu import NpuBackend
 from tests.conftest import small_cnn_model
 
 FUZZ = settings(
-    max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
     deadline=2000,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -47,6 +55,20 @@ HOSTILE_VALUES = st.one_of(
 )
 
 
+ALLOCATION_BOUND = 64 << 20
+OUTCOMES: Counter = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def outcome_report():
+    tracemalloc.start()
+    yield
+    tracemalloc.stop()
+    if os.environ.get("FUZZ_REPORT"):
+        with open(os.environ["FUZZ_REPORT"], "w") as f:
+            json.dump({" / ".join(k): v for k, v in sorted(OUTCOMES.items())}, f, indent=1)
+
+
 @pytest.fixture(scope="module")
 def npu_build():
     model = small_cnn_model(1, 13)
@@ -56,11 +78,19 @@ def npu_build():
 
 
 @pytest.fixture(scope="module")
-def original(npu_build):
-    data = npu_build.to_bytes()
-    module = runtime_lite.load(data)
+def tensorrt_build():
+    result = build(small_cnn_model(1, 13), targets=["tensorrt"], min_region_size=1)
+    assert [m["backend"] for m in result.header["modules"]] == ["tensorrt"]
+    return result
+
+
+@pytest.fixture(scope="module", params=["npu", "tensorrt"])
+def original(request):
+    """(build, bundle bytes, input, expected outputs) of each backend's bundle."""
+    result = request.getfixturevalue(f"{request.param}_build")
+    data = result.to_bytes()
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    return data, x, module.run([x])
+    return request.param, result, data, x, runtime_lite.load(data).run([x])
 
 
 def _paths(node, prefix=()):
@@ -84,27 +114,40 @@ def _replace(tree, path, value):
     return tree
 
 
-def _load_cleanly(data, x, expected=None):
-    """Load and run; only the runtime's own errors may come out."""
+def _load_cleanly(data, x, expected=None) -> str:
+    """Load and run; only the runtime's own errors may come out, and no absurd allocation."""
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        outcome = _load_and_run(data, x, expected)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] - base
+    assert peak < ALLOCATION_BOUND, f"loading a damaged bundle allocated {peak >> 20} MB"
+    return outcome
+
+
+def _load_and_run(data, x, expected) -> str:
     try:
         module = runtime_lite.load(data)
     except BundleError as e:
         assert "\n" not in str(e)
-        return "rejected"
+        return "rejected at load (BundleError)"
     try:
         outputs = module.run([x])
-    except (ExecutionError, InputError):
-        return "failed at run"
-    if expected is not None:
-        for a, b in zip(outputs, expected):
-            np.testing.assert_array_equal(a, b)
-    return "loaded"
+    except (ExecutionError, InputError) as e:
+        assert "\n" not in str(e)
+        return f"refused at run ({type(e).__name__})"
+    if expected is None:
+        return "loaded and ran"
+    for a, b in zip(outputs, expected):
+        np.testing.assert_array_equal(a, b)
+    return "loaded, outputs identical"
 
 
 @FUZZ
 @given(data=st.data())
 def test_damaged_bytes_are_rejected_or_harmless(original, data):
-    bundle, x, expected = original
+    backend, _, bundle, x, expected = original
     raw = bytearray(bundle)
     kind = data.draw(st.sampled_from(["truncate", "flip", "overwrite"]))
     if kind == "truncate":
@@ -117,21 +160,21 @@ def test_damaged_bytes_are_rejected_or_harmless(original, data):
         start = data.draw(st.integers(0, len(raw) - 1))
         chunk = data.draw(st.binary(min_size=1, max_size=64))
         raw[start : start + len(chunk)] = chunk
-    _load_cleanly(bytes(raw), x, expected)
+    OUTCOMES[backend, f"bytes {kind}", _load_cleanly(bytes(raw), x, expected)] += 1
 
 
 @FUZZ
 @given(data=st.data())
-def test_hostile_header_fields_are_bundle_errors(npu_build, original, data):
-    _, x, _ = original
-    paths = list(_paths(npu_build.header))
-    path = data.draw(st.sampled_from(paths))
-    header = _replace(npu_build.header, path, data.draw(HOSTILE_VALUES))
+def test_hostile_header_fields_are_bundle_errors(original, data):
+    backend, result, _, x, _ = original
+    path = data.draw(st.sampled_from(list(_paths(result.header))))
+    header = _replace(result.header, path, data.draw(HOSTILE_VALUES))
     try:
-        bundle = to_bytes(header, npu_build.blobs)
+        bundle = to_bytes(header, result.blobs)
     except (TypeError, ValueError, OverflowError):
-        return  # msgpack cannot even encode it (e.g. an int beyond 64 bits): no bundle to load
-    _load_cleanly(bundle, x)
+        OUTCOMES[backend, "header field", "not encodable by msgpack"] += 1
+        return  # e.g. an int beyond 64 bits: no bundle to load
+    OUTCOMES[backend, "header field", _load_cleanly(bundle, x)] += 1
 
 
 @FUZZ
@@ -144,8 +187,11 @@ def test_hostile_npu_payload_fields_are_bundle_errors(npu_build, data):
     try:
         payload = json.dumps(_replace(graph, path, value)).encode()
     except (TypeError, ValueError):
-        return  # not expressible in JSON
+        OUTCOMES["npu", "graph field", "not expressible in JSON"] += 1
+        return
     try:
         NpuBackend().init({"graph": memoryview(payload)}, {})
+        OUTCOMES["npu", "graph field", "accepted (a valid graph)"] += 1
     except (BundleError, IncompatiblePayload) as e:
         assert "\n" not in str(e)
+        OUTCOMES["npu", "graph field", f"rejected at init ({type(e).__name__})"] += 1
