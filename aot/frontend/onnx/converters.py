@@ -63,7 +63,6 @@ BINARY = {
     "Mul": "multiply",
     "Div": "divide",
     "Pow": "power",
-    "PRelu": "prelu",
     "Equal": "equal",
     "Less": "less",
     "LessOrEqual": "less_equal",
@@ -102,6 +101,42 @@ def _leaky_relu(ctx):
 @single
 def _elu(ctx):
     return ctx.emit("elu", ctx.inputs[0], alpha=float(ctx.attr("alpha", 1.0)))
+
+
+@converter("PRelu")
+@single
+def _prelu(ctx):
+    x, slope = ctx.inputs[0], ctx.inputs[1]
+    if ctx.opset < 7 and slope.type.rank == 1 and x.type.rank > 2 and slope.type.shape[0] == x.type.shape[1] != 1:
+        # Opset 6 and older broadcast a 1-d slope along the channels (axis 1), as PyTorch's exporter relied on.
+        slope = ctx.emit("reshape", slope, shape=[-1] + [1] * (x.type.rank - 2))
+    return ctx.emit("prelu", x, slope)
+
+
+@converter("Selu")
+@single
+def _selu(ctx):
+    """gamma * elu(x, alpha): the definition, with the kernels already there."""
+    x = ctx.inputs[0]
+    elu = ctx.emit("elu", x, alpha=float(ctx.attr("alpha", 1.67326319217681884765625)))
+    return ctx.emit("multiply", elu, ctx.constant(ctx.attr("gamma", 1.05070102214813232421875), x.type.dtype))
+
+
+@converter("Shrink")
+@single
+def _shrink(ctx):
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    x = ctx.inputs[0]
+    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
+    dtype = x.type.dtype
+    above = ctx.emit(
+        "where",
+        ctx.emit("greater", x, ctx.constant(lambd, dtype)),
+        ctx.emit("subtract", x, ctx.constant(bias, dtype)),
+        ctx.constant(0, dtype),
+    )
+    below = ctx.emit("less", x, ctx.constant(-lambd, dtype))
+    return ctx.emit("where", below, ctx.emit("add", x, ctx.constant(bias, dtype)), above)
 
 
 @converter("HardSigmoid")

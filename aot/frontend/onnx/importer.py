@@ -70,9 +70,43 @@ def _upgrade_if_old(model: onnx.ModelProto) -> onnx.ModelProto:
         from onnx import version_converter
 
         log.info("upgrading opset %d to 13 with onnx.version_converter", opset)
+        if opset < 7:
+            model = _channel_prelu_slopes(model)
         return version_converter.convert_version(model, 13)
     except Exception as e:
         raise ModelError(f"opset {opset} is older than {MIN_OPSET} and onnx could not upgrade it ({e})") from None
+
+
+def _channel_prelu_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Make opset-6 PRelu's channel-wise slope explicit before upgrading.
+
+    Up to opset 6 a 1-d slope of C values applied along axis 1 (PyTorch's exporter
+    relied on it); from opset 7 it broadcasts numpy-style, against the last axis.
+    onnx's version converter does not rewrite it, so a Reshape to [C, 1, ..., 1] is
+    inserted here, where the old semantics are still known.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in list(inferred.graph.value_info) + list(inferred.graph.input)
+        if v.type.tensor_type.HasField("shape")
+    }
+    nodes = []
+    for node in graph.node:
+        if node.op_type == "PRelu" and node.domain in ("", "ai.onnx") and ranks.get(node.input[1]) == 1:
+            rank = ranks.get(node.input[0], 0)
+            if rank > 2:
+                shape_name, reshaped = f"{node.input[1]}__channels_shape", f"{node.input[1]}__channels"
+                shape = onnx.numpy_helper.from_array(np.array([-1] + [1] * (rank - 2), np.int64))
+                nodes.append(onnx.helper.make_node("Constant", [], [shape_name], value=shape))
+                nodes.append(onnx.helper.make_node("Reshape", [node.input[1], shape_name], [reshaped]))
+                node.input[1] = reshaped
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
 
 
 def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
