@@ -22,6 +22,7 @@ import argparse
 import gc
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -153,8 +154,10 @@ def soak(bundles: dict[str, Path], seconds: float, ceiling_mb: float, sample_eve
     warm_up = seconds * 0.1
     warm = [rss for t, rss in samples if t <= warm_up]
     after = [rss for t, rss in samples if t > warm_up]
+    tail = [rss for t, rss in samples if t > seconds * 0.9]
     return {
         "samples": samples,
+        "trend": statistics.median(tail or after or warm) / statistics.median(after[: len(tail)] or warm) - 1,
         "counts": work.counts,
         "warm_max": max(warm),
         "after_max": max(after) if after else max(warm),
@@ -180,6 +183,9 @@ def report(result: dict, command: str) -> str:
 Every run matched the first result of the same bundle and input. RSS after the
 warm-up (the first 10%) peaked at {result["after_max"]:.1f} MB, against
 {result["warm_max"]:.1f} MB during it: growth {growth:+.1%} (target ≤ +{GROWTH_LIMIT:.0%}: {verdict}).
+The median of the last 10% against the median of as many samples just after the
+warm-up: {result["trend"]:+.1%} (the trend, without the peaks of two copies of one
+bundle alive during a reload).
 
 | seconds | RSS (MB) |
 |---:|---:|
