@@ -1,0 +1,100 @@
+"""Symbolic dims as exporters write them: fixed from the command line, or kept dynamic.
+
+The model is what ``torch.onnx.export`` writes for a small CNN with dynamic axes:
+inputs ``[N, 3, H, W]`` and ``x.view(x.size(0), -1)`` as Shape -> Gather -> Unsqueeze
+-> Concat -> Reshape. Fixing every dim folds that arithmetic to constants; keeping N
+symbolic keeps a run-time shape computation and runs any batch. Each is checked
+against onnxruntime on the same ONNX file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import runtime_lite
+from tests.helpers import onnxruntime_outputs, rand
+
+
+def exported_cnn() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Conv", ["images", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Shape", ["p"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["p", "target"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fw", "fb"], ["logits"], transB=1),
+    ]
+    inits = {
+        "w": rand(8, 3, 3, 3, seed=1),
+        "b": rand(8, seed=2),
+        "zero": np.array(0, np.int64),
+        "axes0": np.array([0], np.int64),
+        "minus_one": np.array([-1], np.int64),
+        "fw": rand(5, 8, seed=3),
+        "fb": rand(5, seed=4),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "exported",
+        [helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", 13)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dynamic") / "exported.onnx"
+    onnx.save(exported_cnn(), path)
+    return path
+
+
+def aot_build(model_file, out, *args) -> runtime_lite.Module:
+    result = subprocess.run(
+        [sys.executable, "-m", "aot.cli.build", str(model_file), "-o", str(out), "-q", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return runtime_lite.load(out)
+
+
+def check(module, batch: int, height: int, width: int) -> None:
+    images = rand(batch, 3, height, width, seed=batch * 100 + height)
+    expected = onnxruntime_outputs(exported_cnn(), {"images": images})[0]
+    np.testing.assert_allclose(module.run({"images": images})[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_all_dims_fixed_on_the_command_line_fold_the_shape_arithmetic(model_file, tmp_path):
+    module = aot_build(model_file, tmp_path / "fixed.aotb", "--input", "images:2x3x32x24")
+    assert module.inputs[0].shape == (2, 3, 32, 24)
+    from aot.compiler import build
+
+    graph_ops = build(exported_cnn(), input_shapes={"images": (2, 3, 32, 24)}).op_counts
+    assert not {"shape", "gather", "concat", "unsqueeze"} & set(graph_ops), graph_ops
+    check(module, 2, 32, 24)
+
+
+def test_a_symbolic_batch_with_fixed_height_and_width_runs_any_batch(model_file, tmp_path):
+    module = aot_build(model_file, tmp_path / "batch.aotb", "--input", "images:Nx3x32x32")
+    assert module.inputs[0].shape == ("N", 3, 32, 32)
+    for batch in (1, 3, 8):
+        check(module, batch, 32, 32)
+
+
+def test_fully_dynamic_input_runs_any_batch_and_size(model_file, tmp_path):
+    module = aot_build(model_file, tmp_path / "dynamic.aotb")
+    assert module.inputs[0].shape == ("N", 3, "H", "W")
+    for batch, height, width in ((1, 16, 16), (3, 32, 24), (8, 7, 9)):
+        check(module, batch, height, width)
