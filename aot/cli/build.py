@@ -23,11 +23,12 @@ def _megabytes(n: int | None) -> str:
 def summarize(result: BuildResult, source: str, output: str, size: int, seconds: float) -> list[str]:
     graph = result.graph
     meta = graph.metadata
-    origin = (
-        f"{meta.get('frontend', 'graph')} opset {meta['opset']}, {meta['source_nodes']} nodes"
-        if "opset" in meta
-        else "IR graph"
-    )
+    if "opset" in meta:
+        origin = f"{meta.get('frontend', 'graph')} opset {meta['opset']}, {meta['source_nodes']} nodes"
+    elif "source_nodes" in meta:
+        origin = f"{meta.get('frontend', 'graph')}, {meta['source_nodes']} ATen calls"
+    else:
+        origin = "IR graph"
     folded = result.pass_stats.get("folded_affine", 0)
     memory = result.plan.memory
     ops = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -19,6 +19,7 @@ from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.targets import IMPLEMENTED_TARGETS, check_targets
 from aot.frontend.onnx import from_onnx
+from aot.frontend.torch import from_exported_program, load_exported_program
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.ir.graph import Graph
 from aot.packager import BlobTable, make_header, save, to_bytes
@@ -100,7 +101,7 @@ def build(
     if isinstance(model, Graph):
         graph = model
     else:
-        graph = stage("import", lambda: from_onnx(model, input_shapes=input_shapes, name=name or _default_name(model)))
+        graph = stage("import", lambda: _import(model, input_shapes, name or _default_name(model)))
     stats = stage("optimize", lambda: optimize(graph))
     blobs = BlobTable()
     partitioned, modules = None, []
@@ -115,6 +116,15 @@ def build(
     plan = stage("plan", lambda: lower_to_host_plan(graph))
     header = stage("package", lambda: make_header(graph, plan, blobs, modules))
     return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned)
+
+
+def _import(model: Any, input_shapes: InputShapes | None, name: str) -> Graph:
+    """The frontend for what was given: a torch.export program (or .pt2 file), else ONNX."""
+    if hasattr(model, "graph_signature"):
+        return from_exported_program(model, input_shapes=input_shapes, name=name)
+    if isinstance(model, (str, os.PathLike)) and os.fspath(model).endswith(".pt2"):
+        return from_exported_program(load_exported_program(model), input_shapes=input_shapes, name=name)
+    return from_onnx(model, input_shapes=input_shapes, name=name)
 
 
 def _codegen(

@@ -1,0 +1,91 @@
+"""What an ATen converter sees: one FX node's arguments, bound by name to IR values and Python values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aot.errors import ShapeError, UnsupportedOpsError
+from aot.ir.graph import Graph, Value
+from aot.passes.constant_folding import fold_node, is_foldable
+
+TORCH_DTYPES = {
+    "torch.float32": "float32",
+    "torch.float16": "float16",
+    "torch.float64": "float64",
+    "torch.int64": "int64",
+    "torch.int32": "int32",
+    "torch.int16": "int16",
+    "torch.int8": "int8",
+    "torch.uint8": "uint8",
+    "torch.bool": "bool",
+}
+
+
+class SymbolicSize:
+    """A size known only at run time (``x.size(0)`` under a dynamic dim), by its symbol."""
+
+    def __init__(self, symbol: str):
+        self.symbol = symbol
+
+    def __repr__(self) -> str:
+        return self.symbol
+
+
+def numpy_dtype(torch_dtype: Any) -> str:
+    name = TORCH_DTYPES.get(str(torch_dtype))
+    if name is None:
+        raise UnsupportedOpsError(f"dtype {torch_dtype} is not supported")
+    return name
+
+
+class AtenContext:
+    """One ATen call: ``ctx["weight"]`` is its argument by schema name, ``ctx.emit`` adds IR ops."""
+
+    def __init__(self, graph: Graph, node: Any, args: dict[str, Any]):
+        self.graph = graph
+        self.node = node
+        self.name = node.name
+        self.args = args
+
+    def __getitem__(self, name: str) -> Any:
+        return self.args[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.args.get(name, default)
+        return default if value is None else value
+
+    def emit(self, op: str, *inputs: Value, **attrs: Any) -> Value:
+        """Add an IR op; one whose inputs are all constants is folded at once (weights' permutes, etc.)."""
+        try:
+            node = self.graph.add_node(op, list(inputs), attrs, name=self.name)
+        except ShapeError as e:
+            raise ShapeError(f"ATen {self.op_name} node '{self.name}': {e}") from None
+        if is_foldable(node):
+            self.graph.nodes.pop()
+            return fold_node(node)[0]
+        (out,) = node.outputs
+        return out
+
+    def constant(self, data: Any, dtype: str) -> Value:
+        return self.graph.constant(np.asarray(data, dtype=dtype), name=f"{self.name}_const")
+
+    def tensor(self, value: Any, like: Value) -> Value:
+        """A Python scalar as a constant of ``like``'s dtype (tensors pass through)."""
+        return value if isinstance(value, Value) else self.constant(value, like.type.dtype)
+
+    @property
+    def op_name(self) -> str:
+        return str(self.node.target)
+
+    def unsupported(self, message: str) -> UnsupportedOpsError:
+        return UnsupportedOpsError(f"ATen {self.op_name} node '{self.name}': {message}")
+
+
+def ntuple(value: Any, n: int) -> list[int]:
+    """Torch's int-or-list arguments (``stride=2``, ``padding=[1]``) as a list of ``n``."""
+    if isinstance(value, (list, tuple)):
+        values = [int(v) for v in value]
+        return values * n if len(values) == 1 else values
+    return [int(value)] * n

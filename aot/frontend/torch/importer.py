@@ -1,0 +1,213 @@
+"""torch.export's ExportedProgram (or a saved .pt2) to an IR graph.
+
+The program is read at the level torch.export leaves it (``conv2d``, ``linear``,
+``layer_norm``, ``scaled_dot_product_attention`` stay whole). Only when it uses an
+op outside ``aten.ATEN`` is it decomposed, with torch's own table minus every op we
+convert, so the rest becomes core ATen we know. What is still unknown is reported
+all at once. Parameters, buffers and lifted constants come in as IR constants;
+user inputs keep torch's symbolic dims (``s0``) unless ``input_shapes`` fixes them.
+torch is imported here and only here: nothing downstream of the IR needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from aot.errors import ModelError, ShapeError, UnsupportedOpsError
+from aot.frontend.torch.aten import ATEN, PYTHON_CALLS
+from aot.frontend.torch.context import AtenContext, SymbolicSize, numpy_dtype
+from aot.ir.graph import Graph, Value
+from aot.ir.types import Dim, TensorType
+
+InputShapes = Mapping[str, Sequence[Dim]]
+SKIPPED_PREFIXES = ("aten._assert", "aten.sym_constrain_range")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ModelError("reading PyTorch programs needs torch: pip install 'aot[torch]' (torch==2.13.0)") from None
+    return torch
+
+
+def load_exported_program(path: str | os.PathLike[str]) -> Any:
+    """A program saved with ``torch.export.save``."""
+    torch = _torch()
+    if not os.path.isfile(path):
+        raise ModelError(f"cannot read model file: no such file: {os.fspath(path)!r}")
+    try:
+        return torch.export.load(os.fspath(path))
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ModelError(f"cannot load {os.fspath(path)!r} as a torch.export program: {type(e).__name__}: {first}") from None
+
+
+def _key(target: Any) -> str | None:
+    packet = getattr(target, "overloadpacket", None)
+    return str(packet) if packet is not None else PYTHON_CALLS.get(target)
+
+
+def _calls(program: Any) -> list[Any]:
+    return [n for n in program.graph.nodes if n.op == "call_function"]
+
+
+def _is_supported(target: Any) -> bool:
+    key = _key(target)
+    return key is not None and (key in ATEN or key in ("getitem", "aten.sym_size") or key.startswith(SKIPPED_PREFIXES))
+
+
+def _decompose_unknown(program: Any) -> Any:
+    """Let torch decompose whatever we do not convert, keeping every op we do."""
+    if all(_is_supported(n.target) for n in _calls(program)):
+        return program
+    torch = _torch()
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if _key(op) in ATEN:
+            table.pop(op)
+    return program.run_decompositions(table)
+
+
+def _check_inference(program: Any) -> None:
+    """A program that updates its own state (batch-norm statistics, counters) was exported for training."""
+    mutated = list(program.graph_signature.buffers_to_mutate.values())
+    for node in _calls(program):
+        key = _key(node.target) or ""
+        in_place = key.startswith("aten.") and key.endswith("_") and not key.startswith("aten._")
+        training = key == "aten.batch_norm" and len(node.args) > 5 and node.args[5] is True
+        if in_place or training:
+            mutated.append(node.name)
+    if mutated:
+        raise UnsupportedOpsError(
+            f"the program updates its state ({', '.join(sorted(mutated)[:3])}): it was exported in training "
+            "mode; call model.eval() before torch.export.export"
+        )
+
+
+def _check_supported(program: Any) -> None:
+    missing: OrderedDict[str, list[str]] = OrderedDict()
+    for node in _calls(program):
+        if not _is_supported(node.target):
+            missing.setdefault(str(node.target), []).append(node.name)
+    if missing:
+        parts = [f"{op} (node '{names[0]}'{f', {len(names)} nodes' if len(names) > 1 else ''})" for op, names in missing.items()]
+        raise UnsupportedOpsError(f"unsupported ATen ops ({len(missing)} types): {', '.join(parts)}")
+
+
+def _array(tensor: Any, what: str) -> np.ndarray:
+    dtype = numpy_dtype(tensor.dtype)  # raises for bfloat16, complex, ...
+    return np.array(tensor.detach().cpu().contiguous().numpy(), dtype=dtype, order="C", copy=True)
+
+
+def _input_type(name: str, meta: Any, override: Sequence[Dim] | None) -> TensorType:
+    if meta is None or not hasattr(meta, "shape"):
+        raise UnsupportedOpsError(f"input '{name}' is not a tensor (only tensor inputs are supported)")
+    dims: list[Dim] = [int(d) if isinstance(d, int) or str(d).isdigit() else str(d) for d in meta.shape]
+    if override is not None:
+        if len(override) != len(dims):
+            raise ShapeError(f"--input {name}: the program's input has rank {len(dims)} {dims}, got {list(override)}")
+        for i, (declared, given) in enumerate(zip(dims, override)):
+            if isinstance(declared, int) and isinstance(given, int) and declared != given:
+                raise ShapeError(f"--input {name}: dim {i} is fixed to {declared} in the program, got {given}")
+        dims = list(override)
+    return TensorType(dims, numpy_dtype(meta.dtype))
+
+
+def _resolve(raw: Any, env: dict) -> Any:
+    if isinstance(raw, (list, tuple)):
+        return [_resolve(r, env) for r in raw]
+    if hasattr(raw, "op") and hasattr(raw, "target") and raw in env:  # an FX node
+        return env[raw]
+    return raw
+
+
+def _bind(node: Any, env: dict) -> dict[str, Any]:
+    """The call's arguments by schema name, defaults filled in, FX nodes replaced by their values."""
+    arguments = {}
+    for i, arg in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            raw = node.args[i]
+        elif arg.name in node.kwargs:
+            raw = node.kwargs[arg.name]
+        else:
+            raw = arg.default_value if arg.has_default_value() else None
+        arguments[arg.name] = _resolve(raw, env)
+    return arguments
+
+
+def _lifted_constants(program: Any) -> dict[str, np.ndarray]:
+    """Placeholder name -> array for every parameter, buffer and lifted constant."""
+    tensors = {**program.state_dict, **program.constants}
+    constants = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.target is None:
+            continue
+        tensor = tensors.get(spec.target)
+        if tensor is None or not hasattr(tensor, "dtype"):
+            raise ModelError(f"the program lists {spec.target!r} as an input but holds no tensor for it")
+        constants[spec.arg.name] = _array(tensor, spec.target)
+    return constants
+
+
+def from_exported_program(program: Any, input_shapes: InputShapes | None = None, name: str | None = None) -> Graph:
+    """Convert a ``torch.export.ExportedProgram`` to an IR graph (weights become constants).
+
+    ``input_shapes`` fixes symbolic dims by input name: ``{"x": (1, 3, 224, 224)}``.
+    """
+    if not hasattr(program, "graph_signature"):
+        raise ModelError(f"expected a torch.export.ExportedProgram, got {type(program).__name__}")
+    _check_inference(program)
+    program = _decompose_unknown(program)
+    _check_supported(program)
+    constants = _lifted_constants(program)
+    input_shapes = dict(input_shapes or {})
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    user_inputs = [n for n in placeholders if n.name not in constants]
+    unknown = sorted(set(input_shapes) - {n.name for n in user_inputs})
+    if unknown:
+        raise ShapeError(
+            f"--input names unknown input {unknown[0]!r}; the program's inputs are: "
+            + ", ".join(n.name for n in user_inputs)
+        )
+    graph = Graph(name or "main")
+    env: dict[Any, Any] = {}
+    for node in placeholders:
+        if node.name in constants:
+            array = constants[node.name]
+            env[node] = Value(graph.unique_name(node.name), TensorType(array.shape, array.dtype.name), data=array)
+        else:
+            value = graph.add_input(node.name, _input_type(node.name, node.meta.get("val"), input_shapes.get(node.name)))
+            env[node] = value
+    for node in _calls(program):
+        env[node] = _convert(graph, node, env)
+    (results,) = [n.args[0] for n in program.graph.nodes if n.op == "output"]
+    outputs = [env[r] for r in results]
+    if not all(isinstance(v, Value) for v in outputs):
+        raise UnsupportedOpsError("the program returns something other than tensors")
+    for i, value in enumerate(outputs):  # torch outputs have no names of their own: call them as exporters do
+        if value.producer is not None and value not in outputs[:i]:
+            value.name = graph.unique_name("output" if len(outputs) == 1 else f"output_{i}")
+    graph.outputs = outputs
+    graph.metadata.update(frontend="torch.export", source_nodes=len(_calls(program)))
+    return graph
+
+
+def _convert(graph: Graph, node: Any, env: dict) -> Any:
+    key = _key(node.target)
+    if key == "getitem":
+        container, index = env[node.args[0]], node.args[1]
+        if not isinstance(container, list) or index >= len(container):
+            raise UnsupportedOpsError(f"node '{node.name}': output {index} of '{node.args[0].name}' is not supported")
+        return container[index]
+    if key == "aten.sym_size":
+        dim = env[node.args[0]].type.shape[node.args[1]]
+        return dim if isinstance(dim, int) else SymbolicSize(dim)
+    if key.startswith(SKIPPED_PREFIXES):
+        return None
+    return ATEN[key](AtenContext(graph, node, _bind(node, env)))

@@ -1,0 +1,131 @@
+"""The PyTorch frontend against PyTorch itself: torch.export programs through aot and runtime_lite.
+
+Five models (the BYOC tutorial's SmallConvNet, ResNet basic blocks, an MLP,
+nn.TransformerEncoderLayer, a MobileNet depthwise-separable block) must match
+PyTorch's eager outputs within 1e-4 (max abs error relative to the output's range),
+host-only and partitioned for the virtual NPU. Then: a dynamic batch, a saved .pt2
+through aot-build, and the errors a user can hit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import aot
+import runtime_lite
+from aot.errors import ModelError, ShapeError, UnsupportedOpsError
+from aot.frontend import from_exported_program
+from tests import torch_models
+
+TOLERANCE = 1e-4
+CASES = torch_models.cases()
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(actual - expected).max() / max(np.abs(expected).max(), 1e-12))
+
+
+def export(model: nn.Module, example: torch.Tensor, **options) -> torch.export.ExportedProgram:
+    return torch.export.export(torch_models.randomize_batch_norm(model.eval()), (example,), **options)
+
+
+@pytest.fixture(scope="module")
+def programs():
+    return {name: export(model, example) for name, (model, example) in CASES.items()}
+
+
+@pytest.mark.parametrize("targets", [["host"], ["npu"]], ids=["host", "npu"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_matches_pytorch(programs, name, targets):
+    model, example = CASES[name]
+    with torch.no_grad():
+        expected = model(example).numpy()
+    result = aot.build(programs[name], targets=targets)
+    if targets == ["npu"]:
+        assert result.regions.get("npu", 0) > 0, result.regions  # the NPU really takes part
+    actual = runtime_lite.load(result.to_bytes()).run([example.numpy()])[0]
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    assert relative_error(actual, expected) <= TOLERANCE
+
+
+def test_weights_come_in_as_constants_and_batch_norm_folds(programs):
+    graph = from_exported_program(programs["resnet_basic_blocks"])
+    assert [v.name for v in graph.inputs] == ["x"]
+    assert aot.build(graph).op_counts.get("batch_norm", 0) == 0  # folded into the convolutions
+    conv = next(n for n in graph.nodes if n.op == "conv2d")
+    assert conv.inputs[1].is_constant
+
+
+def test_transformer_keeps_layer_norm_and_gelu_whole(programs):
+    ops = aot.build(programs["transformer_encoder_layer"]).op_counts
+    assert ops["layer_norm"] == 2 and ops["softmax"] == 1  # attention written out as matmul/softmax
+    assert aot.build(programs["mlp"]).op_counts["gelu"] == 1
+
+
+def test_dynamic_batch_runs_every_batch():
+    model, _ = CASES["resnet_basic_blocks"]
+    program = export(model, torch.randn(2, 3, 16, 16), dynamic_shapes=({0: torch.export.Dim("batch", max=64)},))
+    module = runtime_lite.load(aot.build(program).to_bytes())
+    assert isinstance(module.inputs[0].shape[0], str)
+    for batch in (1, 3, 8):
+        x = torch.randn(batch, 3, 16, 16)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        assert relative_error(module.run([x.numpy()])[0], expected) <= TOLERANCE
+    fixed = aot.build(program, input_shapes={"x": (4, 3, 16, 16)})
+    assert fixed.graph.inputs[0].type.shape == (4, 3, 16, 16)
+
+
+def test_saved_pt2_builds_with_aot_build(programs, tmp_path):
+    path = tmp_path / "convnet.pt2"
+    torch.export.save(programs["small_conv_net"], path)
+    bundle = tmp_path / "convnet.aotb"
+    result = subprocess.run(
+        [sys.executable, "-m", "aot.cli.build", str(path), "-o", str(bundle), "--target", "npu"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "torch.export" in result.stdout and "npu" in result.stdout
+    model, example = CASES["small_conv_net"]
+    with torch.no_grad():
+        expected = model(example).numpy()
+    assert relative_error(runtime_lite.load(bundle).run([example.numpy()])[0], expected) <= TOLERANCE
+
+
+class Unsupported(nn.Module):
+    def forward(self, x):
+        values, _ = torch.sort(x, dim=-1)
+        return torch.cumsum(values, dim=-1) + torch.fft.fft(x).real
+
+
+def test_unsupported_aten_ops_are_listed_together():
+    program = torch.export.export(Unsupported(), (torch.randn(2, 8),))
+    with pytest.raises(UnsupportedOpsError) as info:
+        aot.build(program)
+    message = str(info.value)
+    assert "\n" not in message
+    for op in ("aten.sort", "aten.cumsum", "aten._fft"):
+        assert op in message, message
+
+
+def test_training_mode_and_bad_sources_are_clear_errors(tmp_path):
+    model, example = CASES["depthwise_separable"]
+    training = torch.export.export(model.train(), (example,))
+    model.eval()
+    with pytest.raises(UnsupportedOpsError, match="eval"):
+        aot.build(training)
+    with pytest.raises(ShapeError, match="unknown input 'images'"):
+        aot.build(export(model, example), input_shapes={"images": (1, 16, 8, 8)})
+    broken = tmp_path / "broken.pt2"
+    broken.write_bytes(b"not a zip")
+    with pytest.raises(ModelError, match="broken.pt2"):
+        aot.build(str(broken))
+    with pytest.raises(ModelError, match="ExportedProgram"):
+        from_exported_program(model)
