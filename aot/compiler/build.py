@@ -19,8 +19,8 @@ from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.targets import IMPLEMENTED_TARGETS, check_targets
 from aot.frontend.onnx import from_onnx
-from aot.frontend.torch import from_exported_program, load_exported_program
 from aot.frontend.onnx.importer import InputShapes, ModelSource
+from aot.frontend.torch import from_exported_program, load_exported_program
 from aot.ir.graph import Graph
 from aot.packager import BlobTable, make_header, save, to_bytes
 from aot.passes import optimize

@@ -327,7 +327,9 @@ def _attention(ctx):
         mask = ctx.constant(np.tril(np.ones((length, keys), bool)), "bool")
     if mask is not None:
         if mask.type.dtype == "bool":
-            mask = ctx.emit("where", mask, ctx.constant(0.0, scores.type.dtype), ctx.constant(-np.inf, scores.type.dtype))
+            mask = ctx.emit(
+                "where", mask, ctx.constant(0.0, scores.type.dtype), ctx.constant(-np.inf, scores.type.dtype)
+            )
         scores = ctx.emit("add", scores, mask)
     return ctx.emit("matmul", ctx.emit("softmax", scores, axis=rank - 1), v)
 

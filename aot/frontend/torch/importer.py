@@ -45,7 +45,9 @@ def load_exported_program(path: str | os.PathLike[str]) -> Any:
         return torch.export.load(os.fspath(path))
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
-        raise ModelError(f"cannot load {os.fspath(path)!r} as a torch.export program: {type(e).__name__}: {first}") from None
+        raise ModelError(
+            f"cannot load {os.fspath(path)!r} as a torch.export program: {type(e).__name__}: {first}"
+        ) from None
 
 
 def _key(target: Any) -> str | None:
@@ -96,7 +98,10 @@ def _check_supported(program: Any) -> None:
         if not _is_supported(node.target):
             missing.setdefault(str(node.target), []).append(node.name)
     if missing:
-        parts = [f"{op} (node '{names[0]}'{f', {len(names)} nodes' if len(names) > 1 else ''})" for op, names in missing.items()]
+        parts = [
+            f"{op} (node '{names[0]}'{f', {len(names)} nodes' if len(names) > 1 else ''})"
+            for op, names in missing.items()
+        ]
         raise UnsupportedOpsError(f"unsupported ATen ops ({len(missing)} types): {', '.join(parts)}")
 
 
@@ -182,7 +187,9 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
             array = constants[node.name]
             env[node] = Value(graph.unique_name(node.name), TensorType(array.shape, array.dtype.name), data=array)
         else:
-            value = graph.add_input(node.name, _input_type(node.name, node.meta.get("val"), input_shapes.get(node.name)))
+            value = graph.add_input(
+                node.name, _input_type(node.name, node.meta.get("val"), input_shapes.get(node.name))
+            )
             env[node] = value
     for node in _calls(program):
         env[node] = _convert(graph, node, env)
