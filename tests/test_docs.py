@@ -16,3 +16,10 @@ def test_ops_page_lists_every_onnx_op_and_canonical_op():
     documented = set(re.findall(r"`(\w+)`", text))
     assert set(CONVERTERS) - documented == set()
     assert set(OPS) - documented == set()
+
+
+def test_pytorch_page_lists_every_aten_converter():
+    from aot.frontend.torch.aten import ATEN
+
+    documented = set(re.findall(r"`(\w+)`", (DOCS / "pytorch.md").read_text()))
+    assert {name.split(".", 1)[1] for name in ATEN} - documented == set()

@@ -51,3 +51,19 @@ def test_tensorrt_example_degrades_gracefully_without_a_gpu(tmp_path):
     assert "recipe of tensorrt_0 in onnxruntime vs host" in result.stdout
     assert "[fp32] output (1, 16, 30, 30)" in result.stdout and "[fp16] output" in result.stdout
     assert result.stdout.count(": OK") == 2
+
+
+def test_deploy_pytorch_example_runs_without_torch_on_the_deployment_side(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "deploy_pytorch.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'region npu_0 {Codegen="npu"}' in result.stdout
+    assert 'region tensorrt_0 {Codegen="tensorrt"}' in result.stdout
+    assert "OK: both deployed bundles match PyTorch" in result.stdout
+    assert sorted(p.name for p in tmp_path.glob("*.aotb")) == [
+        "small_conv_net.npu.aotb",
+        "small_conv_net.tensorrt.aotb",
+    ]

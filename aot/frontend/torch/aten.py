@@ -87,12 +87,8 @@ def _binary(op: str) -> Converter:
         alpha = ctx.args.get("alpha", 1)
         if alpha != 1:
             b = ctx.emit("multiply", b, ctx.constant(alpha, b.type.dtype))
-        if op == "divide" and not a.type.dtype.startswith("float"):
-            mode = ctx.args.get("rounding_mode")
-            if mode is None:  # torch's true division of integers gives floats
-                a, b = ctx.emit("cast", a, to="float32"), ctx.emit("cast", b, to="float32")
-            elif mode != "floor":
-                raise ctx.unsupported(f"integer division with rounding_mode={mode!r}")
+        if op == "divide":
+            return _divide(ctx, a, b, ctx.args.get("rounding_mode"))
         return ctx.emit(op, a, b)
 
     return convert
@@ -100,6 +96,87 @@ def _binary(op: str) -> Converter:
 
 for _aten, _op in BINARY.items():
     aten(_aten)(_binary(_op))
+
+
+def _divide(ctx: AtenContext, a: Value, b: Value, mode: str | None) -> Value:
+    """torch.div: true division (integers become floats), or rounded toward zero or down."""
+    integers = not a.type.dtype.startswith("float")
+    if mode is None:
+        if integers:
+            a, b = ctx.emit("cast", a, to="float32"), ctx.emit("cast", b, to="float32")
+        return ctx.emit("divide", a, b)
+    if mode == "trunc":  # the IR's integer divide truncates, as ONNX's does
+        quotient = ctx.emit("divide", a, b)
+        return quotient if integers else ctx.emit("cast", ctx.emit("cast", quotient, to="int64"), to=a.type.dtype)
+    if mode == "floor":
+        if integers:  # a - a mod b (the mod taking b's sign) is an exact multiple of b
+            return ctx.emit("divide", ctx.emit("subtract", a, ctx.emit("mod", a, b, fmod=0)), b)
+        return ctx.emit("floor", ctx.emit("divide", a, b))
+    raise ctx.unsupported(f"rounding_mode={mode!r}")
+
+
+def _logical(op: str) -> Converter:
+    """Bitwise ops on bool tensors are the logical ones (integer bit twiddling is not in the IR)."""
+
+    def convert(ctx: AtenContext) -> Value:
+        operands = [ctx["self"]] + ([ctx["other"]] if "other" in ctx.args else [])
+        if any(not isinstance(v, Value) or v.type.dtype != "bool" for v in operands):
+            raise ctx.unsupported("bitwise ops on non-boolean tensors")
+        return ctx.emit(op, *operands)
+
+    return convert
+
+
+for _aten, _op in {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
+                   "bitwise_not": "logical_not", "logical_and": "logical_and", "logical_or": "logical_or",
+                   "logical_xor": "logical_xor"}.items():  # fmt: skip
+    aten(_aten)(_logical(_op))
+
+
+# -- constants that decompositions create ---------------------------------------------------
+
+
+def _dtype(ctx: AtenContext, value: Any, like: Value | None = None) -> str:
+    if ctx.get("dtype") is not None:
+        return numpy_dtype(ctx["dtype"])
+    if like is not None:
+        return like.type.dtype
+    return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
+
+
+@aten("scalar_tensor")
+def _scalar_tensor(ctx):
+    return ctx.constant(ctx["s"], _dtype(ctx, ctx["s"]))
+
+
+@aten("full", "full_like", "zeros_like", "ones_like")
+def _full(ctx):
+    like = ctx.args.get("self")
+    value = {"aten.zeros_like": 0, "aten.ones_like": 1}.get(
+        str(ctx.node.target.overloadpacket), ctx.args.get("fill_value")
+    )
+    shape = like.type.shape if like is not None else tuple(ctx["size"])
+    if not all(isinstance(d, int) for d in shape):
+        raise ctx.unsupported(f"a filled tensor of symbolic shape {list(shape)}")
+    return ctx.constant(np.full(shape, value), _dtype(ctx, value, like))
+
+
+@aten("arange")
+def _arange(ctx):
+    start, end, step = ctx.get("start", 0), ctx["end"], ctx.get("step", 1)
+    if any(isinstance(v, (Value, SymbolicSize)) for v in (start, end, step)):
+        raise ctx.unsupported("arange with bounds known only at run time")
+    return ctx.constant(np.arange(start, end, step), _dtype(ctx, start + end + step))
+
+
+@aten("any")
+def _any(ctx):
+    x = ctx["self"]
+    if x.type.dtype != "bool":
+        x = ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype)))
+    dims = ctx.get("dim")
+    axes = None if dims in (None, []) else [d % x.type.rank for d in ntuple(dims, 1)]
+    return ctx.emit("reduce_max", x, axes=axes, keepdims=int(bool(ctx.get("keepdim", False))))
 
 
 @aten("rsub")
@@ -115,8 +192,10 @@ def _rsqrt(ctx):
 
 @aten("where")
 def _where(ctx):
-    x = ctx["self"]
-    other = ctx.tensor(ctx["other"], x) if isinstance(x, Value) else ctx["other"]
+    x, other = ctx["self"], ctx["other"]
+    if not isinstance(x, Value) and not isinstance(other, Value):  # two Python scalars: torch's default dtype
+        x = ctx.constant(x, "float32")
+    other = ctx.tensor(other, x) if isinstance(x, Value) else other
     return ctx.emit("where", ctx["condition"], ctx.tensor(x, other), other)
 
 
