@@ -30,39 +30,35 @@ def test_shipped_example_model_is_reproducible():
     assert small_cnn().SerializeToString() == (ROOT / "examples" / "models" / "small_cnn.onnx").read_bytes()
 
 
-def test_byoc_npu_example_partitions_and_computes(tmp_path):
+def run_example(script: str, *args: str, cwd=None) -> str:
+    """Run ``examples/<script>`` as the README does; its stdout, after checking it succeeded."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "byoc_npu.py")], capture_output=True, text=True, cwd=tmp_path
+        [sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True, cwd=cwd
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "'npu.conv2d_relu_fused'" in result.stdout
-    assert 'region npu_0 {Codegen="npu"}' in result.stdout and "CONV" in result.stdout
-    assert "OK: the NPU computed the convolution for real" in result.stdout
+    return result.stdout
+
+
+def test_byoc_npu_example_partitions_and_computes(tmp_path):
+    out = run_example("byoc_npu.py", cwd=tmp_path)
+    assert "'npu.conv2d_relu_fused'" in out
+    assert 'region npu_0 {Codegen="npu"}' in out and "CONV" in out
+    assert "OK: the NPU computed the convolution for real" in out
 
 
 def test_tensorrt_example_degrades_gracefully_without_a_gpu(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "tensorrt_conv_relu.py"), "--cache-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert 'region tensorrt_0 {Codegen="tensorrt"}' in result.stdout
-    assert "recipe of tensorrt_0 in onnxruntime vs host" in result.stdout
-    assert "[fp32] output (1, 16, 30, 30)" in result.stdout and "[fp16] output" in result.stdout
-    assert result.stdout.count(": OK") == 2
+    out = run_example("tensorrt_conv_relu.py", "--cache-dir", str(tmp_path))
+    assert 'region tensorrt_0 {Codegen="tensorrt"}' in out
+    assert "recipe of tensorrt_0 in onnxruntime vs host" in out
+    assert "[fp32] output (1, 16, 30, 30)" in out and "[fp16] output" in out
+    assert out.count(": OK") == 2
 
 
 def test_deploy_pytorch_example_runs_without_torch_on_the_deployment_side(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "deploy_pytorch.py"), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert 'region npu_0 {Codegen="npu"}' in result.stdout
-    assert 'region tensorrt_0 {Codegen="tensorrt"}' in result.stdout
-    assert "OK: both deployed bundles match PyTorch" in result.stdout
+    out = run_example("deploy_pytorch.py", "--out", str(tmp_path))
+    assert 'region npu_0 {Codegen="npu"}' in out
+    assert 'region tensorrt_0 {Codegen="tensorrt"}' in out
+    assert "OK: both deployed bundles match PyTorch" in out
     assert sorted(p.name for p in tmp_path.glob("*.aotb")) == [
         "small_conv_net.npu.aotb",
         "small_conv_net.tensorrt.aotb",
