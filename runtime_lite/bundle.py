@@ -185,7 +185,8 @@ def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, int]:
 def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) -> list[memoryview]:
     records = expect_key(header, "blobs", list, "header")
     data_size = len(buf) - data_start
-    blobs = []
+    blobs: list[memoryview] = []
+    digests: list[bytes] = []
     for i, record in enumerate(records):
         field = f"blobs[{i}]"
         expect(record, dict, field)
@@ -199,11 +200,31 @@ def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) ->
                 f"bundle field '{field}' points past the end of the file "
                 f"(needs {offset + size} data bytes, file has {data_size}); the bundle is truncated"
             )
-        blob = buf[data_start + offset : data_start + offset + size]
-        if verify and hashlib.sha256(blob).digest() != digest:
-            raise BundleError(f"bundle blob {i} checksum mismatch (the file is corrupt)")
-        blobs.append(blob)
+        blobs.append(buf[data_start + offset : data_start + offset + size])
+        digests.append(digest)
+    if verify:
+        _verify_blobs(blobs, digests)
     return blobs
+
+
+#: Below this many bytes one thread hashes faster than a pool starts.
+PARALLEL_HASH_BYTES = 8 << 20
+
+
+def _verify_blobs(blobs: list[memoryview], digests: list[bytes]) -> None:
+    """Check every blob's sha256, on all cores for large bundles (hashlib releases the GIL)."""
+    total = sum(len(b) for b in blobs)
+    workers = min(os.cpu_count() or 1, 8)
+    if total < PARALLEL_HASH_BYTES or workers == 1:
+        actual = [hashlib.sha256(b).digest() for b in blobs]
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # only large bundles pay for the import
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            actual = list(pool.map(lambda b: hashlib.sha256(b).digest(), blobs))
+    for i, (got, wanted) in enumerate(zip(actual, digests)):
+        if got != wanted:
+            raise BundleError(f"bundle blob {i} checksum mismatch (the file is corrupt)")
 
 
 def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:

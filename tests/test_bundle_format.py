@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import runtime_lite
+from aot.compiler import build as aot_build
 from aot.packager import encode_preamble, to_bytes
 from runtime_lite import BundleError
 from runtime_lite import format as fmt
@@ -151,6 +152,26 @@ def test_blob_bit_flip_is_caught_by_its_checksum(small_bundle):
     damaged[start + record["offset"] + 3] ^= 0x01
     assert_bundle_error(bytes(damaged), "blob 0 checksum mismatch")
     runtime_lite.load(bytes(damaged), verify=False)  # an explicit opt-out skips blob hashing
+
+
+def test_large_bundles_are_hashed_in_parallel_and_still_name_the_bad_blob():
+    """Above PARALLEL_HASH_BYTES the blobs are hashed on a thread pool; a flip in any of them is still found."""
+    from onnx import helper
+
+    from runtime_lite.bundle import PARALLEL_HASH_BYTES
+    from tests.helpers import make_model
+
+    weights = {f"w{i}": np.full((1024, 1024), i, np.float32) for i in range(3)}  # 12 MB in three blobs
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"]), helper.make_node("MatMul", ["a", "w1"], ["b"]),
+             helper.make_node("MatMul", ["b", "w2"], ["y"])]  # fmt: skip
+    bundle = aot_build(make_model(nodes, {"x": np.ones((1, 1024), np.float32)}, ["y"], weights)).to_bytes()
+    assert len(bundle) > PARALLEL_HASH_BYTES
+    runtime_lite.load(bundle)
+    records = header_of(bundle)["blobs"]
+    last = max(range(len(records)), key=lambda i: records[i]["offset"])
+    damaged = bytearray(bundle)
+    damaged[data_start(bundle) + records[last]["offset"] + records[last]["size"] - 1] ^= 0x01
+    assert_bundle_error(bytes(damaged), f"blob {last} checksum mismatch")
 
 
 def test_newer_major_version_is_refused(small_bundle):
