@@ -1,0 +1,39 @@
+"""Each GEMM lowering of convolution against onnxruntime: pointwise, grouped pointwise, im2col, blocked im2col.
+
+The kernel picks its lowering from the shapes; the thresholds are lowered here so
+small tensors take the blocked path (many blocks, each a few output rows), and the
+result must not change.
+"""
+
+from __future__ import annotations
+
+import pytest
+from onnx import helper
+
+from runtime_lite.kernels import conv as conv_kernel
+from tests.helpers import assert_matches_onnxruntime, make_model, rand
+
+CASES = {
+    "pointwise strided": ((2, 8, 9, 9), (6, 8, 1, 1), dict(strides=[2, 2], group=1)),
+    "grouped pointwise": ((1, 12, 5, 5), (12, 3, 1, 1), dict(group=4)),
+    "3x3 padded dilated": ((2, 3, 20, 20), (8, 3, 3, 3), dict(strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2])),
+    "depthwise": ((1, 6, 7, 7), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),
+    "1-d": ((2, 3, 9), (4, 3, 3), dict(pads=[1, 1])),
+    "3-d": ((1, 2, 6, 7, 8), (3, 2, 3, 2, 3), dict(strides=[1, 2, 1], pads=[1, 0, 1, 1, 0, 1], dilations=[1, 1, 2])),
+}
+
+
+@pytest.mark.parametrize("blocked", [False, True], ids=["one-im2col", "blocked-im2col"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_lowering_matches_onnxruntime(name, blocked, monkeypatch):
+    x_shape, w_shape, attrs = CASES[name]
+    if blocked:
+        monkeypatch.setattr(conv_kernel, "BLOCKED_IM2COL_BYTES", 0)
+        monkeypatch.setattr(conv_kernel, "IM2COL_BLOCK_BYTES", 256)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+        {"x": rand(*x_shape, seed=1)},
+        ["y"],
+        {"w": rand(*w_shape, seed=2), "b": rand(w_shape[0], seed=3)},
+    )
+    assert_matches_onnxruntime(model, {"x": rand(*x_shape, seed=1)}, rtol=1e-5, atol=1e-5)
