@@ -119,10 +119,13 @@ def _add_logits_output(model: onnx.ModelProto) -> None:
             return
 
 
-def load_zoo_model(name: str, *, random_weights: bool = True, seed: int = 0, logits: bool = False) -> onnx.ModelProto:
+def load_zoo_model(
+    name: str, *, random_weights: bool = True, seed: int = 0, logits: bool = False, batch: int = 1
+) -> onnx.ModelProto:
     """Load a zoo model; with ``random_weights`` its ConstantOfShape weights become random initializers.
 
-    ``logits=True`` adds the final softmax's input as a second output named 'logits'.
+    ``logits=True`` adds the final softmax's input as a second output named 'logits';
+    ``batch`` sets the batch size (the zoo models are written for 1).
     """
     model = onnx.load(zoo_model_path(name))
     if random_weights:
@@ -154,7 +157,31 @@ def load_zoo_model(name: str, *, random_weights: bool = True, seed: int = 0, log
         _calibrate_classifier(model, roles)
     if logits:
         _add_logits_output(model)
+    if batch != 1:
+        _rebatch(model, batch)
     return model
+
+
+def _rebatch(model: onnx.ModelProto, batch: int) -> None:
+    """Batch ``batch`` instead of 1: the real inputs' and outputs' first dim, and Reshape targets that spell 1.
+
+    A Reshape target starting with 1 (``[1, -1]`` before the classifier) gets 0 there,
+    ONNX's "copy this dim", so it follows the batch.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    for value in list(graph.input) + list(graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if value.name not in initializers and len(dims):
+            dims[0].dim_value = batch
+    del graph.value_info[:]
+    for node in graph.node:
+        target = initializers.get(node.input[1]) if node.op_type == "Reshape" else None
+        if target is not None:
+            shape = numpy_helper.to_array(target).copy()
+            if shape.size and shape[0] == 1:
+                shape[0] = 0
+                target.CopyFrom(numpy_helper.from_array(shape, target.name))
 
 
 def _calibrate_classifier(model: onnx.ModelProto, roles: dict[str, str], target_std: float = 3.0) -> None:
@@ -188,5 +215,5 @@ def zoo_input(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
         if value.name in initializers:
             continue
         shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
-        feeds[value.name] = rng.random(shape, dtype=np.float32)
+        feeds[value.name] = rng.random(shape, dtype=np.float32)  # the batch is the declared dim 0
     return feeds
