@@ -1,4 +1,5 @@
-"""Each GEMM lowering of convolution against onnxruntime: pointwise, grouped pointwise, im2col, blocked im2col.
+"""Each lowering of convolution against onnxruntime: pointwise, grouped pointwise, im2col, blocked im2col,
+channels-last depthwise.
 
 The kernel picks its lowering from the shapes; the thresholds are lowered here so
 small tensors take the blocked path (many blocks, each a few output rows), and the
@@ -18,6 +19,12 @@ CASES = {
     "grouped pointwise": ((1, 12, 5, 5), (12, 3, 1, 1), dict(group=4)),
     "3x3 padded dilated": ((2, 3, 20, 20), (8, 3, 3, 3), dict(strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2])),
     "depthwise": ((1, 6, 7, 7), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),
+    "depthwise channels-last": (
+        (2, 5, 9, 8),
+        (5, 1, 3, 2),
+        dict(group=5, strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2]),
+    ),
+    "depthwise large map": ((1, 4, 40, 40), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
     "1-d": ((2, 3, 9), (4, 3, 3), dict(pads=[1, 1])),
     "3-d": ((1, 2, 6, 7, 8), (3, 2, 3, 2, 3), dict(strides=[1, 2, 1], pads=[1, 0, 1, 1, 0, 1], dilations=[1, 1, 2])),
 }
@@ -26,6 +33,10 @@ CASES = {
 @pytest.mark.parametrize("blocked", [False, True], ids=["one-im2col", "blocked-im2col"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_lowering_matches_onnxruntime(name, blocked, monkeypatch):
+    if name == "depthwise large map":
+        assert not conv_kernel._small_output((40, 40), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1])  # im2col path
+    if name == "depthwise channels-last":
+        assert conv_kernel._small_output((9, 8), (3, 2), [2, 1], [1, 0, 2, 1], [1, 2])
     x_shape, w_shape, attrs = CASES[name]
     if blocked:
         monkeypatch.setattr(conv_kernel, "BLOCKED_IM2COL_BYTES", 0)
