@@ -26,6 +26,19 @@ def fold_node(node: Node) -> list[Value]:
     return folded
 
 
+def add_or_fold(graph: Graph, op: str, inputs: list[Value], attrs: dict, name: str) -> list[Value]:
+    """Add a node, or, when all its inputs are constants, its folded outputs instead.
+
+    Frontends call this while reading a model, so shape arithmetic and weight
+    transposes collapse to constants as they are met.
+    """
+    node = graph.add_node(op, inputs, attrs, name=name)
+    if is_foldable(node):
+        graph.nodes.pop()
+        return fold_node(node)
+    return node.outputs
+
+
 def fold_constants(graph: Graph) -> int:
     """Fold every node whose inputs are all constant, in one topological sweep; return values folded."""
     users = graph.consumers()

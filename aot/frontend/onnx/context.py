@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from aot.errors import ShapeError, UnsupportedOpsError
 from aot.frontend.onnx.dtypes import onnx_dtype_name
 from aot.ir.graph import Graph, Value
-from aot.passes.constant_folding import fold_node, is_foldable
+from aot.passes.constant_folding import add_or_fold
 
 
 class NodeContext:
@@ -94,13 +94,9 @@ class NodeContext:
     # -- building -----------------------------------------------------------------------
     def emit_node(self, op: str, inputs: list[Value], **attrs: Any) -> list[Value]:
         try:
-            node = self.graph.add_node(op, inputs, attrs, name=self.name)
+            return add_or_fold(self.graph, op, inputs, attrs, self.name)
         except ShapeError as e:
             raise ShapeError(f"{self.node.op_type} node '{self.name}': {e}") from None
-        if is_foldable(node):
-            self.graph.nodes.pop()
-            return fold_node(node)
-        return node.outputs
 
     def emit(self, op: str, *inputs: Value, **attrs: Any) -> Value:
         (out,) = self.emit_node(op, list(inputs), **attrs)

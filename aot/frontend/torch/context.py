@@ -8,7 +8,7 @@ import numpy as np
 
 from aot.errors import ShapeError, UnsupportedOpsError
 from aot.ir.graph import Graph, Value
-from aot.passes.constant_folding import fold_node, is_foldable
+from aot.passes.constant_folding import add_or_fold
 
 TORCH_DTYPES = {
     "torch.float32": "float32",
@@ -59,13 +59,9 @@ class AtenContext:
     def emit(self, op: str, *inputs: Value, **attrs: Any) -> Value:
         """Add an IR op; one whose inputs are all constants is folded at once (weights' permutes, etc.)."""
         try:
-            node = self.graph.add_node(op, list(inputs), attrs, name=self.name)
+            (out,) = add_or_fold(self.graph, op, list(inputs), attrs, self.name)
         except ShapeError as e:
             raise ShapeError(f"ATen {self.op_name} node '{self.name}': {e}") from None
-        if is_foldable(node):
-            self.graph.nodes.pop()
-            return fold_node(node)[0]
-        (out,) = node.outputs
         return out
 
     def constant(self, data: Any, dtype: str) -> Value:
