@@ -11,16 +11,17 @@ import math
 import numpy as np
 
 from runtime_lite.kernels import kernel
+from runtime_lite.kernels.bounds import bounded, clamp
 
 
 @kernel("relu", inplace=(0,))
 def relu(x, *, out=None):
-    return np.maximum(x, np.zeros((), x.dtype), out=out)
+    return bounded(np.maximum, x, 0, out)
 
 
 @kernel("relu6", inplace=(0,))
 def relu6(x, *, out=None):
-    return np.clip(x, np.zeros((), x.dtype), np.asarray(6, x.dtype), out=out)
+    return clamp(x, 0, 6, out)
 
 
 @kernel("leaky_relu", inplace=(0,))
@@ -61,7 +62,7 @@ def tanh(x, *, out=None):
 def hard_sigmoid(x, *, alpha=0.2, beta=0.5, out=None):
     y = np.multiply(x, np.asarray(alpha, x.dtype), out=out)
     y += np.asarray(beta, x.dtype)
-    return np.clip(y, np.zeros((), x.dtype), np.ones((), x.dtype), out=y)
+    return clamp(y, 0, 1, out=y)
 
 
 @kernel("hard_swish", inplace=(0,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_lite.kernels import kernel
+from runtime_lite.kernels.bounds import clamp
 
 UNARY_UFUNCS = {
     "exp": np.exp,
@@ -108,9 +109,7 @@ def where(condition, x, y):
 def clip(x, *, min=None, max=None, out=None):  # noqa: A002 - ONNX's attribute names
     if min is None and max is None:
         return x  # in place, ``out`` is ``x`` itself
-    lo = None if min is None else np.asarray(min, x.dtype)
-    hi = None if max is None else np.asarray(max, x.dtype)
-    return np.clip(x, lo, hi, out=out)
+    return clamp(x, min, max, out)
 
 
 @kernel("cast")
