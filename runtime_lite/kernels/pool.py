@@ -1,15 +1,26 @@
 """Max and average pooling (N-d, with dilation and ceil mode) and LRN.
 
-Pooling reduces over shifted strided views of the padded input, one spatial axis at
-a time (windows are boxes, so sums and maxima separate), so the only Python loop is
-over kernel taps.
+Pooling works on blocks of whole (n, c) planes, about ``POOL_BLOCK_BYTES`` at a
+time, so every pass over a block stays in cache (at batch 8 the old whole-tensor
+passes took 14 times their batch-1 time). Within a block the planes are copied into
+a padded buffer and reduced *flat*: a window's max or sum separates along the axes,
+and along one axis it is a combine of the flat buffer with itself shifted by
+``tap * dilation * axis_stride``. Every shifted operand is then one long contiguous
+run, which numpy vectorises; positions whose window crosses a plane edge come out
+as garbage and are never read, because only window starts are sampled at the end.
+Python loops run over blocks and kernel taps, never over pixels.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from runtime_lite.kernels import kernel
+
+#: Bytes of padded input reduced per block: small enough that its passes stay in L2.
+POOL_BLOCK_BYTES = 1 << 20
 
 
 def pooled_extent(size: int, k: int, stride: int, dilation: int, pad_begin: int, pad_end: int, ceil_mode: int) -> int:
@@ -36,30 +47,51 @@ def _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode):
         )
         for i in range(nd)
     ]
-    return out_shape, [(0, 0), (0, 0)] + [(pads[i], ends[i]) for i in range(nd)]
+    return out_shape, [(pads[i], ends[i]) for i in range(nd)]
 
 
-def separable_window_reduce(x: np.ndarray, combine, kernel_shape, strides, dilations, out_shape) -> np.ndarray:
-    """Reduce every window with ``combine`` (np.add, np.maximum), one spatial axis at a time.
+def window_reduce(x, combine, fill, kernel_shape, strides, dilations, out_shape, widths) -> np.ndarray:
+    """Reduce every window of ``x`` (N, C, *spatial) with ``combine`` (np.maximum, np.add).
 
-    A box's sum or max is the reduction along one axis of the reduction along the
-    others, so a k x k window costs 2k passes instead of k * k (3x3: 6 instead of 9),
-    and each later pass runs on a smaller array.
+    ``widths`` pads each spatial axis with ``fill`` (begin, end) first.
     """
-    y = x
-    for axis, (k, stride, dilation, extent) in enumerate(zip(kernel_shape, strides, dilations, out_shape), start=2):
-        span = stride * (extent - 1) + 1
-        reduced = _along(y, axis, 0, span, stride).copy()
-        for t in range(1, k):
-            combine(reduced, _along(y, axis, t * dilation, span, stride), out=reduced)
-        y = reduced
-    return y
-
-
-def _along(x: np.ndarray, axis: int, start: int, span: int, stride: int) -> np.ndarray:
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(start, start + span, stride)
-    return x[tuple(index)]
+    n, c = x.shape[:2]
+    in_shape = x.shape[2:]
+    if tuple(kernel_shape) == in_shape and not any(lo or hi for lo, hi in widths) and all(d == 1 for d in dilations):
+        # one window covering each plane (global pooling): a plain reduction, no shifted passes
+        reduced = combine.reduce(x.reshape(n, c, -1), axis=2)
+        return reduced.reshape((n, c) + (1,) * len(in_shape))
+    padded_shape = tuple(size + lo + hi for size, (lo, hi) in zip(in_shape, widths))
+    plane = math.prod(padded_shape)
+    planes = x.reshape((n * c,) + in_shape)
+    y = np.empty((n * c,) + tuple(out_shape), x.dtype)
+    per_block = max(1, min(n * c, POOL_BLOCK_BYTES // max(1, plane * x.itemsize)))
+    padded = np.full((per_block,) + padded_shape, fill, x.dtype)
+    scratch = (np.empty(per_block * plane, x.dtype), np.empty(per_block * plane, x.dtype))
+    interior = tuple(slice(lo, lo + size) for size, (lo, _) in zip(in_shape, widths))
+    starts = tuple(slice(0, stride * (extent - 1) + 1, stride) for stride, extent in zip(strides, out_shape))
+    # element offset between neighbouring taps along each axis of the flat buffer
+    axis_steps = [d * math.prod(padded_shape[i + 1 :]) for i, d in enumerate(dilations)]
+    for first in range(0, n * c, per_block):
+        count = min(per_block, n * c - first)
+        block = padded[:count]
+        block[(slice(None),) + interior] = planes[first : first + count]
+        reduced = holder = block.reshape(-1)
+        passes = 0
+        for k, step in zip(kernel_shape, axis_steps):
+            if k == 1:
+                continue
+            length = reduced.size - (k - 1) * step
+            holder = scratch[passes % 2]  # never the buffer being read
+            passes += 1
+            target = holder[:length]
+            combine(reduced[:length], reduced[step : step + length], out=target)
+            for tap in range(2, k):
+                combine(target, reduced[tap * step : tap * step + length], out=target)
+            reduced = target
+        source = holder[: count * plane].reshape(block.shape)
+        y[first : first + count] = source[(slice(None),) + starts]
+    return y.reshape((n, c) + tuple(out_shape))
 
 
 def _lowest(dtype: np.dtype):
@@ -69,9 +101,7 @@ def _lowest(dtype: np.dtype):
 @kernel("max_pool1d", "max_pool2d", "max_pool3d")
 def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0):
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
-    if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, mode="constant", constant_values=_lowest(x.dtype))
-    return separable_window_reduce(x, np.maximum, kernel_shape, strides, dilations, out_shape)
+    return window_reduce(x, np.maximum, _lowest(x.dtype), kernel_shape, strides, dilations, out_shape, widths)
 
 
 def _window_counts(k, stride, dilation, pad_begin, limit_lo, limit_hi, out):
@@ -114,9 +144,7 @@ def _avg_divisor(in_shape, out_shape, kernel_shape, strides, pads, dilations, co
 def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_include_pad=0):
     in_shape = x.shape[2:]
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
-    if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, mode="constant")
-    y = separable_window_reduce(x, np.add, kernel_shape, strides, dilations, out_shape)
+    y = window_reduce(x, np.add, 0, kernel_shape, strides, dilations, out_shape, widths)
     y /= _avg_divisor(tuple(in_shape), out_shape, kernel_shape, strides, pads, dilations, count_include_pad, x.dtype)
     return y
 
