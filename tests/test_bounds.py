@@ -32,7 +32,9 @@ def test_bounded_matches_numpy(size, dtype, seed, value):
 
 
 @settings(max_examples=40, deadline=None)
-@given(size=SIZES, dtype=FLOATS, seed=st.integers(0, 2**16), low=st.none() | st.just(0.0), high=st.none() | st.just(6.0))
+@given(
+    size=SIZES, dtype=FLOATS, seed=st.integers(0, 2**16), low=st.none() | st.just(0.0), high=st.none() | st.just(6.0)
+)
 def test_clamp_matches_clip_in_place_and_not(size, dtype, seed, low, high):
     x = _data(size, dtype, seed)
     expected = x if low is None and high is None else np.clip(x, low, high)

@@ -17,10 +17,18 @@ from tests.helpers import assert_matches_onnxruntime, make_model, rand
 CASES = {
     "max 3x3 s2 padded": ("MaxPool", (2, 5, 12, 11), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
     "max ceil mode": ("MaxPool", (1, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
-    "max dilated": ("MaxPool", (1, 2, 11, 9), dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1], pads=[0, 1, 1, 0])),
+    "max dilated": (
+        "MaxPool",
+        (1, 2, 11, 9),
+        dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1], pads=[0, 1, 1, 0]),
+    ),
     "max 3-d with a unit axis": ("MaxPool", (1, 3, 5, 4, 6), dict(kernel_shape=[3, 1, 3], pads=[1, 0, 1, 1, 0, 1])),
     "max 1-d": ("MaxPool", (3, 2, 15), dict(kernel_shape=[4], strides=[3])),
-    "average excluding pads": ("AveragePool", (2, 3, 10, 9), dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1])),
+    "average excluding pads": (
+        "AveragePool",
+        (2, 3, 10, 9),
+        dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1]),
+    ),
     "average including pads": (
         "AveragePool",
         (1, 4, 7, 8),
