@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime_lite.allocator import keep_freed_memory
 from runtime_lite.backends import IncompatiblePayload, LoadOptions, available_backends, get_backend
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
 from runtime_lite.errors import BundleError
@@ -22,6 +23,7 @@ class Module:
     """A model loaded from a bundle. Safe to share between threads: ``run`` keeps no state."""
 
     def __init__(self, source: BundleSource, *, verify: bool = True, options: LoadOptions | None = None):
+        keep_freed_memory()
         bundle = read_bundle(source, verify=verify)
         header = bundle.header
         signature = expect_key(header, "signature", dict, "header")
