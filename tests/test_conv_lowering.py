@@ -25,6 +25,8 @@ CASES = {
         dict(group=5, strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2]),
     ),
     "depthwise large map": ((1, 4, 40, 40), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+    "shifted GEMMs": ((2, 5, 9, 8), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "shifted GEMMs dilated, uneven pads": ((1, 3, 8, 6), (4, 3, 3, 4), dict(pads=[0, 2, 1, 0], dilations=[2, 2])),
     "1-d": ((2, 3, 9), (4, 3, 3), dict(pads=[1, 1])),
     "3-d": ((1, 2, 6, 7, 8), (3, 2, 3, 2, 3), dict(strides=[1, 2, 1], pads=[1, 0, 1, 1, 0, 1], dilations=[1, 1, 2])),
 }
@@ -35,6 +37,8 @@ CASES = {
 def test_lowering_matches_onnxruntime(name, blocked, monkeypatch):
     if name == "depthwise large map":
         assert not conv_kernel._small_output((40, 40), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1])  # im2col path
+    if name.startswith("shifted GEMMs"):
+        assert CASES[name][1][0] <= conv_kernel.SHIFTED_GEMM_MAX_OUTPUTS
     if name == "depthwise channels-last":
         assert conv_kernel._small_output((9, 8), (3, 2), [2, 1], [1, 0, 2, 1], [1, 2])
     x_shape, w_shape, attrs = CASES[name]

@@ -123,6 +123,45 @@ def _depthwise_channels_last(x, w, b, strides, pads, dilations) -> np.ndarray:
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
+#: Stride-1 2-d convolutions with at most this many outputs take one GEMM per kernel tap.
+SHIFTED_GEMM_MAX_OUTPUTS = 32
+
+
+def _shifted_gemms(x, w, b, pads, dilations) -> np.ndarray:
+    """Stride-1 2-d convolution as one GEMM per kernel tap on the padded input, no im2col.
+
+    With the input padded and flattened per channel, tap (i, j) reads one contiguous
+    run per channel starting at ``i * dh * Wp + j * dw``, so each GEMM takes a view of
+    the input as its operand. The outputs are computed at the padded width ``Wp`` and
+    the extra columns (windows wrapping into the next row) are dropped at the end.
+    With few output channels the im2col copy costs more than the GEMM it feeds:
+    DenseNet's 128 -> 32 3x3 convolutions are 6 to 38% faster this way, while at 64
+    or more outputs the nine small GEMMs lose to one large one.
+    """
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    width = wd + pads[1] + pads[3]
+    oh = output_extent(h + pads[0] + pads[2], kh, 1, dilations[0])
+    ow = output_extent(width, kw, 1, dilations[1])
+    spill_rows = -(-((kw - 1) * dilations[1]) // width)  # the last tap's run may end past the last row
+    padded = np.zeros((n, c, h + pads[0] + pads[2] + spill_rows, width), x.dtype)
+    padded[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + wd] = x
+    flat = padded.reshape(n, c, -1)
+    length = oh * width
+    taps = np.ascontiguousarray(w.transpose(2, 3, 0, 1))  # (kh, kw, O, C)
+    wide = np.empty((n, o, length), x.dtype)
+    product = np.empty_like(wide)
+    for t, (i, j) in enumerate(np.ndindex(kh, kw)):
+        start = i * dilations[0] * width + j * dilations[1]
+        np.matmul(taps[i, j], flat[:, :, start : start + length], out=wide if t == 0 else product)
+        if t:
+            wide += product
+    columns = wide.reshape(n, o, oh, width)[..., :ow]
+    if b is None:
+        return np.ascontiguousarray(columns)
+    return np.add(columns, b.reshape(o, 1, 1), out=np.empty((n, o, oh, ow), x.dtype))
+
+
 @kernel("conv1d", "conv2d", "conv3d")
 def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     n, c = x.shape[:2]
@@ -131,6 +170,14 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     nd = len(kernel_shape)
     if groups == c == o and nd == 2 and _small_output(x.shape[2:], kernel_shape, strides, pads, dilations):
         return _depthwise_channels_last(x, w, b, strides, pads, dilations)
+    if (
+        groups == 1
+        and nd == 2
+        and o <= SHIFTED_GEMM_MAX_OUTPUTS
+        and kernel_shape != (1, 1)
+        and all(s == 1 for s in strides)
+    ):
+        return _shifted_gemms(x, w, b, pads, dilations)
     x = pad_spatial(x, pads)
     out_shape = tuple(output_extent(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     k = (c // groups) * math.prod(kernel_shape)
