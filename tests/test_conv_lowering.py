@@ -1,5 +1,5 @@
 """Each lowering of convolution against onnxruntime: pointwise, grouped pointwise, im2col, blocked im2col,
-channels-last depthwise.
+batch folded into one GEMM, shifted GEMMs, channels-last depthwise.
 
 The kernel picks its lowering from the shapes; the thresholds are lowered here so
 small tensors take the blocked path (many blocks, each a few output rows), and the
@@ -28,13 +28,13 @@ CASES = {
     "shifted GEMMs": ((2, 5, 9, 8), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),
     "shifted GEMMs dilated, uneven pads": ((1, 3, 8, 6), (4, 3, 3, 4), dict(pads=[0, 2, 1, 0], dilations=[2, 2])),
     "1-d": ((2, 3, 9), (4, 3, 3), dict(pads=[1, 1])),
-    "3-d": ((1, 2, 6, 7, 8), (3, 2, 3, 2, 3), dict(strides=[1, 2, 1], pads=[1, 0, 1, 1, 0, 1], dilations=[1, 1, 2])),
+    "3-d": ((2, 2, 6, 7, 8), (3, 2, 3, 2, 3), dict(strides=[1, 2, 1], pads=[1, 0, 1, 1, 0, 1], dilations=[1, 1, 2])),
 }
 
 
-@pytest.mark.parametrize("blocked", [False, True], ids=["one-im2col", "blocked-im2col"])
+@pytest.mark.parametrize("gemm", ["one-im2col", "blocked-im2col", "batch-folded"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_lowering_matches_onnxruntime(name, blocked, monkeypatch):
+def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
     if name == "depthwise large map":
         assert not conv_kernel._small_output((40, 40), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1])  # im2col path
     if name.startswith("shifted GEMMs"):
@@ -42,7 +42,10 @@ def test_lowering_matches_onnxruntime(name, blocked, monkeypatch):
     if name == "depthwise channels-last":
         assert conv_kernel._small_output((9, 8), (3, 2), [2, 1], [1, 0, 2, 1], [1, 2])
     x_shape, w_shape, attrs = CASES[name]
-    if blocked:
+    folded = 10**9 if gemm == "batch-folded" else 0  # every map small enough, or none
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_PIXELS", folded)
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_POINTWISE_PIXELS", folded)
+    if gemm == "blocked-im2col":
         monkeypatch.setattr(conv_kernel, "BLOCKED_IM2COL_BYTES", 0)
         monkeypatch.setattr(conv_kernel, "IM2COL_BLOCK_BYTES", 256)
     model = make_model(

@@ -123,6 +123,38 @@ def _depthwise_channels_last(x, w, b, strides, pads, dilations) -> np.ndarray:
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
+#: With a batch, convolutions whose output maps are at most this many pixels fold the
+#: batch into one GEMM (1x1 kernels only from a tenth of it: their GEMM has no copy to save).
+BATCH_FOLD_PIXELS = 784
+BATCH_FOLD_POINTWISE_PIXELS = 49
+
+
+def _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape) -> np.ndarray:
+    """One GEMM over the whole batch: ``W[O, K] @ cols[K, N * pixels]``.
+
+    Per image, a small output map makes a skinny GEMM (7x7 maps: 49 columns) that
+    BLAS runs well below its peak. Writing the im2col matrix with the batch inside
+    the columns costs the same copy, and the transpose back to NCHW is folded into
+    the bias add. On ResNet-50 at batch 8 the 3x3 convolutions on 28x28 and smaller
+    maps are 9 to 18% faster and the 1x1 ones on 7x7 maps 7 to 15%; on larger maps
+    one GEMM per image is as fast and the transposes cost more.
+    """
+    n = x.shape[0]
+    o, k = w.shape[0], w.size // w.shape[0]
+    pixels = math.prod(out_shape)
+    windows = window_view(x, kernel_shape, strides, dilations)  # (n, c, *kernel, *out)
+    nd = len(kernel_shape)
+    cols = np.empty(windows.shape[1 : 2 + nd] + (n,) + tuple(out_shape), x.dtype)
+    np.copyto(cols, np.moveaxis(windows, 0, 1 + nd))
+    wide = np.matmul(w.reshape(o, k), cols.reshape(k, n * pixels)).reshape(o, n, pixels)
+    y = np.empty((n, o, pixels), x.dtype)
+    if b is None:
+        np.copyto(y, wide.transpose(1, 0, 2))
+    else:
+        np.add(wide.transpose(1, 0, 2), b.reshape(o, 1), out=y)
+    return y.reshape((n, o) + tuple(out_shape))
+
+
 #: Stride-1 2-d convolutions with at most this many outputs take one GEMM per kernel tap.
 SHIFTED_GEMM_MAX_OUTPUTS = 32
 
@@ -181,7 +213,14 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     x = pad_spatial(x, pads)
     out_shape = tuple(output_extent(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     k = (c // groups) * math.prod(kernel_shape)
-    if all(size == 1 for size in kernel_shape):
+    pointwise = all(size == 1 for size in kernel_shape)
+    if (
+        groups == 1
+        and n > 1
+        and math.prod(out_shape) <= (BATCH_FOLD_POINTWISE_PIXELS if pointwise else BATCH_FOLD_PIXELS)
+    ):
+        return _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape)
+    if pointwise:
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         # grouped or not, the input already is the GEMM operand: (n, groups, C/g, pixels), no copy
