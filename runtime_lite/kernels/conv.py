@@ -127,6 +127,8 @@ def _depthwise_channels_last(x, w, b, strides, pads, dilations) -> np.ndarray:
 #: batch into one GEMM (1x1 kernels only from a tenth of it: their GEMM has no copy to save).
 BATCH_FOLD_PIXELS = 784
 BATCH_FOLD_POINTWISE_PIXELS = 49
+#: ... and only while the batch's im2col matrix stays below this size.
+BATCH_FOLD_BYTES = 48 << 20
 
 
 def _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape) -> np.ndarray:
@@ -218,6 +220,7 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
         groups == 1
         and n > 1
         and math.prod(out_shape) <= (BATCH_FOLD_POINTWISE_PIXELS if pointwise else BATCH_FOLD_PIXELS)
+        and n * k * math.prod(out_shape) * x.itemsize <= BATCH_FOLD_BYTES
     ):
         return _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape)
     if pointwise:
