@@ -8,6 +8,7 @@ result must not change.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import helper
 
@@ -55,3 +56,22 @@ def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
         {"w": rand(*w_shape, seed=2), "b": rand(w_shape[0], seed=3)},
     )
     assert_matches_onnxruntime(model, {"x": rand(*x_shape, seed=1)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["shifted GEMMs", "3x3 padded dilated", "pointwise strided", "3-d"])
+def test_without_bias_every_lowering_adds_nothing(name, monkeypatch):
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_PIXELS", 10**9)
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_POINTWISE_PIXELS", 10**9)
+    x_shape, w_shape, attrs = CASES[name]
+    nd = len(w_shape) - 2
+    x, w = rand(*x_shape, seed=1), rand(*w_shape, seed=2)
+    options = dict(
+        strides=attrs.get("strides", [1] * nd),
+        pads=attrs.get("pads", [0] * 2 * nd),
+        dilations=attrs.get("dilations", [1] * nd),
+        groups=attrs.get("group", 1),
+    )
+    without = conv_kernel.conv(x, w, None, **options)
+    with_zero = conv_kernel.conv(x, w, np.zeros(w_shape[0], np.float32), **options)
+    assert without.flags.c_contiguous
+    np.testing.assert_array_equal(without, with_zero)
