@@ -216,11 +216,12 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     out_shape = tuple(output_extent(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     k = (c // groups) * math.prod(kernel_shape)
     pointwise = all(size == 1 for size in kernel_shape)
+    pixels = math.prod(out_shape)
     if (
         groups == 1
         and n > 1
-        and math.prod(out_shape) <= (BATCH_FOLD_POINTWISE_PIXELS if pointwise else BATCH_FOLD_PIXELS)
-        and n * k * math.prod(out_shape) * x.itemsize <= BATCH_FOLD_BYTES
+        and pixels <= (BATCH_FOLD_POINTWISE_PIXELS if pointwise else BATCH_FOLD_PIXELS)
+        and n * k * pixels * x.itemsize <= BATCH_FOLD_BYTES
     ):
         return _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape)
     if pointwise:
@@ -228,11 +229,11 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         # grouped or not, the input already is the GEMM operand: (n, groups, C/g, pixels), no copy
         y = np.matmul(w.reshape(groups, o // groups, k), x.reshape(n, groups, k, -1))
-    elif groups == 1 and n * k * math.prod(out_shape) * x.itemsize > BLOCKED_IM2COL_BYTES:
+    elif groups == 1 and n * k * pixels * x.itemsize > BLOCKED_IM2COL_BYTES:
         y = _blocked_im2col(x, w.reshape(o, k), kernel_shape, strides, dilations, out_shape)
     else:
         windows = window_view(x, kernel_shape, strides, dilations)
-        cols = windows.reshape(n, groups, k, math.prod(out_shape))
+        cols = windows.reshape(n, groups, k, pixels)
         y = np.matmul(w.reshape(groups, o // groups, k), cols)
     y = y.reshape((n, o) + out_shape)
     if b is not None:
