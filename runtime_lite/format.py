@@ -24,6 +24,6 @@ ALIGNMENT = 64
 KNOWN_FEATURES = frozenset({"host-plan/1", "call-module/1"})
 
 #: Upper bounds the reader enforces before trusting anything the header declares.
-MAX_HEADER_BYTES = 256 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024 * 1024
 MAX_RANK = 32
 MAX_ELEMENTS = 1 << 40
