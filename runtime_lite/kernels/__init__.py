@@ -11,6 +11,9 @@ Two flags let the compiler's memory planner reason about buffers:
   operand dies at this op and has the output's shape and dtype.
 * ``view``: the output may share memory with input 0 (reshape, slice, ...), so
   writing into it in place could clobber a value that is still live.
+
+``check`` validates a kernel's attributes once, when a plan is loaded (bundles are
+untrusted): it raises ValueError saying which attribute is wrong.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ class Kernel:
     fn: Callable[..., np.ndarray | tuple[np.ndarray, ...]]
     inplace: tuple[int, ...] = ()
     view: bool = False
+    check: Callable[[dict], None] | None = None
 
 
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*names: str, inplace: tuple[int, ...] = (), view: bool = False):
+def kernel(*names: str, inplace: tuple[int, ...] = (), view: bool = False, check: Callable[[dict], None] | None = None):
     """Register ``fn`` as the host kernel of each canonical op in ``names``.
 
     Several names share one function where the IR distinguishes ranks that numpy
@@ -43,7 +47,7 @@ def kernel(*names: str, inplace: tuple[int, ...] = (), view: bool = False):
         for name in names:
             if name in KERNELS:
                 raise RuntimeError(f"kernel {name!r} registered twice")
-            KERNELS[name] = Kernel(name, fn, inplace, view)
+            KERNELS[name] = Kernel(name, fn, inplace, view, check)
         return fn
 
     return register

@@ -12,6 +12,7 @@ import numpy as np
 
 from runtime_lite.kernels import kernel
 from runtime_lite.kernels.bounds import bounded, clamp
+from runtime_lite.kernels.elementwise import check_broadcast
 
 
 @kernel("relu", inplace=(0,))
@@ -34,6 +35,7 @@ def leaky_relu(x, *, alpha=0.01, out=None):
 
 @kernel("prelu")
 def prelu(x, slope):
+    check_broadcast(x, slope)
     return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
 
 

@@ -21,6 +21,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from runtime_lite.kernels import kernel
+from runtime_lite.kernels.geometry import (
+    check_conv_attrs,
+    check_conv_transpose_attrs,
+    spatial_geometry,
+    window_fits,
+)
+from runtime_lite.limits import check_allocation
 
 
 def output_extent(size: int, k: int, stride: int, dilation: int) -> int:
@@ -42,9 +49,18 @@ def pad_spatial(x: np.ndarray, pads, value=0) -> np.ndarray:
 
 
 def window_view(x: np.ndarray, kernel_shape, strides, dilations) -> np.ndarray:
-    """A read-only (N, C, *kernel, *out) view of every sliding window of a padded input."""
+    """A read-only (N, C, *kernel, *out) view of every sliding window of a padded input.
+
+    The only strided view built from bundle values: it refuses any geometry whose
+    last window would end outside ``x``, whatever its callers checked.
+    """
     nd = len(kernel_shape)
     out = [output_extent(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd)]
+    if x.ndim != nd + 2 or not all(
+        window_fits(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i], out[i]) for i in range(nd)
+    ):
+        raise ValueError(f"windows of {list(kernel_shape)} (strides {list(strides)}, dilations {list(dilations)}) "
+                         f"do not fit an input of shape {list(x.shape)}")  # fmt: skip
     sp = x.strides[2:]
     view_strides = (
         x.strides[:2] + tuple(sp[i] * dilations[i] for i in range(nd)) + tuple(sp[i] * strides[i] for i in range(nd))
@@ -199,12 +215,33 @@ def _shifted_gemms(x, w, b, pads, dilations) -> np.ndarray:
     return np.add(columns, b.reshape(o, 1, 1), out=np.empty((n, o, oh, ow), x.dtype))
 
 
-@kernel("conv1d", "conv2d", "conv3d")
+def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outputs: int) -> None:
+    """Ranks, channel counts and bias of a (transposed) convolution, before anything is read."""
+    if w.ndim < 3 or x.ndim != w.ndim:
+        raise ValueError(f"{op}: input {list(x.shape)} and weight {list(w.shape)} must both be (N, C, *spatial)")
+    if groups < 1 or x.shape[1] != channels_per_group * groups or outputs % groups:
+        raise ValueError(
+            f"{op}: input has {x.shape[1]} channels, weight {list(w.shape)} and {groups} groups do not fit it"
+        )
+    if b is not None and b.shape != (outputs,):
+        raise ValueError(f"{op}: bias must have shape [{outputs}], got {list(b.shape)}")
+
+
+@kernel("conv1d", "conv2d", "conv3d", check=check_conv_attrs)
 def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
+    _check_operands("conv", x, w, b, groups, w.shape[1] if w.ndim > 1 else 0, w.shape[0])
     n, c = x.shape[:2]
     o = w.shape[0]
     kernel_shape = w.shape[2:]
     nd = len(kernel_shape)
+    spatial_geometry("conv", x.shape[2:], kernel_shape, strides, pads, dilations)
+    padded = [x.shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
+    check_allocation([n, c, *padded], x.dtype, "conv input padding")
+    check_allocation(
+        [n, o, *(output_extent(padded[i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))],
+        x.dtype,
+        "conv output",
+    )
     if groups == c == o and nd == 2 and _small_output(x.shape[2:], kernel_shape, strides, pads, dilations):
         return _depthwise_channels_last(x, w, b, strides, pads, dilations)
     if (
@@ -235,6 +272,7 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     elif groups == 1 and n * k * pixels * x.itemsize > BLOCKED_IM2COL_BYTES:
         y = _blocked_im2col(x, w.reshape(o, k), kernel_shape, strides, dilations, out_shape)
     else:
+        check_allocation([n, groups * k, pixels], x.dtype, "conv im2col")
         windows = window_view(x, kernel_shape, strides, dilations)
         cols = windows.reshape(n, groups, k, pixels)
         y = np.matmul(w.reshape(groups, o // groups, k), cols)
@@ -244,18 +282,25 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     return y
 
 
-@kernel("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+@kernel("conv_transpose1d", "conv_transpose2d", "conv_transpose3d", check=check_conv_transpose_attrs)
 def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups=1):
     """Transposed convolution as GEMM then col2im: scatter-add one strided view per kernel tap."""
+    _check_operands("conv_transpose", x, w, b, groups, w.shape[0] // max(groups, 1), w.shape[1] * groups)
     n, c = x.shape[:2]
     og = w.shape[1]
     o = og * groups
     kernel_shape = w.shape[2:]
     nd = len(kernel_shape)
     in_shape = x.shape[2:]
+    if w.shape[0] != c or len(strides) != nd or len(pads) != 2 * nd or len(output_padding) != nd:
+        raise ValueError(f"conv_transpose: weight {list(w.shape)} and attributes do not fit input {list(x.shape)}")
     full = tuple(
         strides[i] * (in_shape[i] - 1) + dilations[i] * (kernel_shape[i] - 1) + 1 + output_padding[i] for i in range(nd)
     )
+    if any(pads[i] + pads[i + nd] >= full[i] for i in range(nd)):
+        raise ValueError(f"conv_transpose: pads {list(pads)} crop the whole output {list(full)}")
+    check_allocation([n, o, *full], x.dtype, "conv_transpose output")
+    check_allocation([n, groups, og * math.prod(kernel_shape), math.prod(in_shape)], x.dtype, "conv_transpose columns")
     cg = c // groups
     taps = math.prod(kernel_shape)
     # w: (C, O/g, *k) -> per group (O/g * taps, C/g), so cols = w_g^T @ x_g.

@@ -11,6 +11,14 @@ import numpy as np
 
 from runtime_lite.kernels import kernel
 from runtime_lite.kernels.bounds import clamp
+from runtime_lite.limits import check_allocation
+
+
+def check_broadcast(*operands) -> None:
+    """Broadcasting can multiply sizes (an [N, 1] and a [1, M] make N x M): check before numpy allocates."""
+    shape = np.broadcast_shapes(*(x.shape for x in operands))
+    check_allocation(shape, max(x.dtype.itemsize for x in operands), "broadcast result")
+
 
 UNARY_UFUNCS = {
     "exp": np.exp,
@@ -57,6 +65,8 @@ def _unary(ufunc):
 
 def _binary(ufunc):
     def run(a, b, *, out=None):
+        if a.shape != b.shape and out is None:
+            check_broadcast(a, b)
         return ufunc(a, b, out=out)
 
     return run
@@ -102,6 +112,8 @@ def power(base, exponent):
 
 @kernel("where")
 def where(condition, x, y):
+    if not condition.shape == x.shape == y.shape:
+        check_broadcast(condition, x, y)
     return np.where(condition, x, y)
 
 

@@ -5,11 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_lite.kernels import kernel
+from runtime_lite.kernels.elementwise import check_broadcast
+
+
+def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:
+    """Per-channel parameters must hold one value per channel of ``x`` (axis 1), else they would broadcast."""
+    channels = x.shape[1] if x.ndim > 1 else None
+    for p in params:
+        if channels is None or p.shape != (channels,):
+            raise ValueError(f"{op}: parameters must have shape [C] for input {list(x.shape)}, got {list(p.shape)}")
 
 
 @kernel("batch_norm", inplace=(0,))
 def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
     """Per-channel affine ``x * s + t`` with ``s = scale / sqrt(var + eps)``, channels on axis 1."""
+    check_channel_params("batch_norm", x, scale, bias, mean, var)
     shape = (-1,) + (1,) * (x.ndim - 2)
     s = scale / np.sqrt(var + np.asarray(epsilon, var.dtype))
     t = bias - mean * s
@@ -21,6 +31,7 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
 @kernel("layer_norm")
 def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
     """ONNX LayerNormalization: normalise over axes [axis, rank), statistics in float32 or wider."""
+    check_broadcast(x, scale, *(() if bias is None else (bias,)))
     axes = tuple(range(axis % x.ndim, x.ndim))
     compute = x.astype(np.promote_types(x.dtype, np.float32), copy=False)
     mean = compute.mean(axis=axes, keepdims=True)
@@ -35,6 +46,7 @@ def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
 
 @kernel("instance_norm")
 def instance_norm(x, scale, bias, *, epsilon=1e-5):
+    check_channel_params("instance_norm", x, scale, bias)
     axes = tuple(range(2, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = np.square(x - mean).mean(axis=axes, keepdims=True)

@@ -13,11 +13,15 @@ Python loops run over blocks and kernel taps, never over pixels.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
+from runtime_lite.kernels.geometry import check_pool_attrs, spatial_geometry
+from runtime_lite.limits import check_allocation
 
 #: Bytes of padded input reduced per block: small enough that its passes stay in L2.
 POOL_BLOCK_BYTES = 1 << 20
@@ -34,6 +38,9 @@ def pooled_extent(size: int, k: int, stride: int, dilation: int, pad_begin: int,
 
 def _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode):
     nd = len(kernel_shape)
+    if x.ndim != nd + 2:
+        raise ValueError(f"pool: a {nd}-d window needs a rank-{nd + 2} input, got {list(x.shape)}")
+    spatial_geometry("pool", x.shape[2:], kernel_shape, strides, pads, dilations)
     in_shape = x.shape[2:]
     out_shape = tuple(
         pooled_extent(in_shape[i], kernel_shape[i], strides[i], dilations[i], pads[i], pads[i + nd], ceil_mode)
@@ -47,6 +54,8 @@ def _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode):
         )
         for i in range(nd)
     ]
+    check_allocation(x.shape[:2] + out_shape, x.dtype, "pool output")
+    check_allocation([in_shape[i] + pads[i] + ends[i] for i in range(nd)], x.dtype, "pool padded plane")
     return out_shape, [(pads[i], ends[i]) for i in range(nd)]
 
 
@@ -98,7 +107,7 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-@kernel("max_pool1d", "max_pool2d", "max_pool3d")
+@kernel("max_pool1d", "max_pool2d", "max_pool3d", check=check_pool_attrs)
 def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0):
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     return window_reduce(x, np.maximum, _lowest(x.dtype), kernel_shape, strides, dilations, out_shape, widths)
@@ -111,47 +120,51 @@ def _window_counts(k, stride, dilation, pad_begin, limit_lo, limit_hi, out):
     return ((taps >= limit_lo) & (taps < limit_hi)).sum(axis=1)
 
 
-_DIVISOR_CACHE: dict[tuple, np.ndarray] = {}
-
-
+@functools.lru_cache(maxsize=128)  # bounded: a service sees many input sizes over its life
 def _avg_divisor(in_shape, out_shape, kernel_shape, strides, pads, dilations, count_include_pad, dtype):
-    key = (
-        in_shape,
-        out_shape,
+    """Per output position, how many taps its window averages; a scalar when every window is full."""
+    nd = len(kernel_shape)
+    divisor = np.ones((), np.float64)
+    for i in range(nd):
+        lo, hi = (-pads[i], in_shape[i] + pads[i + nd]) if count_include_pad else (0, in_shape[i])
+        counts = _window_counts(kernel_shape[i], strides[i], dilations[i], pads[i], lo, hi, out_shape[i])
+        divisor = np.multiply.outer(divisor, counts)
+    divisor = np.maximum(divisor, 1).astype(dtype)
+    if divisor.min() == divisor.max():  # every window full: a scalar divides faster
+        divisor = divisor.reshape(-1)[:1].reshape(())
+    divisor.flags.writeable = False  # shared by every caller of the cache
+    return divisor
+
+
+@kernel("avg_pool1d", "avg_pool2d", "avg_pool3d", check=check_pool_attrs)
+def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_include_pad=0):
+    in_shape = x.shape[2:]
+    out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
+    y = window_reduce(x, np.add, 0, kernel_shape, strides, dilations, out_shape, widths)
+    y /= _avg_divisor(
+        tuple(in_shape),
+        tuple(out_shape),
         tuple(kernel_shape),
         tuple(strides),
         tuple(pads),
         tuple(dilations),
         count_include_pad,
-        dtype,
+        x.dtype,
     )
-    divisor = _DIVISOR_CACHE.get(key)
-    if divisor is None:
-        nd = len(kernel_shape)
-        divisor = np.ones((), np.float64)
-        for i in range(nd):
-            lo, hi = (-pads[i], in_shape[i] + pads[i + nd]) if count_include_pad else (0, in_shape[i])
-            counts = _window_counts(kernel_shape[i], strides[i], dilations[i], pads[i], lo, hi, out_shape[i])
-            divisor = np.multiply.outer(divisor, counts)
-        divisor = np.maximum(divisor, 1).astype(dtype)
-        if divisor.min() == divisor.max():  # every window full: a scalar divides faster
-            divisor = divisor.reshape(-1)[:1].reshape(())
-        _DIVISOR_CACHE[key] = divisor  # a benign race: every thread computes the same array
-    return divisor
-
-
-@kernel("avg_pool1d", "avg_pool2d", "avg_pool3d")
-def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_include_pad=0):
-    in_shape = x.shape[2:]
-    out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
-    y = window_reduce(x, np.add, 0, kernel_shape, strides, dilations, out_shape, widths)
-    y /= _avg_divisor(tuple(in_shape), out_shape, kernel_shape, strides, pads, dilations, count_include_pad, x.dtype)
     return y
 
 
-@kernel("lrn")
+def _check_lrn_attrs(attrs: dict) -> None:
+    size = attrs.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16:
+        raise ValueError(f"attribute size must be an integer in [1, 65536], got {describe(size)}")
+
+
+@kernel("lrn", check=_check_lrn_attrs)
 def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    if x.ndim < 2:
+        raise ValueError(f"lrn: input must be (N, C, ...), got {list(x.shape)}")
     before = (size - 1) // 2
     after = size - 1 - before
     c = x.shape[1]

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
+from runtime_lite.limits import check_allocation
+
+COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                    "half_pixel_symmetric")  # fmt: skip
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
 def source_coordinates(mode: str, out_size: int, in_size: int, scale: float) -> np.ndarray:
@@ -62,7 +68,30 @@ def _resize_axis(x, axis, out_size, scale, mode, coordinate_mode, nearest_mode):
     return (a + (b - a) * frac).astype(x.dtype, copy=False)
 
 
-@kernel("resize")
+def _check_resize_attrs(attrs: dict) -> None:
+    if attrs.get("mode", "nearest") not in ("nearest", "linear"):
+        raise ValueError(f"attribute mode must be nearest or linear, got {describe(attrs.get('mode'))}")
+    if attrs.get("coordinate_transformation_mode", "half_pixel") not in COORDINATE_MODES:
+        raise ValueError(
+            f"unsupported coordinate_transformation_mode {describe(attrs.get('coordinate_transformation_mode'))}"
+        )
+    if attrs.get("nearest_mode", "round_prefer_floor") not in NEAREST_MODES:
+        raise ValueError(f"unsupported nearest_mode {describe(attrs.get('nearest_mode'))}")
+    scales, sizes = attrs.get("scales"), attrs.get("sizes")
+    if (scales is None) == (sizes is None):
+        raise ValueError("exactly one of the attributes scales and sizes must be given")
+    if scales is not None and not (
+        isinstance(scales, list)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 << 20 for v in scales)
+    ):
+        raise ValueError(f"attribute scales must be positive finite numbers, got {describe(scales)}")
+    if sizes is not None and not (
+        isinstance(sizes, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes)
+    ):
+        raise ValueError(f"attribute sizes must be non-negative integers, got {describe(sizes)}")
+
+
+@kernel("resize", check=_check_resize_attrs)
 def resize(
     x,
     *,
@@ -73,12 +102,16 @@ def resize(
     nearest_mode="round_prefer_floor",
 ):
     """Exactly one of ``scales`` / ``sizes`` (one entry per axis) describes the output."""
+    if len(scales if sizes is None else sizes) != x.ndim:
+        raise ValueError(f"resize: scales/sizes need one value per axis of {list(x.shape)}")
     if sizes is None:
         sizes = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
         ratio = list(scales)
     else:
         ratio = [o / d if d else 1.0 for o, d in zip(sizes, x.shape)]
+    check_allocation(sizes, x.dtype, "resize output")
     for axis, (out_size, scale) in enumerate(zip(sizes, ratio)):
         if out_size != x.shape[axis] or scale != 1.0:
+            check_allocation(x.shape[:axis] + (out_size,) + x.shape[axis + 1 :], x.dtype, "resize step")
             x = _resize_axis(x, axis, out_size, scale, mode, coordinate_transformation_mode, nearest_mode)
     return x

@@ -6,9 +6,21 @@ first input; the compiler's memory planner never writes into their results.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
+from runtime_lite.limits import check_allocation
+
+
+def _dims(values, what: str) -> tuple[int, ...]:
+    """Integer dims from an attribute or a shape tensor, refusing anything else."""
+    dims = tuple(int(d) for d in np.asarray(values, dtype=np.int64).reshape(-1))
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{what}: negative dim in {list(dims)}")
+    return dims
 
 
 def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
@@ -60,13 +72,17 @@ def unsqueeze(x, *, axes):
 @kernel("expand")
 def expand(x, target=None, *, shape=None):
     """ONNX Expand broadcasts both ways; the result is copied so it is writable and owned."""
-    if target is not None:
-        shape = target.tolist()
-    return np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
+    out = np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand"))
+    check_allocation(out, x.dtype, "expand output")
+    return np.array(np.broadcast_to(x, out))
 
 
 @kernel("tile")
 def tile(x, *, repeats):
+    repeats = _dims(repeats, "tile")
+    if len(repeats) != x.ndim:
+        raise ValueError(f"tile: {len(repeats)} repeats for a rank-{x.ndim} input")
+    check_allocation([d * r for d, r in zip(x.shape, repeats)], x.dtype, "tile output")
     return np.tile(x, repeats)
 
 
@@ -108,7 +124,10 @@ def slice_(x, *, starts, ends, axes, steps):
 def pad(x, *, pads, mode="constant", value=0.0):
     """ONNX Pad over every axis; negative pads crop."""
     rank = x.ndim
+    if len(pads) != 2 * rank or not all(isinstance(p, int) and not isinstance(p, bool) for p in pads):
+        raise ValueError(f"pad: a rank-{rank} input needs {2 * rank} integer pads, got {describe(pads)}")
     begins, ends = pads[:rank], pads[rank:]
+    check_allocation([max(d + b + e, 0) for d, b, e in zip(x.shape, begins, ends)], x.dtype, "pad output")
     if any(p < 0 for p in pads):
         x = x[tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends)))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
@@ -119,6 +138,9 @@ def pad(x, *, pads, mode="constant", value=0.0):
 
 @kernel("gather")
 def gather(data, indices, *, axis=0):
+    if data.ndim:
+        axis = axis % data.ndim if -data.ndim <= axis < data.ndim else axis  # np.take rejects the rest
+        check_allocation(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype, "gather output")
     return np.take(data, indices, axis=axis)
 
 
@@ -135,9 +157,16 @@ def shape(x, *, start=0, end=None):
 
 @kernel("constant_of_shape")
 def constant_of_shape(target, *, value=0.0, dtype="float32"):
-    return np.full(tuple(int(d) for d in target), value, dtype=dtype)
+    shape = _dims(target, "constant_of_shape")
+    check_allocation(shape, np.dtype(dtype), "constant_of_shape output")
+    return np.full(shape, value, dtype=dtype)
 
 
 @kernel("range")
 def range_(start, limit, delta):
-    return np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))
+    dtype = np.result_type(start, limit, delta)
+    if delta == 0:
+        raise ValueError("range: delta is 0")
+    count = max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+    check_allocation([count], dtype, "range output")
+    return np.arange(start, limit, delta, dtype=dtype)
