@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.bundle import expect, expect_index, expect_key
+from runtime_lite.bundle import expect, expect_dtype, expect_index, expect_key
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.kernels import KERNELS
+from runtime_lite.limits import ActiveBudget, RunLimits, current_budget
 
 Step = Callable[[list], None]
 
@@ -102,12 +103,36 @@ def bind_kernel(
         raise BundleError(f"bundle field '{field}.op' names op {op!r}, which this runtime_lite has no kernel for")
     if inplace is not None and inplace not in kernel.inplace:
         raise BundleError(f"bundle field '{field}.inplace': op {op!r} cannot write operand {inplace} in place")
+    _check_attribute_values(attrs, f"{field}.attrs")
     extra = {"out": None} if inplace is not None else {}
     try:
         _signature(kernel.fn).bind(*range(num_inputs), **attrs, **extra)
     except TypeError as e:
         raise BundleError(f"bundle field '{field}': {name} ({op}) does not fit its kernel: {e}") from None
+    if kernel.check is not None:
+        try:
+            kernel.check(attrs)
+        except (ValueError, TypeError) as e:
+            raise BundleError(f"bundle field '{field}.attrs': {name} ({op}): {e}") from None
     return functools.partial(kernel.fn, **attrs) if attrs else kernel.fn
+
+
+_SCALAR_TYPES = (type(None), bool, int, float, str)
+#: Attributes that name a dtype: only the dtypes a bundle may use (no ``object``, no structured types).
+_DTYPE_ATTRIBUTES = ("to", "dtype")
+
+
+def _check_attribute_values(attrs: dict[str, Any], field: str) -> None:
+    """Attribute values are scalars or flat lists of scalars (docs/bundle-format.md), dtypes are known ones."""
+    for key, value in attrs.items():
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if not isinstance(item, _SCALAR_TYPES):
+                    raise BundleError(f"bundle field '{field}.{key}[{i}]' must be a number, string or nil")
+        elif not isinstance(value, _SCALAR_TYPES):
+            raise BundleError(f"bundle field '{field}.{key}' must be a number, string, nil or list of them")
+        if key in _DTYPE_ATTRIBUTES and value is not None:
+            expect_dtype(value, f"{field}.{key}")
 
 
 def _bind_kernel(ins: Instruction, field: str) -> Callable:
@@ -193,10 +218,11 @@ class HostPlan:
             defined.add(slot)
         self._template = template
         self.instructions: list[Instruction] = []
-        self._program: list[tuple[Step, tuple[int, ...]]] = []
+        self._program: list[_Entry] = []
         # instruction index -> (backend call, backend name), for traced runs
         self._calls: dict[int, tuple[Callable, str]] = {}
         modules = list(modules)
+        origins = _Origins(num_slots, self.input_slots, [pair[0] for pair in record["constants"]])
         for i, raw in enumerate(raw_instructions):
             field = f"plan.instructions[{i}]"
             ins = _parse_instruction(raw, i, num_slots)
@@ -208,55 +234,126 @@ class HostPlan:
             defined.update(ins.outputs)
             defined.difference_update(ins.free)
             self.instructions.append(ins)
+            view_source = -1
             if ins.op == CALL_MODULE:
                 fn = _bind_module_call(ins, field, modules)
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
-            self._program.append((_make_step(fn, ins), ins.free))
+                if KERNELS[ins.op].view and ins.inputs:
+                    view_source = ins.inputs[0]
+            origins.record(ins, view_source, field)
+            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source))
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
                 raise BundleError(
                     f"bundle field 'plan.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
 
-    def execute(self, inputs: list[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
-        """Run the plan; with ``trace``, append one timed event per instruction and backend dispatch."""
+    def execute(
+        self, inputs: list[np.ndarray], trace: list | None = None, limits: RunLimits | None = None
+    ) -> list[np.ndarray]:
+        """Run the plan; with ``trace``, append one timed event per instruction and backend dispatch.
+
+        ``limits`` starts a run under a Module's budgets; without it (a backend's
+        plan inside a run) the budgets of the run in progress apply.
+        """
+        if limits is None:
+            return self._execute(inputs, trace, current_budget())
+        token = limits.activate()
+        try:
+            return self._execute(inputs, trace, current_budget())
+        finally:
+            RunLimits.reset(token)
+
+    def _execute(self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget) -> list[np.ndarray]:
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
+        charged = [0] * self.num_slots  # bytes each slot's value holds that this run allocated
+        live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
-            if trace is not None:
-                self._run_traced(slots, trace)
-                return [slots[s] for s in self.output_slots]
-            for index, (step, free) in enumerate(self._program):
+            for index, entry in enumerate(self._program):
+                step = entry.step
+                if trace is not None:
+                    step, start = self._traced_step(index, trace), time.perf_counter()
                 try:
                     step(slots)
+                    for slot in entry.outs:  # what this instruction allocated, views of operand 0 aside
+                        value = slots[slot]
+                        size = value.nbytes
+                        if entry.view_source >= 0 and _root(value) is _root(slots[entry.view_source]):
+                            size = 0
+                        live += size - charged[slot]
+                        charged[slot] = size
                 except Exception as e:
                     raise self._failure(index, e) from e
-                for slot in free:
+                if trace is not None:
+                    ins = self.instructions[index]
+                    trace.append({"backend": self._calls[index][1] if index in self._calls else "host",
+                                  "module": None, "node": ins.name, "op": ins.op,
+                                  "wall_s": time.perf_counter() - start})  # fmt: skip
+                for slot in entry.free:
+                    live -= charged[slot]
+                    charged[slot] = 0
                     slots[slot] = None
+                if live > limit:  # after the frees: an in-place result is counted again until its operand's
+                    raise self._failure(index, MemoryError(f"live activations reach {live:,} bytes, "
+                                                           f"more than max_memory = {limit:,}"))  # fmt: skip
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._failure(index, TimeoutError("the run passed its max_run_seconds"))
         return [slots[s] for s in self.output_slots]
 
-    def _run_traced(self, slots: list, trace: list) -> None:
-        for index, (step, free) in enumerate(self._program):
-            ins = self.instructions[index]
-            backend = "host"
-            if index in self._calls:  # the same step, with the trace handed to the backend
-                call, backend = self._calls[index]
-                step = _make_step(functools.partial(call, trace=trace), ins)
-            start = time.perf_counter()
-            try:
-                step(slots)
-            except Exception as e:
-                raise self._failure(index, e) from e
-            trace.append(
-                {"backend": backend, "module": None, "node": ins.name, "op": ins.op,
-                 "wall_s": time.perf_counter() - start}
-            )  # fmt: skip
-            for slot in free:
-                slots[slot] = None
+    def _traced_step(self, index: int, trace: list) -> Step:
+        """The instruction's step, with the trace handed to the backend when it calls one."""
+        if index not in self._calls:
+            return self._program[index].step
+        call, _ = self._calls[index]
+        return _make_step(functools.partial(call, trace=trace), self.instructions[index])
 
     def _failure(self, index: int, error: Exception) -> ExecutionError:
         ins = self.instructions[index]
         return ExecutionError(f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(error).__name__}: {error}")
+
+
+def _root(array: Any) -> Any:
+    """The object that owns an array's memory (numpy collapses chains of views onto it)."""
+    base = getattr(array, "base", None)
+    return array if base is None else base
+
+
+@dataclass(frozen=True)
+class _Entry:
+    step: Step
+    free: tuple[int, ...]
+    outs: tuple[int, ...]
+    #: for view kernels the operand whose memory the output may share, else -1
+    view_source: int
+
+
+class _Origins:
+    """Where each slot's value comes from, so a plan cannot write in place into what the caller owns.
+
+    ``inplace`` hands an operand's buffer to the kernel as ``out``: that operand must
+    be a buffer this run allocated, never a caller's input, a constant, or a view of
+    either. (Inputs and constants are also read-only at run time; this refuses such a
+    plan at load, naming the instruction.)
+    """
+
+    def __init__(self, num_slots: int, inputs: tuple[int, ...], constants: list[int]):
+        self.origin = ["fresh"] * num_slots
+        for slot in inputs:
+            self.origin[slot] = "a model input"
+        for slot in constants:
+            self.origin[slot] = "a constant"
+
+    def record(self, ins: Instruction, view_source: int, field: str) -> None:
+        if ins.inplace is not None:
+            target = ins.inputs[ins.inplace]
+            if self.origin[target] != "fresh":
+                raise BundleError(
+                    f"bundle field '{field}.inplace': instruction {ins.name!r} would write into slot {target}, "
+                    f"which holds {self.origin[target]}"
+                )
+        for slot in ins.outputs:
+            self.origin[slot] = self.origin[view_source] if view_source >= 0 else "fresh"

@@ -17,7 +17,7 @@ from typing import Any, Union
 import numpy as np
 
 from runtime_lite.bundle import expect, expect_dtype, expect_key, expect_shape
-from runtime_lite.errors import BundleError, InputError
+from runtime_lite.errors import BundleError, ExecutionError, InputError
 
 Dim = Union[int, str]
 
@@ -58,13 +58,15 @@ def _describe(specs: Sequence[TensorSpec]) -> str:
 
 
 def _coerce(spec: TensorSpec, value: Any) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        if isinstance(value, np.generic):
+    if type(value) is not np.ndarray:  # subclasses (np.matrix, memmap) too: the model sees plain arrays
+        if isinstance(value, np.ma.MaskedArray):
+            raise InputError(f"input '{spec.name}': masked arrays are not supported; pass value.filled(...)")
+        if isinstance(value, (np.ndarray, np.generic)):
             value = np.asarray(value)
         else:
             try:
                 return np.asarray(value, dtype=spec.dtype)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, OverflowError) as e:
                 raise InputError(
                     f"input '{spec.name}': cannot convert {type(value).__name__} to {spec.dtype.name} ({e})"
                 ) from None
@@ -76,6 +78,13 @@ def _coerce(spec: TensorSpec, value: Any) -> np.ndarray:
             f"(convert explicitly, e.g. x.astype(np.{spec.dtype.name}))"
         )
     return value
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: no kernel and no hostile plan can write into the caller's array through it."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _check_shape(spec: TensorSpec, value: np.ndarray, bound: dict[str, int]) -> None:
@@ -98,6 +107,11 @@ def _check_shape(spec: TensorSpec, value: np.ndarray, bound: dict[str, int]) -> 
 
 def bind_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
     """Validate ``inputs`` (a dict by name or a list in signature order) against ``specs``."""
+    return bind(specs, ordered_values(specs, inputs))[0]
+
+
+def ordered_values(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+    """The caller's values in signature order, from a dict by name or a list."""
     if isinstance(inputs, Mapping):
         names = {s.name for s in specs}
         unknown = [k for k in inputs if k not in names]
@@ -117,10 +131,58 @@ def bind_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequenc
         raise InputError(
             f"inputs must be a dict name -> array or a list in signature order, got {type(inputs).__name__}"
         )
+    return values
+
+
+def bind(specs: Sequence[TensorSpec], values: Sequence[Any]) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Inputs in signature order as read-only arrays, and the size each symbolic dim took."""
     bound: dict[str, int] = {}
     arrays = []
     for spec, value in zip(specs, values):
         array = _coerce(spec, value)
         _check_shape(spec, array, bound)
-        arrays.append(array)
-    return arrays
+        arrays.append(_read_only(array))
+    return arrays, bound
+
+
+def check_outputs(specs: Sequence[TensorSpec], outputs: Sequence[Any], bound: dict[str, int]) -> list[np.ndarray]:
+    """The outputs as fresh arrays the caller owns, each checked against its spec.
+
+    A plan's result may be read-only (a constant, an input), the same array twice,
+    or not what the signature promises when the bundle lies: any of these must
+    reach the caller neither aliased nor mistyped. Honest plans already return
+    fresh arrays, so this costs a few attribute reads per output.
+    """
+    if len(outputs) != len(specs):
+        raise ExecutionError(f"the plan produced {len(outputs)} outputs, the signature declares {len(specs)}")
+    bound = dict(bound)
+    owners: set[int] = set()
+    checked = []
+    for spec, value in zip(specs, outputs):
+        if type(value) is not np.ndarray:
+            if not isinstance(value, (np.ndarray, np.generic)):
+                raise ExecutionError(f"output '{spec.name}' is a {type(value).__name__}, not an array")
+            value = np.asarray(value)
+        if value.dtype != spec.dtype or value.ndim != len(spec.shape) or not _dims_match(spec, value.shape, bound):
+            raise ExecutionError(
+                f"output '{spec.name}' is {value.dtype.name}{list(value.shape)}, the signature declares "
+                f"{spec.dtype.name}[{','.join(str(d) for d in spec.shape)}]"
+                + (f" with {', '.join(f'{k} = {v}' for k, v in bound.items())}" if bound else "")
+            )
+        owner = id(value if value.base is None else value.base)
+        if not value.flags.writeable or owner in owners:
+            value = value.copy()
+            owner = id(value)
+        owners.add(owner)
+        checked.append(value)
+    return checked
+
+
+def _dims_match(spec: TensorSpec, shape: tuple[int, ...], bound: dict[str, int]) -> bool:
+    for want, got in zip(spec.shape, shape):
+        if isinstance(want, str):
+            if bound.setdefault(want, got) != got:
+                return False
+        elif want != got:
+            return False
+    return True
