@@ -25,11 +25,36 @@ def _parse_input(text: str) -> tuple[str, Path]:
 
 
 def _safe_filename(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "output"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "output"
+
+
+def output_filenames(names: list[str]) -> list[str]:
+    """One distinct, safe ``.npy`` file name per output: ``a/b`` and ``a_b`` must not overwrite each other.
+
+    Names are compared without case, for case-insensitive file systems; a clash gets the
+    output's index appended.
+    """
+    files, taken = [], set()
+    for index, name in enumerate(names):
+        stem = _safe_filename(name)
+        if stem.lower() in taken:
+            stem = f"{stem}.{index}"
+        taken.add(stem.lower())
+        files.append(f"{stem}.npy")
+    return files
+
+
+#: ``--random-inputs`` refuses to invent more than this many bytes for one input.
+MAX_RANDOM_INPUT_BYTES = 1 << 30
 
 
 def _random_input(spec: runtime_lite.TensorSpec, rng: np.random.Generator) -> np.ndarray:
     shape = tuple(1 if isinstance(d, str) else d for d in spec.shape)
+    nbytes = int(np.prod(shape, dtype=object)) * spec.dtype.itemsize
+    if nbytes > MAX_RANDOM_INPUT_BYTES:
+        raise RuntimeLiteError(
+            f"input {spec}: random data would take {nbytes:,} bytes; pass --input {spec.name}=FILE.npy"
+        )
     if spec.dtype.kind == "f":
         return rng.standard_normal(shape).astype(spec.dtype)
     if spec.dtype.kind == "b":
@@ -73,10 +98,11 @@ def _run(args) -> int:
     print(f"{args.bundle}: loaded in {(loaded - start) * 1e3:.1f} ms, ran in {(done - loaded) * 1e3:.1f} ms")
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)
-    for spec, array in zip(module.outputs, outputs):
+    files = output_filenames([spec.name for spec in module.outputs])
+    for spec, array, file in zip(module.outputs, outputs, files):
         print(f"  {spec.name}: {array.dtype}{list(array.shape)} {_preview(array)}")
         if args.output_dir:
-            np.save(args.output_dir / f"{_safe_filename(spec.name)}.npy", array, allow_pickle=False)
+            np.save(args.output_dir / file, array, allow_pickle=False)
     if args.output_dir:
         print(f"outputs written to {args.output_dir}/")
     return 0

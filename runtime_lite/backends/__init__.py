@@ -20,6 +20,7 @@ is enough to make its backend loadable.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Sequence
@@ -70,15 +71,25 @@ def register_backend(backend: Backend) -> Backend:
     return backend
 
 
-def _from_entry_points(name: str) -> Backend | None:
+@functools.cache
+def _installed_entry_points() -> dict[str, Any]:
+    """The ``runtime_lite.backends`` entry points, read once per process.
+
+    Reading them walks every installed distribution's metadata; a bundle naming an
+    unknown backend must not make each load pay that again.
+    """
     from importlib.metadata import entry_points
 
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name == name:
-            backend = entry.load()
-            backend = backend() if isinstance(backend, type) else backend
-            return register_backend(backend)
-    return None
+    return {entry.name: entry for entry in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _from_entry_points(name: str) -> Backend | None:
+    entry = _installed_entry_points().get(name)
+    if entry is None:
+        return None
+    backend = entry.load()
+    backend = backend() if isinstance(backend, type) else backend
+    return register_backend(backend)
 
 
 #: Backends shipped with runtime_lite, imported on first use so ``import runtime_lite`` stays cheap.
@@ -93,4 +104,4 @@ def get_backend(name: str) -> Backend | None:
 
 
 def available_backends() -> list[str]:
-    return sorted(set(_REGISTRY) | set(BUILTIN_BACKENDS))
+    return sorted(set(_REGISTRY) | set(BUILTIN_BACKENDS) | set(_installed_entry_points()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ import numpy as np
 
 from runtime_lite.backends import IncompatiblePayload, register_backend
 from runtime_lite.backends.weights import view_constant
-from runtime_lite.bundle import expect, expect_dtype, expect_index, expect_key, expect_shape
-from runtime_lite.errors import BundleError
+from runtime_lite.bundle import MAX_DECODED_ITEMS, expect, expect_dtype, expect_index, expect_key, expect_shape
+from runtime_lite.errors import BundleError, describe
+from runtime_lite.limits import current_budget
 from runtime_lite.plan import bind_kernel
 
 FORMAT = "npu-graph/1"
@@ -36,6 +38,7 @@ class _Kernel:
     inputs: tuple[int, ...]
     run: Callable[[list[np.ndarray]], np.ndarray]
     shape: tuple[int, ...]
+    dtype: np.dtype
     frees: tuple[int, ...]
     event: dict[str, Any]  # the dispatch record, as a trace event
     message: str
@@ -52,7 +55,7 @@ class _Arg:
 def _ref(ref: Any, field: str, limit: int) -> int:
     """A TVM-style node entry ``[node, output, version]``; every NPU node has one output."""
     if not isinstance(ref, list) or len(ref) != 3 or ref[1:] != [0, 0]:
-        raise BundleError(f"npu payload field '{field}' must be [node, 0, 0], got {ref!r}")
+        raise BundleError(f"npu payload field '{field}' must be [node, 0, 0], got {describe(ref)}")
     return expect_index(ref[0], limit, f"npu payload {field}[0]")
 
 
@@ -171,6 +174,7 @@ class NpuProgram:
         self.heads = tuple(_ref(h, f"heads[{i}]", len(nodes)) for i, h in enumerate(heads))
         self.template = template
         self.kernels = self._compile_kernels(nodes, kinds)
+        self.peak_bytes = self._peak_bytes()
 
     @staticmethod
     def _constant(attrs: dict, weights: memoryview | None, field: str) -> np.ndarray:
@@ -204,23 +208,39 @@ class NpuProgram:
         for i, field, node, inputs in parsed:
             attrs = node["attrs"]
             name = expect_key(node, "name", str, f"npu payload {field}")
-            shape, _ = _tensor(attrs, f"{field}.attrs")  # the dtype is checked, the shape is enforced
+            shape, dtype = _tensor(attrs, f"{field}.attrs")  # both enforced on every run
             run = _compile_body(attrs.get("body"), len(inputs), f"npu payload {field}.attrs")
             record = _dispatch_record(attrs.get("dispatch", {}), f"npu payload {field}.attrs.dispatch")
-            event = {
+            event = {  # the record's own keys first: it cannot override what a profile relies on
+                **record,
                 "backend": "npu",
                 "module": self.region,
                 "node": name,
-                "composite": attrs.get("composite", ""),
-                **record,
+                "composite": expect(attrs.get("composite", ""), str, f"npu payload {field}.attrs.composite"),
             }
             frees = tuple(sorted({s for s in inputs if last_use.get(s) == i and s not in keep}))
-            kernels.append(_Kernel(i, name, inputs, run, shape, frees, event, _describe(name, record)))
+            kernels.append(_Kernel(i, name, inputs, run, shape, dtype, frees, event, _describe(name, record)))
         return tuple(kernels)
+
+    def _peak_bytes(self) -> int:
+        """The most bytes of kernel outputs alive at once: exact, since every output's shape is enforced."""
+        size = {k.index: math.prod(k.shape) * k.dtype.itemsize for k in self.kernels}
+        live = peak = 0
+        for k in self.kernels:
+            live += size[k.index]
+            peak = max(peak, live)
+            live -= sum(size.get(i, 0) for i in k.frees)
+        return peak
 
     def run(self, inputs: Sequence[np.ndarray], trace: list | None) -> list[np.ndarray]:
         if len(inputs) != len(self.args):
             raise ValueError(f"npu region {self.region} takes {len(self.args)} inputs, got {len(inputs)}")
+        budget = current_budget()
+        if self.peak_bytes > budget.max_memory:
+            raise MemoryError(
+                f"npu region {self.region} needs {self.peak_bytes:,} bytes of activations, "
+                f"more than max_memory = {budget.max_memory:,}"
+            )
         values = list(self.template)
         for arg, x in zip(self.args, inputs):
             if x.shape != arg.shape or x.dtype != arg.dtype:
@@ -233,8 +253,11 @@ class NpuProgram:
         for k in self.kernels:
             start = time.perf_counter() if trace is not None else 0.0
             out = k.run([values[i] for i in k.inputs])
-            if out.shape != k.shape:
-                raise ValueError(f"npu kernel {k.name!r} produced shape {list(out.shape)}, expected {list(k.shape)}")
+            if getattr(out, "shape", None) != k.shape or out.dtype != k.dtype:
+                raise ValueError(
+                    f"npu kernel {k.name!r} produced {getattr(out, 'dtype', type(out).__name__)}"
+                    f"{list(getattr(out, 'shape', ()))}, expected {k.dtype}{list(k.shape)}"
+                )
             values[k.index] = out
             for i in k.frees:
                 values[i] = None
@@ -242,7 +265,22 @@ class NpuProgram:
                 trace.append({**k.event, "wall_s": time.perf_counter() - start})
             if log:
                 logger.debug("%s: %s", self.region, k.message)
+            if budget.deadline is not None and time.monotonic() > budget.deadline:
+                raise TimeoutError(f"npu region {self.region} passed the run's max_run_seconds at {k.name!r}")
         return [values[h] for h in self.heads]
+
+
+def check_json_budget(data: memoryview, what: str) -> None:
+    """Refuse JSON that would decode to more objects than a bundle record may (counted without parsing).
+
+    Every container opens with a bracket and items are separated by commas, so
+    their counts bound what ``json.loads`` would build (brackets inside strings only
+    make the bound looser); 28 MB of numbers would otherwise take 870 MB.
+    """
+    raw = bytes(data)
+    items = raw.count(b"[") + raw.count(b"{") + raw.count(b",")
+    if items > MAX_DECODED_ITEMS:
+        raise BundleError(f"{what} holds more than {MAX_DECODED_ITEMS} JSON items")
 
 
 class NpuBackend:
@@ -254,6 +292,7 @@ class NpuBackend:
     def init(self, payloads: dict[str, memoryview], compile_specs: dict[str, Any]) -> NpuProgram:
         if "graph" not in payloads:
             raise BundleError("npu module has no 'graph' payload")
+        check_json_budget(payloads["graph"], "npu payload 'graph'")
         try:
             graph = json.loads(bytes(payloads["graph"]))
         except (UnicodeDecodeError, ValueError) as e:

@@ -15,4 +15,6 @@ def view_constant(weights: memoryview | None, shape: tuple[int, ...], dtype: np.
     nbytes = count * dtype.itemsize
     if weights is None or offset < 0 or offset + nbytes > len(weights):
         raise BundleError(f"bundle field '{field}' points outside the weights payload")
-    return np.frombuffer(weights, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+    array = np.frombuffer(weights, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+    array.flags.writeable = False  # weights are shared by every run and may be the caller's own buffer
+    return array

@@ -95,6 +95,12 @@ class TensorRTModule:
         self.outputs: tuple[TensorSpec, ...] = parse_specs(
             expect_key(specs, "outputs", list, "tensorrt compile_specs"), "tensorrt compile_specs.outputs"
         )
+        for i, spec in enumerate(self.inputs):
+            if any(isinstance(d, str) for d in spec.shape[1:]):
+                raise BundleError(
+                    f"bundle field 'tensorrt compile_specs.inputs[{i}].shape' = {list(spec.shape)}: "
+                    "only the batch dim (dim 0) of a TensorRT input may be symbolic"
+                )
         self.settings = BuildSettings.from_record(specs.get("settings"), "tensorrt compile_specs.settings")
         if "recipe" not in payloads:
             raise BundleError(f"tensorrt module {self.id!r} has no 'recipe' payload")
