@@ -14,6 +14,13 @@ only once both are complete; every read verifies the digest and drops an entry
 that fails. Writes are atomic and happen under a per-key file lock, so N
 processes that miss at once build once. The modification time of the record is
 its last use; ``evict`` removes least recently used entries beyond the size budget.
+
+The directory is shared, and anyone who can write to it may drop files there, so
+nothing found in it is trusted: a hit must carry its own key, size and digest;
+files are opened without following symlinks and only if regular (a FIFO or a
+link to ``/dev/zero`` is refused, never read); reads stop at the recorded size;
+files whose names are not ``<64 hex>.json``/``.engine`` are ignored and counted
+in ``stats.ignored``; lock files are created without following symlinks.
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_lite.files import atomic_write
+from runtime_lite.files import atomic_write, open_regular, read_regular
 
 logger = logging.getLogger("runtime_lite.engine_cache")
 
 LAYOUT = "tensorrt-engines/v1"
 DEFAULT_BUDGET = 8 << 30
+#: An index record is a few hundred bytes of JSON; anything much larger was not written by us.
+MAX_RECORD_BYTES = 1 << 20
+#: No serialized engine this cache stores is larger (TensorRT engines of the largest LLMs stay far below).
+MAX_ENGINE_BYTES = 64 << 30
+_HEX = frozenset("0123456789abcdef")
 
 
 def default_cache_dir() -> Path:
@@ -75,8 +87,18 @@ except ImportError:  # pragma: no cover - Windows
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (flock on POSIX, msvcrt on Windows)."""
-    with open(path, "a+b") as handle:
+    """An exclusive lock between processes (flock on POSIX, msvcrt on Windows).
+
+    The lock file is created without following a symlink: one planted at ``path``
+    is removed (it is not ours) rather than followed to create a file elsewhere.
+    """
+    try:
+        fd = open_regular(path, follow_symlinks=False, create=True)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a symlink, FIFO or device squatting on our lock name
+        fd = open_regular(path, follow_symlinks=False, create=True)
+    with os.fdopen(fd, "r+b") as handle:
         _lock(handle, True)
         try:
             yield
@@ -84,13 +106,42 @@ def file_lock(path: Path) -> Iterator[None]:
             _lock(handle, False)
 
 
+def _is_key(name: str) -> bool:
+    return len(name) == 64 and _HEX.issuperset(name)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number this cache writes")
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """An index record as written by ``put``, or None for anything else (missing, hostile, damaged)."""
+    try:
+        record = json.loads(
+            read_regular(path, MAX_RECORD_BYTES, follow_symlinks=False), parse_constant=_refuse_constant
+        )
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    size, digest = record.get("size"), record.get("sha256")
+    if not (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_ENGINE_BYTES):
+        return None
+    if not (isinstance(digest, str) and len(digest) == 64 and _HEX.issuperset(digest)):
+        return None
+    if not isinstance(record.get("key"), str) or not isinstance(record.get("ingredients", {}), dict):
+        return None
+    return record
+
+
 @dataclass
 class CacheStats:
     hits: int = 0
     misses: int = 0
     builds: int = 0
-    dropped: int = 0  # corrupt entries removed
+    dropped: int = 0  # corrupt or mismatched entries removed
     evicted: int = 0
+    ignored: int = 0  # files in the cache directory that are not entries of ours
 
 
 @dataclass(frozen=True)
@@ -116,20 +167,38 @@ class EngineCache:
         return self.directory / f"{key}.engine", self.directory / f"{key}.json"
 
     def get(self, key: str) -> bytes | None:
-        """The engine stored under ``key``, verified; None on a miss or a corrupt entry (then dropped)."""
+        """The engine stored under ``key``, verified; None on a miss or a bad entry (then dropped).
+
+        Verified means: the record names this very key (an entry copied under another
+        name is not served), the engine file has the recorded size (read no further)
+        and the recorded sha256.
+        """
         engine_path, record_path = self._paths(key)
-        try:
-            record = json.loads(record_path.read_text())
-            data = engine_path.read_bytes()
-        except (OSError, ValueError):
+        if not record_path.exists() and not record_path.is_symlink():
             return None
-        if not isinstance(record, dict) or hashlib.sha256(data).hexdigest() != record.get("sha256"):
-            logger.warning("engine cache entry %s is corrupt (sha256 mismatch); dropping it", key[:16])
+        record = _read_record(record_path)
+        problem = None
+        if record is None:
+            problem = "its record is unreadable or not one this cache wrote"
+        elif record["key"] != key:
+            problem = f"its record belongs to key {record['key'][:16]!r}"
+        else:
+            try:
+                data = read_regular(engine_path, record["size"], follow_symlinks=False)
+            except OSError as e:
+                problem = f"its engine file cannot be read ({e.strerror or e})"
+            else:
+                if len(data) != record["size"]:
+                    problem = f"its engine file has {len(data)} bytes, the record says {record['size']}"
+                elif hashlib.sha256(data).hexdigest() != record["sha256"]:
+                    problem = "sha256 mismatch"
+        if problem is not None:
+            logger.warning("engine cache entry %s is not valid (%s); dropping it", key[:16], problem)
             self.drop(key)
             self.stats.dropped += 1
             return None
         with contextlib.suppress(OSError):
-            os.utime(record_path)  # last use, for eviction
+            os.utime(record_path, follow_symlinks=False)  # last use, for eviction
         return data
 
     def put(self, key: str, data: bytes, ingredients: Mapping[str, Any] | None = None) -> None:
@@ -172,21 +241,23 @@ class EngineCache:
         return data, False
 
     def entries(self) -> list[CacheEntry]:
-        """Complete entries, least recently used first."""
+        """Complete entries, least recently used first; other files are ignored (and counted)."""
         found = []
-        for record_path in self.directory.glob("*.json") if self.directory.is_dir() else ():
-            try:
-                record = json.loads(record_path.read_text())
-                found.append(
-                    CacheEntry(
-                        record_path.stem,
-                        int(record["size"]),
-                        record_path.stat().st_mtime,
-                        record.get("ingredients", {}),
-                    )
-                )
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+        listing = os.scandir(self.directory) if self.directory.is_dir() else contextlib.nullcontext(())
+        with listing as names:
+            for item in names:
+                stem, dot, suffix = item.name.rpartition(".")
+                if suffix in ("engine", "lock", "tmp") and dot:
+                    continue  # an entry's other half, a lock, a write in progress
+                record = _read_record(Path(item.path)) if suffix == "json" and _is_key(stem) else None
+                if record is None or record["key"] != stem:
+                    self.stats.ignored += 1
+                    continue
+                try:
+                    last_used = item.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    continue
+                found.append(CacheEntry(stem, record["size"], last_used, record.get("ingredients", {})))
         return sorted(found, key=lambda e: e.last_used)
 
     def evict(self, keep: str | None = None) -> int:

@@ -1,8 +1,14 @@
-"""All-or-nothing file writes, shared by the bundle writer (aot) and the engine cache (runtime_lite)."""
+"""Careful file access shared by the bundle writer (aot), the bundle reader and the engine cache.
+
+All-or-nothing writes, and opens that touch only regular files (a FIFO or a
+symlink planted where a bundle or a cache entry is expected must not block or redirect).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from typing import BinaryIO
@@ -40,3 +46,36 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int])
             pass
         raise
     return size
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True, create: bool = False) -> int:
+    """A read (or, with ``create``, read-write) fd on ``path``, only if it is a regular file.
+
+    Never blocks: a FIFO opened for reading would wait for a writer forever, so the
+    open is non-blocking and anything that is not a regular file (FIFO, device,
+    socket, directory) is refused with OSError before a byte is read. With
+    ``follow_symlinks=False`` a symlink as the last component is refused too, so a
+    link planted in a shared directory cannot point a read or a create elsewhere.
+    """
+    flags = os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
+    flags |= getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; OSError for anything else, never a long read."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", os.fspath(path))
+    return data

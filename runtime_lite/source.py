@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import weakref
 from dataclasses import dataclass
 
 from runtime_lite.errors import BundleError, ExecutionError
+from runtime_lite.files import open_regular
 
 
 @dataclass
@@ -68,14 +68,10 @@ class BundleBuffer:
 def _open_regular(path: str) -> int:
     """An fd for ``path`` if it is a regular file; BundleError otherwise (never blocks on a FIFO)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)
     except OSError as e:
         raise BundleError(f"cannot read bundle '{path}': {e.strerror or e}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise BundleError(f"cannot read bundle '{path}': not a regular file")
-    if info.st_size == 0:
+    if os.fstat(fd).st_size == 0:
         os.close(fd)
         raise BundleError(f"'{path}' is empty, not a bundle")
     return fd

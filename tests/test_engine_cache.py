@@ -9,6 +9,7 @@ import time
 import pytest
 
 from runtime_lite.engine_cache import EngineCache, default_cache_dir, engine_key
+from tests import hostile
 from tests.helpers import tensorrt_recipe_bytes
 
 INGREDIENTS = {
@@ -98,6 +99,9 @@ def test_a_truncated_or_missing_record_is_a_miss(tmp_path):
     record = cache.directory / f"{key}.json"
     record.write_text(record.read_text()[:10])
     assert cache.get(key) is None
+    assert cache.stats.dropped == 1  # a damaged record is dropped with its engine, not left to fail again
+    assert not (cache.directory / f"{key}.engine").exists()
+    cache.put(key, b"engine", INGREDIENTS)
     record.unlink()
     assert cache.get(key) is None
     assert cache.entries() == []
@@ -183,3 +187,87 @@ def test_killed_cache_writes_never_leave_an_entry_that_reads_wrong(tmp_path):
         data = cache.get(engine_key(bytes([i]), {}))
         assert data is None or data == bytes([i]) * (8 << 20)
     assert cache.stats.dropped == 0  # the record is written last: no entry was ever visible half-written
+
+
+# -- a shared directory anyone may write to ------------------------------------------------------------
+
+
+def _stored(tmp_path, data: bytes = b"engine A") -> tuple[EngineCache, str]:
+    cache = EngineCache(tmp_path)
+    key = engine_key(data, INGREDIENTS)
+    cache.put(key, data, INGREDIENTS)
+    return cache, key
+
+
+def test_an_entry_copied_under_another_key_is_not_served(tmp_path):
+    cache, key_a = _stored(tmp_path)
+    key_b = engine_key(b"engine B", INGREDIENTS)
+    for suffix in ("engine", "json"):
+        (cache.directory / f"{key_b}.{suffix}").write_bytes((cache.directory / f"{key_a}.{suffix}").read_bytes())
+    assert cache.get(key_b) is None
+    assert cache.stats.dropped == 1
+    assert cache.get(key_a) == b"engine A"
+
+
+def test_an_engine_longer_than_its_record_is_not_served(tmp_path):
+    cache, key = _stored(tmp_path)
+    with open(cache.directory / f"{key}.engine", "ab") as f:
+        f.write(b"appended")
+    assert cache.get(key) is None
+    assert cache.stats.dropped == 1
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "outside"])
+def test_an_engine_file_symlinked_elsewhere_is_never_read(tmp_path, target):
+    cache, key = _stored(tmp_path / "cache")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"engine A")  # even the right bytes, through a link, are not ours
+    engine = cache.directory / f"{key}.engine"
+    engine.unlink()
+    engine.symlink_to(outside if target == "outside" else target)
+    outcome = hostile.isolated(cache.get, key, timeout=20)
+    assert outcome == ("returned", None)
+    assert outside.read_bytes() == b"engine A"
+
+
+def test_a_fifo_as_engine_or_record_neither_blocks_nor_is_served(tmp_path):
+    cache, key = _stored(tmp_path)
+    for suffix in ("engine", "json"):
+        cache.put(key, b"engine A", INGREDIENTS)
+        path = cache.directory / f"{key}.{suffix}"
+        path.unlink()
+        os.mkfifo(path)
+        assert hostile.isolated(cache.get, key, timeout=20) == ("returned", None)
+
+
+def test_stray_files_are_ignored_and_counted(tmp_path):
+    cache, key = _stored(tmp_path)
+    stray_key = engine_key(b"stray", INGREDIENTS)
+    strays = {
+        "notes.json": b'{"size": 5}',
+        f"{stray_key}.json": b'{"key": "%s", "size": Infinity, "sha256": "%s"}' % (stray_key.encode(), b"0" * 64),
+        f"{'f' * 64}.json": b"[1, 2, 3]",
+        "README": b"hello",
+        f"{'e' * 64}.json": b"[" * 100_000,
+    }
+    for name, data in strays.items():
+        (cache.directory / name).write_bytes(data)
+    (cache.directory / "subdir.json").mkdir()
+    assert [e.key for e in cache.entries()] == [key]
+    assert cache.stats.ignored == len(strays) + 1
+    other = engine_key(b"engine C", INGREDIENTS)
+    cache.put(other, b"engine C", INGREDIENTS)  # eviction walks the strays without failing
+    assert cache.get(other) == b"engine C"
+    assert cache.get(stray_key) is None  # a record with an impossible size is dropped, not trusted
+
+
+def test_a_planted_lock_symlink_creates_nothing_outside_the_cache(tmp_path):
+    cache = EngineCache(tmp_path / "cache")
+    cache.directory.mkdir(parents=True)
+    key = engine_key(b"recipe", INGREDIENTS)
+    victim = tmp_path / "victim-created-by-cache"
+    (cache.directory / f"{key}.lock").symlink_to(victim)
+    engine, hit = cache.get_or_build(key, lambda: b"built", INGREDIENTS)
+    assert (engine, hit) == (b"built", False)
+    assert not victim.exists()
+    assert cache.get(key) == b"built"
