@@ -21,7 +21,7 @@ import numpy as np
 from runtime_lite.bundle import expect, expect_dtype, expect_index, expect_key
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.kernels import KERNELS
-from runtime_lite.limits import ActiveBudget, RunLimits, current_budget
+from runtime_lite.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
 
 Step = Callable[[list], None]
 
@@ -298,7 +298,7 @@ class HostPlan:
                     charged[slot] = 0
                     slots[slot] = None
                 if live > limit:  # after the frees: an in-place result is counted again until its operand's
-                    raise self._failure(index, MemoryError(f"live activations reach {live:,} bytes, "
+                    raise self._failure(index, BudgetExceeded(f"live activations reach {live:,} bytes, "
                                                            f"more than max_memory = {limit:,}"))  # fmt: skip
                 if deadline is not None and time.monotonic() > deadline:
                     raise self._failure(index, TimeoutError("the run passed its max_run_seconds"))

@@ -24,7 +24,7 @@ from runtime_lite.backends import IncompatiblePayload, register_backend
 from runtime_lite.backends.weights import view_constant
 from runtime_lite.bundle import MAX_DECODED_ITEMS, expect, expect_dtype, expect_index, expect_key, expect_shape
 from runtime_lite.errors import BundleError, describe
-from runtime_lite.limits import current_budget
+from runtime_lite.limits import BudgetExceeded, current_budget
 from runtime_lite.plan import bind_kernel
 
 FORMAT = "npu-graph/1"
@@ -237,7 +237,7 @@ class NpuProgram:
             raise ValueError(f"npu region {self.region} takes {len(self.args)} inputs, got {len(inputs)}")
         budget = current_budget()
         if self.peak_bytes > budget.max_memory:
-            raise MemoryError(
+            raise BudgetExceeded(
                 f"npu region {self.region} needs {self.peak_bytes:,} bytes of activations, "
                 f"more than max_memory = {budget.max_memory:,}"
             )
