@@ -59,7 +59,10 @@ def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
     slots = {}
     for key in ("in", "out", "free"):
         values = expect(record.get(key, []), list, f"{field}.{key}")
-        slots[key] = tuple(expect_index(v, num_slots, f"{field}.{key}[{i}]") for i, v in enumerate(values))
+        if not all(type(v) is int and 0 <= v < num_slots for v in values):  # name the bad one only then
+            for i, v in enumerate(values):
+                expect_index(v, num_slots, f"{field}.{key}[{i}]")
+        slots[key] = tuple(values)
     attrs = expect(record.get("attrs", {}), dict, f"{field}.attrs")
     inplace = record.get("inplace")
     if inplace is not None:
@@ -104,17 +107,37 @@ def bind_kernel(
     if inplace is not None and inplace not in kernel.inplace:
         raise BundleError(f"bundle field '{field}.inplace': op {op!r} cannot write operand {inplace} in place")
     _check_attribute_values(attrs, f"{field}.attrs")
-    extra = {"out": None} if inplace is not None else {}
-    try:
-        _signature(kernel.fn).bind(*range(num_inputs), **attrs, **extra)
-    except TypeError as e:
-        raise BundleError(f"bundle field '{field}': {name} ({op}) does not fit its kernel: {e}") from None
+    misfit = _signature_misfit(op, num_inputs, tuple(attrs), inplace is not None)
+    if misfit is not None:
+        raise BundleError(f"bundle field '{field}': {name} ({op}) does not fit its kernel: {misfit}")
     if kernel.check is not None:
         try:
             kernel.check(attrs)
         except (ValueError, TypeError) as e:
             raise BundleError(f"bundle field '{field}.attrs': {name} ({op}): {e}") from None
     return functools.partial(kernel.fn, **attrs) if attrs else kernel.fn
+
+
+def _signature_misfit(op: str, num_inputs: int, attr_names: tuple[str, ...], writes_out: bool) -> str | None:
+    """Why ``op`` cannot be called with these operands and attribute names, or None.
+
+    Only names and counts decide a fit, so a plan of many instructions of few kinds
+    binds each signature once. Long names (never a kernel parameter) skip the cache,
+    which therefore stays small whatever a bundle holds.
+    """
+    if any(len(n) > 64 for n in attr_names):
+        return _bind_misfit.__wrapped__(op, num_inputs, attr_names, writes_out)
+    return _bind_misfit(op, num_inputs, attr_names, writes_out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind_misfit(op: str, num_inputs: int, attr_names: tuple[str, ...], writes_out: bool) -> str | None:
+    extra = {"out": None} if writes_out else {}
+    try:
+        _signature(KERNELS[op].fn).bind(*range(num_inputs), **dict.fromkeys(attr_names), **extra)
+    except TypeError as e:
+        return str(e)
+    return None
 
 
 _SCALAR_TYPES = (type(None), bool, int, float, str)
