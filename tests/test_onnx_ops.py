@@ -351,6 +351,145 @@ def _():
     return make_model(nodes, {"x": x}, ["y", "z"], {"axes": np.array([0], np.int64)}), {"x": x}
 
 
+case("argmin_last_index")(
+    lambda: (
+        make_model(
+            [node("ArgMin", ["x"], axis=1, keepdims=0, select_last_index=1)],
+            {"x": np.array([[1, 0, 0], [3, 1, 2]], np.float32)},
+            {"y": "int64"},
+            opset=12,
+        ),
+        {"x": np.array([[1, 0, 0], [3, 1, 2]], np.float32)},
+    )
+)
+case("argmin")(lambda: (make_model([node("ArgMin", ["x"])], {"x": rand(4, 3)}, {"y": "int64"}), {"x": rand(4, 3)}))
+
+
+def with_input(op, feeds, outputs, inits=None, opset=13, inputs=None, **attrs):
+    """One node reading ``feeds`` (run-time inputs) and ``inits`` (constants), in that order unless ``inputs``."""
+    names = inputs or list(feeds) + list(inits or {})
+    return make_model([node(op, names, list(outputs), **attrs)], feeds, outputs, inits, opset=opset), feeds
+
+
+case("cumsum_axis1")(lambda: with_input("CumSum", {"x": rand(2, 5, 3)}, ["y"], {"a": np.array(1, np.int64)}, opset=14))
+case("cumsum_exclusive_reverse_int")(
+    lambda: with_input(
+        "CumSum", {"x": np.arange(12, dtype=np.int64).reshape(3, 4)}, {"y": "int64"},
+        {"a": np.array(-1, np.int32)}, exclusive=1, reverse=1,
+    )
+)  # fmt: skip
+case("cumsum_exclusive")(
+    lambda: with_input("CumSum", {"x": rand(3, 4)}, ["y"], {"a": np.array(0, np.int64)}, exclusive=1)
+)
+case("cumsum_reverse")(lambda: with_input("CumSum", {"x": rand(3, 4)}, ["y"], {"a": np.array(1, np.int64)}, reverse=1))
+case("topk_largest_ties_lower_index_first")(
+    lambda: with_input(
+        "TopK", {"x": np.array([[1, 3, 3, 2, 3], [0, 0, 1, 1, 0]], np.float32)}, {"v": "float32", "i": "int64"},
+        {"k": np.array([3], np.int64)}, opset=11,
+    )
+)  # fmt: skip
+case("topk_smallest_axis0")(
+    lambda: with_input(
+        "TopK", {"x": rand(6, 4)}, {"v": "float32", "i": "int64"}, {"k": np.array([2], np.int64)}, opset=11,
+        axis=0, largest=0,
+    )
+)  # fmt: skip
+case("topk_opset9_attr")(
+    lambda: with_input(
+        "TopK", {"x": np.array([[5, 1, 5, 7], [2, 2, 9, 0]], np.float32)}, {"v": "float32", "i": "int64"}, opset=9, k=2
+    )
+)
+case("topk_int64")(
+    lambda: with_input(
+        "TopK", {"x": np.array([[5, 1, 5, 7], [2, 2, 9, 0]], np.int64)}, {"v": "int64", "i": "int64"},
+        {"k": np.array([4], np.int64)}, opset=11,
+    )
+)  # fmt: skip
+case("trilu_upper_k1")(lambda: with_input("Trilu", {"x": rand(2, 4, 5)}, ["y"], {"k": np.array(1, np.int64)}, opset=14))
+case("trilu_lower_k_negative")(
+    lambda: with_input("Trilu", {"x": rand(5, 3)}, ["y"], {"k": np.array(-1, np.int64)}, opset=14, upper=0)
+)
+case("trilu_lower_default_k")(lambda: with_input("Trilu", {"x": rand(4, 4)}, ["y"], opset=14, upper=0))
+case("isnan")(
+    lambda: with_input("IsNaN", {"x": np.array([1.0, np.nan, -np.inf, 0.0], np.float32)}, {"y": "bool"}, opset=13)
+)
+case("isinf_both")(
+    lambda: with_input("IsInf", {"x": np.array([1.0, np.nan, -np.inf, np.inf], np.float32)}, {"y": "bool"}, opset=10)
+)
+case("isinf_negative_only")(
+    lambda: with_input(
+        "IsInf", {"x": np.array([np.inf, -np.inf, 3.0], np.float32)}, {"y": "bool"}, opset=10, detect_positive=0
+    )
+)
+for _op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+    case(_op.lower())(
+        lambda op=_op: with_input(
+            op, {"a": np.array([[5, -3, 12]], np.int32), "b": np.array([3, 6, -1], np.int32)}, {"y": "int32"}, opset=18
+        )
+    )
+case("bitwise_not")(lambda: with_input("BitwiseNot", {"x": np.array([0, 7, -8], np.int64)}, {"y": "int64"}, opset=18))
+case("bitwise_not_uint8")(
+    lambda: with_input("BitwiseNot", {"x": np.array([0, 7, 255], np.uint8)}, {"y": "uint8"}, opset=18)
+)
+
+
+# -- indexed reads and writes -----------------------------------------------------------
+case("gather_nd")(
+    lambda: with_input(
+        "GatherND", {"x": rand(4, 5, 3), "i": np.array([[[0, 1], [-1, 4]], [[2, 2], [3, -5]]], np.int64)}, ["y"]
+    )
+)
+case("gather_nd_full_index")(
+    lambda: with_input("GatherND", {"x": rand(4, 5), "i": np.array([[3, 1], [0, 0], [2, 4]], np.int64)}, ["y"])
+)
+case("gather_nd_batch_dims")(
+    lambda: with_input(
+        "GatherND", {"x": rand(2, 3, 4), "i": np.array([[[1], [0]], [[2], [2]]], np.int64)}, ["y"], opset=12,
+        batch_dims=1,
+    )
+)  # fmt: skip
+case("scatter_nd_rows")(
+    lambda: with_input(
+        "ScatterND", {"x": rand(4, 5, 6), "i": np.array([[1], [-1]], np.int64), "u": rand(2, 5, 6, seed=1)}, ["y"]
+    )
+)
+case("scatter_nd_elements")(
+    lambda: with_input(
+        "ScatterND", {"x": rand(4, 5), "i": np.array([[[0, 1], [3, 4]], [[2, 0], [1, -1]]], np.int64),
+                      "u": rand(2, 2, seed=1)}, ["y"],
+    )
+)  # fmt: skip
+case("scatter_nd_add_duplicates")(
+    lambda: with_input(
+        "ScatterND", {"x": rand(5, 3), "i": np.array([[1], [1], [4]], np.int64), "u": rand(3, 3, seed=1)}, ["y"],
+        opset=16, reduction="add",
+    )
+)  # fmt: skip
+case("scatter_nd_max")(
+    lambda: with_input(
+        "ScatterND", {"x": rand(5, 3), "i": np.array([[0], [2]], np.int64), "u": rand(2, 3, seed=1)}, ["y"],
+        opset=18, reduction="max",
+    )
+)  # fmt: skip
+case("scatter_elements_axis1_negative")(
+    lambda: with_input(
+        "ScatterElements", {"x": rand(3, 5), "i": np.array([[0, -1], [4, 2], [1, 1]], np.int64),
+                            "u": rand(3, 2, seed=1)}, ["y"], opset=13, axis=1,
+    )
+)  # fmt: skip
+case("scatter_elements_mul")(
+    lambda: with_input(
+        "ScatterElements", {"x": rand(4, 3), "i": np.array([[0, 1, 2], [0, 1, 2]], np.int64),
+                            "u": rand(2, 3, seed=1)}, ["y"], opset=16, axis=0, reduction="mul",
+    )
+)  # fmt: skip
+case("scatter_opset10")(
+    lambda: with_input(
+        "Scatter", {"x": rand(3, 3), "i": np.array([[1, 0, 2]], np.int64), "u": rand(1, 3, seed=1)}, ["y"], opset=10
+    )
+)
+
+
 # -- shapes and data movement -----------------------------------------------------------
 
 
@@ -673,3 +812,54 @@ def test_a_small_network_at_every_opset_from_9_to_21(opset):
     """Conv, BatchNormalization, Relu, MaxPool, Flatten, Gemm, Softmax: ops whose schemas changed across these opsets."""
     x = rand(2, 3, 8, 8)
     assert_matches_onnxruntime(small_cnn_model(batch="N", opset=opset), {"x": x})
+
+
+BAD_INDICES = {
+    "gather_nd": lambda: with_input("GatherND", {"x": rand(4, 5), "i": np.array([[3, 5]], np.int64)}, ["y"]),
+    "gather_nd_negative": lambda: with_input("GatherND", {"x": rand(4, 5), "i": np.array([[-5, 0]], np.int64)}, ["y"]),
+    "scatter_nd": lambda: with_input(
+        "ScatterND", {"x": rand(4, 5), "i": np.array([[4]], np.int64), "u": rand(1, 5)}, ["y"]
+    ),
+    "scatter_elements": lambda: with_input(
+        "ScatterElements", {"x": rand(3, 5), "i": np.array([[0, -6]], np.int64), "u": rand(1, 2)}, ["y"], axis=1
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INDICES))
+def test_an_index_out_of_range_is_a_clear_error_not_a_wrong_read(name):
+    import runtime_lite
+
+    model, feeds = BAD_INDICES[name]()
+    module = build_and_load(model)
+    with pytest.raises(runtime_lite.ExecutionError, match=r"index -?\d+ is out of range for an axis of size \d+"):
+        module.run(feeds)
+
+
+HOSTILE_KERNEL_CALLS = {
+    "topk k past the axis": ("topk", (rand(2, 3),), {"k": 4}, "k = 4 is out of range"),
+    "topk negative k": ("topk", (rand(2, 3),), {"k": -1}, "k = -1 is out of range"),
+    "scatter_nd unknown reduction": (
+        "scatter_nd", (rand(3), np.array([[0]], np.int64), rand(1)), {"reduction": "xor"}, "reduction 'xor'",
+    ),
+    "scatter_nd updates of the wrong shape": (
+        "scatter_nd", (rand(4, 5), np.array([[1]], np.int64), rand(2, 5)), {}, "updates have shape",
+    ),
+    "scatter_elements indices wider than data": (
+        "scatter_elements", (rand(2, 2), np.zeros((2, 3), np.int64), rand(2, 3)), {"axis": 0}, "exceed data",
+    ),
+    "gather_nd batch_dims past the rank": ("gather_nd", (rand(2, 3), np.zeros((2, 1), np.int64)), {"batch_dims": 2},
+                                           "do not fit"),
+    "gather_nd float indices": ("gather_nd", (rand(2, 3), np.zeros((2, 1), np.float32)), {}, "must be integers"),
+    "trilu on a vector": ("trilu", (rand(3),), {}, "rank >= 2"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case_name", sorted(HOSTILE_KERNEL_CALLS))
+def test_indexing_kernels_refuse_what_a_bundle_or_an_input_could_lie_about(case_name):
+    """Bundles are untrusted: a kernel given attributes or operands that do not fit fails with a clear error."""
+    from runtime_lite.kernels import get_kernel
+
+    op, operands, attrs, message = HOSTILE_KERNEL_CALLS[case_name]
+    with pytest.raises((ValueError, IndexError, TypeError), match=message):
+        get_kernel(op).fn(*operands, **attrs)

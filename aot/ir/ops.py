@@ -155,6 +155,20 @@ def _where(ctx: InferContext) -> list[TensorType]:
 
 
 register_op("where", "condition x y", _where)
+register_op("isnan", "x", lambda c: [c.types[0].with_dtype("bool")])
+register_op("isinf", "x", lambda c: [c.types[0].with_dtype("bool")], detect_positive=1, detect_negative=1)
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register_op(_name, "a b", elementwise())
+register_op("bitwise_not", "x", same)
+
+
+def _trilu(ctx: InferContext) -> list[TensorType]:
+    if ctx.types[0].rank < 2:
+        raise ctx.fail("trilu", f"needs a rank >= 2 input, got {ctx.types[0]}")
+    return [ctx.types[0]]
+
+
+register_op("trilu", "x", _trilu, upper=1, k=0)
 
 # -- convolution and pooling ------------------------------------------------------------
 
@@ -338,18 +352,45 @@ for _name in ("reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_p
     register_op(_name, "x", _reduce(_name), axes=None, keepdims=1)
 
 
-def _argmax(ctx: InferContext) -> list[TensorType]:
+def _arg_reduce(op: str):
+    def infer(ctx: InferContext) -> list[TensorType]:
+        x = ctx.types[0]
+        axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, op)
+        shape = (
+            [1 if i == axis else d for i, d in enumerate(x.shape)]
+            if ctx.attrs["keepdims"]
+            else [d for i, d in enumerate(x.shape) if i != axis]
+        )
+        return [TensorType(shape, "int64")]
+
+    return infer
+
+
+for _name in ("argmax", "argmin"):
+    register_op(_name, "x", _arg_reduce(_name), axis=0, keepdims=1, select_last_index=0)
+
+
+def _cumsum(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
-    axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "argmax")
-    shape = (
-        [1 if i == axis else d for i, d in enumerate(x.shape)]
-        if ctx.attrs["keepdims"]
-        else [d for i, d in enumerate(x.shape) if i != axis]
-    )
-    return [TensorType(shape, "int64")]
+    norm_axis(ctx.attrs["axis"], x.rank, ctx, "cumsum")
+    return [x]
 
 
-register_op("argmax", "x", _argmax, axis=0, keepdims=1, select_last_index=0)
+def _topk(ctx: InferContext) -> list[TensorType]:
+    x = ctx.types[0]
+    axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "topk")
+    k = ctx.attrs["k"]
+    if not isinstance(k, int) or k < 0:
+        raise ctx.fail("topk", f"k must be a non-negative integer, got {k!r}")
+    if isinstance(x.shape[axis], int) and k > x.shape[axis]:
+        raise ctx.fail("topk", f"k = {k} is larger than axis {axis} of {x}")
+    shape = list(x.shape)
+    shape[axis] = k
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+register_op("cumsum", "x", _cumsum, axis=REQUIRED, exclusive=0, reverse=0)
+register_op("topk", "x", _topk, k=REQUIRED, axis=-1, largest=1, sorted=1)
 
 # -- shapes and data movement -----------------------------------------------------------
 
@@ -535,6 +576,65 @@ def _gather(ctx: InferContext) -> list[TensorType]:
     return [TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)]
 
 
+def _index_dtype(ctx: InferContext, op: str, t: TensorType) -> None:
+    if t.dtype not in ("int64", "int32"):
+        raise ctx.fail(op, f"indices must be int64 or int32, got {t}")
+
+
+def _index_depth(ctx: InferContext, op: str, data: TensorType, indices: TensorType, batch_dims: int) -> int:
+    """How many leading data axes (after the batch axes) each index row addresses: indices' last dim."""
+    _index_dtype(ctx, op, indices)
+    if indices.rank < 1:
+        raise ctx.fail(op, "indices must have rank >= 1")
+    depth = indices.shape[-1]
+    if not isinstance(depth, int):
+        raise ctx.fail(op, f"the last dim of indices {indices} must be static")
+    if not 0 <= batch_dims < min(indices.rank, data.rank + 1) or batch_dims + depth > data.rank:
+        raise ctx.fail(op, f"indices {indices} (batch_dims {batch_dims}) do not fit data {data}")
+    return depth
+
+
+def _gather_nd(ctx: InferContext) -> list[TensorType]:
+    data, indices = ctx.types
+    b = ctx.attrs["batch_dims"]
+    depth = _index_depth(ctx, "gather_nd", data, indices, b)
+    return [TensorType(indices.shape[:-1] + data.shape[b + depth :], data.dtype)]
+
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _scatter_check(ctx: InferContext, op: str) -> TensorType:
+    data, indices, updates = ctx.types
+    if ctx.attrs["reduction"] not in REDUCTIONS:
+        raise ctx.fail(op, f"reduction {ctx.attrs['reduction']!r} is not one of {', '.join(REDUCTIONS)}")
+    if updates.dtype != data.dtype:
+        raise ctx.fail(op, f"updates {updates} and data {data} differ in dtype")
+    _index_dtype(ctx, op, indices)
+    return data
+
+
+def _scatter_nd(ctx: InferContext) -> list[TensorType]:
+    data = _scatter_check(ctx, "scatter_nd")
+    indices, updates = ctx.types[1:]
+    depth = _index_depth(ctx, "scatter_nd", data, indices, 0)
+    want = indices.shape[:-1] + data.shape[depth:]
+    if updates.rank != len(want) or any(
+        isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(updates.shape, want)
+    ):
+        raise ctx.fail("scatter_nd", f"updates must have shape {list(want)}, got {updates}")
+    return [data]
+
+
+def _scatter_elements(ctx: InferContext) -> list[TensorType]:
+    data = _scatter_check(ctx, "scatter_elements")
+    indices, updates = ctx.types[1:]
+    norm_axis(ctx.attrs["axis"], data.rank, ctx, "scatter_elements")
+    if not indices.rank == updates.rank == data.rank:
+        raise ctx.fail("scatter_elements", f"data {data}, indices {indices} and updates {updates} differ in rank")
+    return [data]
+
+
 def _shape(ctx: InferContext) -> list[TensorType]:
     rank = ctx.types[0].rank
     return [TensorType((len(range(rank)[slice(ctx.attrs["start"], ctx.attrs["end"])]),), "int64")]
@@ -582,6 +682,9 @@ register_op("pad", "x", _pad, pads=REQUIRED, mode="constant", value=0.0)
 register_op("gather", "data indices", _gather, axis=0)
 register_op("gather_elements", "data indices", lambda c: [c.types[1].with_dtype(c.types[0].dtype)], axis=0)
 register_op("shape", "x", _shape, start=0, end=None)
+register_op("gather_nd", "data indices", _gather_nd, batch_dims=0)
+register_op("scatter_nd", "data indices updates", _scatter_nd, reduction="none")
+register_op("scatter_elements", "data indices updates", _scatter_elements, axis=0, reduction="none")
 register_op("constant_of_shape", "shape", _constant_of_shape, value=0.0, dtype="float32")
 register_op("range", "start limit delta", _range)
 register_op(

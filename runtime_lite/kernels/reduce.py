@@ -25,12 +25,19 @@ for _name, _reduce in {
     kernel(_name)(_reduction(_reduce))
 
 
-@kernel("argmax")
-def argmax(x, *, axis=0, keepdims=1, select_last_index=0):
-    if select_last_index:
-        flipped = np.flip(x, axis=axis)
-        index = x.shape[axis] - 1 - np.argmax(flipped, axis=axis)
-    else:
-        index = np.argmax(x, axis=axis)
-    index = index.astype(np.int64)
-    return np.expand_dims(index, axis) if keepdims else index
+def _arg_reduce(find):
+    """ArgMax / ArgMin as ONNX defines them: int64 indices, the first (or last) of equal extremes."""
+
+    def run(x, *, axis=0, keepdims=1, select_last_index=0):
+        if select_last_index:
+            index = x.shape[axis] - 1 - find(np.flip(x, axis=axis), axis=axis)
+        else:
+            index = find(x, axis=axis)
+        index = index.astype(np.int64)
+        return np.expand_dims(index, axis) if keepdims else index
+
+    return run
+
+
+kernel("argmax")(_arg_reduce(np.argmax))
+kernel("argmin")(_arg_reduce(np.argmin))

@@ -53,6 +53,8 @@ UNARY = {
     "Cos": "cos",
     "Tan": "tan",
     "Not": "logical_not",
+    "BitwiseNot": "bitwise_not",
+    "IsNaN": "isnan",
     "HardSwish": "hard_swish",
     "Softplus": "softplus",
     "Softsign": "softsign",
@@ -71,6 +73,9 @@ BINARY = {
     "And": "logical_and",
     "Or": "logical_or",
     "Xor": "logical_xor",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
 }
 
 for _onnx, _canonical in UNARY.items():
@@ -89,6 +94,17 @@ def _mod(ctx):
 @single
 def _where(ctx):
     return ctx.emit("where", *ctx.inputs[:3])
+
+
+@converter("IsInf")
+@single
+def _isinf(ctx):
+    return ctx.emit(
+        "isinf",
+        ctx.inputs[0],
+        detect_positive=ctx.attr("detect_positive", 1),
+        detect_negative=ctx.attr("detect_negative", 1),
+    )
 
 
 @converter("LeakyRelu")
@@ -462,16 +478,40 @@ def _reduce(ctx):
     return ctx.emit(REDUCE[ctx.node.op_type], x, axes=axes, keepdims=ctx.attr("keepdims", 1))
 
 
-@converter("ArgMax")
+@converter("ArgMax", "ArgMin")
 @single
-def _argmax(ctx):
+def _arg_reduce(ctx):
     x = ctx.inputs[0]
     return ctx.emit(
-        "argmax",
+        ctx.node.op_type.lower(),
         x,
         axis=ctx.attr("axis", 0) % max(x.type.rank, 1),
         keepdims=ctx.attr("keepdims", 1),
         select_last_index=ctx.attr("select_last_index", 0),
+    )
+
+
+@converter("CumSum")
+@single
+def _cumsum(ctx):
+    x = ctx.inputs[0]
+    (axis,) = ctx.ints(1, "axis")
+    return ctx.emit(
+        "cumsum", x, axis=axis % max(x.type.rank, 1), exclusive=ctx.attr("exclusive", 0), reverse=ctx.attr("reverse", 0)
+    )
+
+
+@converter("TopK")
+def _topk(ctx):
+    x = ctx.inputs[0]
+    (k,) = [int(ctx.attr("k"))] if ctx.opset < 10 else ctx.ints(1, "K")
+    return ctx.emit_node(
+        "topk",
+        [x],
+        k=k,
+        axis=ctx.attr("axis", -1) % max(x.type.rank, 1),
+        largest=ctx.attr("largest", 1),
+        sorted=ctx.attr("sorted", 1),
     )
 
 
@@ -633,6 +673,33 @@ def _gather(ctx):
 def _gather_elements(ctx):
     data = ctx.inputs[0]
     return ctx.emit("gather_elements", data, ctx.inputs[1], axis=ctx.attr("axis", 0) % data.type.rank)
+
+
+@converter("GatherND")
+@single
+def _gather_nd(ctx):
+    return ctx.emit("gather_nd", ctx.inputs[0], ctx.inputs[1], batch_dims=ctx.attr("batch_dims", 0))
+
+
+@converter("ScatterND")
+@single
+def _scatter_nd(ctx):
+    return ctx.emit("scatter_nd", *ctx.inputs[:3], reduction=ctx.attr("reduction", "none"))
+
+
+@converter("ScatterElements", "Scatter")
+@single
+def _scatter_elements(ctx):
+    data = ctx.inputs[0]
+    axis = ctx.attr("axis", 0) % max(data.type.rank, 1)
+    return ctx.emit("scatter_elements", *ctx.inputs[:3], axis=axis, reduction=ctx.attr("reduction", "none"))
+
+
+@converter("Trilu")
+@single
+def _trilu(ctx):
+    (k,) = ctx.ints(1, "k") if ctx.input(1) is not None else [0]
+    return ctx.emit("trilu", ctx.inputs[0], upper=ctx.attr("upper", 1), k=k)
 
 
 @converter("Shape")
