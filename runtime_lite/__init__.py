@@ -6,7 +6,7 @@ outputs = module.run({"input": array})
 """
 
 from runtime_lite.errors import BundleError, ExecutionError, InputError, RuntimeLiteError
-from runtime_lite.module import Module, load
+from runtime_lite.module import Module, check_bundle, load
 from runtime_lite.signature import TensorSpec
 from runtime_lite.version import __version__
 
@@ -18,5 +18,6 @@ __all__ = [
     "RuntimeLiteError",
     "TensorSpec",
     "__version__",
+    "check_bundle",
     "load",
 ]

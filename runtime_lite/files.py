@@ -20,11 +20,17 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int]) -> int:
+def atomic_write(
+    path: str | os.PathLike[str],
+    write: Callable[[BinaryIO], int],
+    check: Callable[[str], None] | None = None,
+) -> int:
     """Write a file into a temporary file beside ``path``, fsync, then rename it over ``path``.
 
     A reader never sees half a file, a crash leaves at most a dot-temporary, and an
-    exception (OSError included, re-raised) leaves nothing. Returns what ``write`` returns.
+    exception (OSError included, re-raised) leaves nothing. ``check``, given the
+    temporary's path, may refuse the file before it becomes visible by raising.
+    Returns what ``write`` returns.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -37,6 +43,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int])
             size = write(out)
             out.flush()
             os.fsync(out.fileno())
+        if check is not None:
+            check(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

@@ -36,24 +36,15 @@ class Module:
         bundle = read_bundle(source, verify=verify, map_file=map_file)
         self._buffer = bundle.buffer
         self.limits = limits or RunLimits.from_options()
-        header = bundle.header
-        signature = expect_key(header, "signature", dict, "header")
-        self.inputs: tuple[TensorSpec, ...] = parse_specs(
-            expect_key(signature, "inputs", list, "signature"), "signature.inputs"
-        )
-        self.outputs: tuple[TensorSpec, ...] = parse_specs(
-            expect_key(signature, "outputs", list, "signature"), "signature.outputs"
-        )
-        self.producer: dict[str, str] = _producer(header.get("producer", {}))
-        self.model_name: str = expect(
-            expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"
-        )
+        header = _Header.parse(bundle)
+        self.inputs: tuple[TensorSpec, ...] = header.inputs
+        self.outputs: tuple[TensorSpec, ...] = header.outputs
+        self.producer: dict[str, str] = header.producer
+        self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
-        self._modules = _init_modules(bundle, options or LoadOptions())
-        self._plan = HostPlan(expect_key(header, "plan", dict, "header"), bundle.constants, self._modules)
-        if len(self._plan.input_slots) != len(self.inputs) or len(self._plan.output_slots) != len(self.outputs):
-            raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
+        self._modules = [_init_module(record, options or LoadOptions()) for record in header.modules]
+        self._plan = header.bind_plan(bundle, self._modules)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """Run the model; ``inputs`` is a dict name -> array or a list in signature order.
@@ -105,40 +96,105 @@ def _producer(record: Any) -> dict[str, str]:
     return dict(record)
 
 
-def _init_modules(bundle: Bundle, options: LoadOptions) -> list[BoundModule]:
-    """Hand each backend module record to its backend's ``init``."""
-    modules = []
-    for i, record in enumerate(expect(bundle.header.get("modules", []), list, "header.modules")):
-        field = f"modules[{i}]"
-        expect(record, dict, field)
-        module_id = expect_key(record, "id", str, field)
-        name = expect_key(record, "backend", str, field)
-        backend = get_backend(name)
-        if backend is None:
-            raise BundleError(
-                f"bundle module {module_id!r} needs backend {name!r}, which this runtime_lite does not have "
-                f"(it has: {', '.join(available_backends()) or 'none'}); install the package that provides it"
-            )
-        if not backend.is_available():
-            raise BundleError(
-                f"bundle module {module_id!r} needs backend {name!r}, which is not available on this host"
-            )
-        payloads = {
-            key: bundle.blobs[expect_index(blob, len(bundle.blobs), f"{field}.payloads.{key}")]
-            for key, blob in expect(record.get("payloads", {}), dict, f"{field}.payloads").items()
-        }
-        specs = expect(record.get("compile_specs", {}), dict, f"{field}.compile_specs")
-        try:
-            if "options" in inspect.signature(backend.init).parameters:
-                handle = backend.init(payloads, specs, options=options)
-            else:
-                handle = backend.init(payloads, specs)
-        except IncompatiblePayload as e:
-            raise BundleError(
-                f"bundle module {module_id!r}: backend {name!r} cannot use its payload here: {e}"
-            ) from None
-        modules.append(BoundModule(module_id, backend, handle))
-    return modules
+@dataclasses.dataclass(frozen=True)
+class _ModuleRecord:
+    id: str
+    backend_name: str
+    backend: Any
+    payloads: dict[str, memoryview]
+    compile_specs: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class _Header:
+    """Every header field a load checks before any backend runs, parsed once."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    producer: dict[str, str]
+    model_name: str
+    modules: list[_ModuleRecord]
+    plan: dict
+
+    @classmethod
+    def parse(cls, bundle: Bundle) -> _Header:
+        header = bundle.header
+        signature = expect_key(header, "signature", dict, "header")
+        return cls(
+            inputs=parse_specs(expect_key(signature, "inputs", list, "signature"), "signature.inputs"),
+            outputs=parse_specs(expect_key(signature, "outputs", list, "signature"), "signature.outputs"),
+            producer=_producer(header.get("producer", {})),
+            model_name=expect(
+                expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"
+            ),
+            modules=[
+                _module_record(bundle, i, record)
+                for i, record in enumerate(expect(header.get("modules", []), list, "header.modules"))
+            ],
+            plan=expect_key(header, "plan", dict, "header"),
+        )
+
+    def bind_plan(self, bundle: Bundle, modules: list[BoundModule]) -> HostPlan:
+        plan = HostPlan(self.plan, bundle.constants, modules)
+        if len(plan.input_slots) != len(self.inputs) or len(plan.output_slots) != len(self.outputs):
+            raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
+        return plan
+
+
+def _module_record(bundle: Bundle, i: int, record: Any) -> _ModuleRecord:
+    field = f"modules[{i}]"
+    expect(record, dict, field)
+    module_id = expect_key(record, "id", str, field)
+    name = expect_key(record, "backend", str, field)
+    payloads = {
+        key: bundle.blobs[expect_index(blob, len(bundle.blobs), f"{field}.payloads.{key}")]
+        for key, blob in expect(record.get("payloads", {}), dict, f"{field}.payloads").items()
+    }
+    specs = expect(record.get("compile_specs", {}), dict, f"{field}.compile_specs")
+    return _ModuleRecord(module_id, name, get_backend(name), payloads, specs)
+
+
+def _init_module(record: _ModuleRecord, options: LoadOptions) -> BoundModule:
+    """Hand a backend module record to its backend's ``init``."""
+    backend, name = record.backend, record.backend_name
+    if backend is None:
+        raise BundleError(
+            f"bundle module {record.id!r} needs backend {name!r}, which this runtime_lite does not have "
+            f"(it has: {', '.join(available_backends()) or 'none'}); install the package that provides it"
+        )
+    if not backend.is_available():
+        raise BundleError(f"bundle module {record.id!r} needs backend {name!r}, which is not available on this host")
+    try:
+        if "options" in inspect.signature(backend.init).parameters:
+            handle = backend.init(record.payloads, record.compile_specs, options=options)
+        else:
+            handle = backend.init(record.payloads, record.compile_specs)
+    except IncompatiblePayload as e:
+        raise BundleError(f"bundle module {record.id!r}: backend {name!r} cannot use its payload here: {e}") from None
+    return BoundModule(record.id, backend, handle)
+
+
+class _UninitialisedBackend:
+    """Stands where a backend's module would be when only the plan's binding is checked; never executed."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def execute(self, handle: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        raise RuntimeError("check_bundle binds the plan only; it never runs a module")
+
+
+def check_bundle(source: BundleSource) -> None:
+    """Everything ``load`` checks before backends run, at header cost (no blob hashing, no engine).
+
+    The builder calls this on every bundle before it becomes visible, so a
+    writer/reader mismatch is a build error naming the field, never a bundle that
+    a deployment refuses. Raises BundleError.
+    """
+    bundle = read_bundle(source, verify=False, map_file=True)  # a path is mapped, not copied
+    header = _Header.parse(bundle)
+    modules = [BoundModule(r.id, _UninitialisedBackend(r.backend_name), None) for r in header.modules]
+    header.bind_plan(bundle, modules)
 
 
 def load(

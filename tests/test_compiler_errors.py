@@ -24,7 +24,7 @@ def raises(kind, fn, *words) -> str:
 
 def test_every_unsupported_op_is_listed_with_a_node_name():
     nodes = [
-        helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top"),
+        helper.make_node("Unique", ["x"], ["v"], name="top"),
         helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
         helper.make_node("NonZero", ["v"], ["nz2"], name="nz_b"),
         helper.make_node("FusedConv", ["x"], ["f"], name="ms_conv", domain="com.microsoft"),
@@ -32,7 +32,7 @@ def test_every_unsupported_op_is_listed_with_a_node_name():
     ]
     model = make_model(nodes, {"x": rand(4)}, ["nz", "nz2", "f", "r"], {"k": np.array([2], np.int64)})
     message = raises(
-        UnsupportedOpsError, lambda: aot.build(model), "3 types", "TopK (node 'top')", "com.microsoft.FusedConv"
+        UnsupportedOpsError, lambda: aot.build(model), "3 types", "Unique (node 'top')", "com.microsoft.FusedConv"
     )
     assert "NonZero (node 'nz_a', 2 nodes)" in message
 
@@ -110,3 +110,14 @@ def test_unwritable_output_leaves_nothing(small_build, tmp_path):
     raises(BuildError, lambda: small_build.save(tmp_path / "missing_dir" / "m.aotb"), "cannot write bundle")
     raises(BuildError, lambda: small_build.save(tmp_path), "is a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.parametrize("route", ["save", "to_bytes"])
+def test_a_bundle_runtime_lite_would_refuse_is_a_build_error_and_never_written(tmp_path, route):
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    result = aot.build(make_model(nodes, {"x": rand(2, 3)}, ["y"]))
+    result.header["signature"]["inputs"][0]["shape"] = [-1, 3]  # what a writer bug would emit
+    target = tmp_path / "model.aotb"
+    fn = (lambda: result.save(target)) if route == "save" else result.to_bytes
+    raises(BuildError, fn, "does not read back", "signature.inputs[0]")
+    assert list(tmp_path.iterdir()) == []  # neither the bundle nor a temporary

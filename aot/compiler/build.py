@@ -22,7 +22,7 @@ from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.frontend.torch import from_exported_program, load_exported_program
 from aot.ir.graph import Graph
-from aot.packager import BlobTable, make_header, save, to_bytes
+from aot.packager import BlobTable, make_header, read_back, save, to_bytes
 from aot.passes import optimize
 
 Progress = Callable[[str, float], None]
@@ -56,7 +56,10 @@ class BuildResult:
         return self.partitioned.op_counts()
 
     def to_bytes(self) -> bytes:
-        return to_bytes(self.header, self.blobs)
+        """The bundle in memory, read back by runtime_lite first (like ``save``)."""
+        data = to_bytes(self.header, self.blobs)
+        read_back(data)
+        return data
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the bundle atomically; return its size in bytes."""

@@ -20,6 +20,8 @@ import msgpack
 from aot.errors import BuildError
 from runtime_lite import files
 from runtime_lite import format as fmt
+from runtime_lite.errors import BundleError
+from runtime_lite.module import check_bundle
 
 MAX_BLOB_BYTES = (1 << 32) - 1  # a msgpack bin32 length
 
@@ -106,17 +108,33 @@ def to_bytes(header: dict[str, Any], blobs: BlobTable) -> bytes:
     return buffer.getvalue()
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], int], what: str = "bundle") -> int:
+def atomic_write(
+    path: str | os.PathLike[str],
+    write: Callable[[BinaryIO], int],
+    what: str = "bundle",
+    check: Callable[[str], None] | None = None,
+) -> int:
     """Write a file all-or-nothing (see ``runtime_lite.files.atomic_write``); BuildError names the path."""
     try:
-        return files.atomic_write(path, write)
+        return files.atomic_write(path, write, check)
     except OSError as e:
         raise BuildError(f"cannot write {what} '{os.fspath(path)}': {e.strerror or e}") from None
 
 
+def read_back(source: str | bytes) -> None:
+    """Refuse a written bundle that runtime_lite would refuse (header, signature, plan; no engines run)."""
+    try:
+        check_bundle(source)
+    except BundleError as e:
+        raise BuildError(f"internal error: the bundle written does not read back in runtime_lite: {e}") from None
+
+
 def save(path: str | os.PathLike[str], header: dict[str, Any], blobs: BlobTable) -> int:
-    """Atomically write the bundle to ``path``; return its size. Raises BuildError naming the path."""
-    return atomic_write(path, lambda out: write_stream(out, header, blobs))
+    """Atomically write the bundle to ``path``, read it back, then rename; return its size.
+
+    Raises BuildError naming the path, or the field runtime_lite refused.
+    """
+    return atomic_write(path, lambda out: write_stream(out, header, blobs), check=read_back)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, what: str = "file") -> int:
