@@ -42,12 +42,14 @@ from report import command_line, write_section  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
 CHAIN = 1000
+#: (verify, map_file) pairs each bundle is loaded with
+LOAD_MODES = ((True, False), (False, False), (True, True), (False, True))
 
 LOAD = """
 import json, sys, time
 import numpy as np
 import runtime_lite
-path, verify = sys.argv[1], sys.argv[2] == "1"
+path, verify, map_file = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 def status(key):  # VmRSS / VmHWM (the peak); ru_maxrss would include the parent's peak before exec
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
@@ -55,7 +57,7 @@ def rss():
     return status("VmRSS")
 before = rss()
 start = time.perf_counter()
-module = runtime_lite.load(path, verify=verify)
+module = runtime_lite.load(path, verify=verify, map_file=map_file)
 load_s = time.perf_counter() - start
 after_load = rss()
 module.run([np.zeros([1 if isinstance(d, str) else d for d in s.shape], s.dtype) for s in module.inputs])
@@ -101,11 +103,12 @@ def bench_load(name: str, model, workdir: Path, rounds: int) -> dict:
     weights = sum(c.nbytes for c in result.plan.constants)
     path.read_bytes()  # into the page cache
     rows = {}
-    for verify in (True, False):
+    for mode in LOAD_MODES:
+        verify, map_file = mode
         runs = [
             json.loads(
                 subprocess.run(
-                    [sys.executable, "-c", LOAD, str(path), str(int(verify))],
+                    [sys.executable, "-c", LOAD, str(path), str(int(verify)), str(int(map_file))],
                     check=True,
                     capture_output=True,
                     text=True,
@@ -113,9 +116,8 @@ def bench_load(name: str, model, workdir: Path, rounds: int) -> dict:
             )  # fmt: skip
             for _ in range(rounds)
         ]
-        rows[verify] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    return {"name": name, "weights": weights, "bundle": path.stat().st_size, "verified": rows[True],
-            "unverified": rows[False]}  # fmt: skip
+        rows[mode] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    return {"name": name, "weights": weights, "bundle": path.stat().st_size, "modes": rows}
 
 
 def render(dispatch: dict, loads: list[dict], import_cost: tuple[float, float], command: str) -> str:
@@ -135,17 +137,19 @@ def render(dispatch: dict, loads: list[dict], import_cost: tuple[float, float], 
         "**Loading**, in a fresh process, file in the page cache (median of the runs). `RSS after",
         "load` is what `load` added to the resident set (target ≤ 1.1x the weights); `peak /",
         "weights` is the peak RSS (VmHWM) added by the load and a first run, activations",
-        "included. Blobs are mapped with mmap, so with verification the hashed pages become",
-        "resident (shared with the page cache), and without it only what a run touches.",
+        "included. `private` (the default) reads the file once into private read-only memory,",
+        "so a file replaced or truncated later cannot reach the loaded model",
+        "(docs/RELIABILITY.md, 1b); `map_file` maps it: no copy, pages shared with the page",
+        "cache and other processes, only what verification or a run touches becomes resident.",
         "",
-        "| bundle | weights (MB) | verify | load (ms) | RSS after load (MB) | after load / weights | peak / weights |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| bundle | weights (MB) | read | verify | load (ms) | RSS after load (MB) | after load / weights | peak / weights |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for row in loads:
-        for key, label in (("verified", "sha256"), ("unverified", "off")):
-            r = row[key]
+        for (verify, map_file), r in row["modes"].items():
+            read, label = ("map_file" if map_file else "private"), ("sha256" if verify else "off")
             lines.append(
-                f"| {row['name']} | {row['weights'] / 1e6:.0f} | {label} | {r['load_s'] * 1e3:.1f} | "
+                f"| {row['name']} | {row['weights'] / 1e6:.0f} | {read} | {label} | {r['load_s'] * 1e3:.1f} | "
                 f"{r['load_rss'] / 1e6:.1f} | {r['load_rss'] / row['weights']:.2f} | {r['peak_rss'] / row['weights']:.2f} |"
             )
     lines += [

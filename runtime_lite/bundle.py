@@ -3,8 +3,9 @@
 Nothing in a bundle is trusted until checked: the magic and version before the
 header is parsed, the header's sha256 before it is decoded, every declared size
 against the file before anything is allocated, and each blob's sha256 before its
-bytes are used. Blobs are never copied: a path is mapped with mmap and constants
-become read-only numpy views of the mapping.
+bytes are used. A path is read once into private read-only memory (or, with
+``map_file``, mapped; runtime_lite/source.py says why), and constants become
+read-only numpy views of that buffer: blobs are never copied again.
 """
 
 from __future__ import annotations
