@@ -267,6 +267,10 @@ class HostPlan:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)
             self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source))
+        # What the run loop unpacks per instruction: (step, the single non-view output or -1, free, entry)
+        self._steps = [
+            (e.step, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e) for e in self._program
+        ]
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
                 raise BundleError(
@@ -296,19 +300,17 @@ class HostPlan:
         charged = [0] * self.num_slots  # bytes each slot's value holds that this run allocated
         live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
-            for index, entry in enumerate(self._program):
-                step = entry.step
+            for index, (step, out, free, entry) in enumerate(self._steps):
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
                 try:
                     step(slots)
-                    for slot in entry.outs:  # what this instruction allocated, views of operand 0 aside
-                        value = slots[slot]
-                        size = value.nbytes
-                        if entry.view_source >= 0 and _root(value) is _root(slots[entry.view_source]):
-                            size = 0
-                        live += size - charged[slot]
-                        charged[slot] = size
+                    if out >= 0:  # one output, not a view: the common case, inline
+                        size = slots[out].nbytes
+                        live += size - charged[out]
+                        charged[out] = size
+                    else:
+                        live += _charge(entry, slots, charged)
                 except Exception as e:
                     raise self._failure(index, e) from e
                 if trace is not None:
@@ -316,7 +318,7 @@ class HostPlan:
                     trace.append({"backend": self._calls[index][1] if index in self._calls else "host",
                                   "module": None, "node": ins.name, "op": ins.op,
                                   "wall_s": time.perf_counter() - start})  # fmt: skip
-                for slot in entry.free:
+                for slot in free:
                     live -= charged[slot]
                     charged[slot] = 0
                     slots[slot] = None
@@ -337,6 +339,19 @@ class HostPlan:
     def _failure(self, index: int, error: Exception) -> ExecutionError:
         ins = self.instructions[index]
         return ExecutionError(f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(error).__name__}: {error}")
+
+
+def _charge(entry: _Entry, slots: list, charged: list[int]) -> int:
+    """Bytes the entry's outputs add to the live total (a view of operand 0 adds nothing)."""
+    added = 0
+    for slot in entry.outs:
+        value = slots[slot]
+        size = value.nbytes
+        if entry.view_source >= 0 and _root(value) is _root(slots[entry.view_source]):
+            size = 0
+        added += size - charged[slot]
+        charged[slot] = size
+    return added
 
 
 def _root(array: Any) -> Any:
