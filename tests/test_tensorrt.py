@@ -267,3 +267,18 @@ def test_without_a_gpu_the_region_runs_on_the_host_and_says_so_once(caplog):
     np.testing.assert_array_equal(out, expected)
     profile = module.profile({"data": data})
     assert any(e.get("backend") == "tensorrt" and e.get("placement") == "host" for e in profile.events)
+
+
+def test_an_invalid_recipe_is_reported_under_its_region_name_not_a_weights():
+    from onnx import helper as onnx_helper
+
+    from aot.compiler.backends.tensorrt.recipe import RecipeWriter, _check
+
+    w = RecipeWriter("fp32")
+    w.initializers.append(("weight_z", np.zeros((32, 32), np.float32)))  # large: stood in by an input
+    w.initializers.append(("bias_z", np.zeros(2, np.float32)))
+    w.nodes.append(onnx_helper.make_node("Add", ["x", "undefined"], ["y"]))
+    x = onnx_helper.make_tensor_value_info("x", 1, [2])
+    y = onnx_helper.make_tensor_value_info("y", 1, [2])
+    with pytest.raises(BuildError, match="recipe for 'tensorrt_0' is not valid ONNX"):
+        _check(w, "tensorrt_0", [x], [y])

@@ -325,12 +325,12 @@ def _check(w: RecipeWriter, name: str, inputs: list, outputs: list) -> None:
     dominate the cost: protobuf would copy hundreds of MB three times.
     """
     small, stand_ins = [], []
-    for name, array in w.initializers:
+    for weight, array in w.initializers:
         if array.nbytes > 4096:
             dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
-            stand_ins.append(helper.make_tensor_value_info(name, dtype, list(array.shape)))
+            stand_ins.append(helper.make_tensor_value_info(weight, dtype, list(array.shape)))
         else:
-            small.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+            small.append(numpy_helper.from_array(np.ascontiguousarray(array), weight))
     skeleton = _model(helper.make_graph(w.nodes, name, inputs + stand_ins, outputs, small))
     try:
         onnx.checker.check_model(skeleton)
