@@ -1,7 +1,7 @@
 """The call_module instruction and the runtime backend registry, driven by a test double.
 
-The double below stands in for a real accelerator backend (the NPU and TensorRT land
-in later issues); what is verified is the runtime's side of the contract: payloads and
+The double below stands in for an accelerator backend (the NPU and TensorRT have
+their own tests); what is verified is the runtime's side of the contract: payloads and
 compile specs reach init, inputs reach execute, outputs land in the right slots, and
 the failure modes name the module and backend.
 """

@@ -1,4 +1,4 @@
-"""The compiler: host planning and the build driver (partitioning lands here too)."""
+"""The compiler: partitioning, backends' codegen, host planning and the build driver."""
 
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 

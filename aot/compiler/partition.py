@@ -10,7 +10,7 @@ Two rules keep regions executable:
 * a composite is convex (no path leaves it and comes back), so it can run as one call;
 * merging never creates a cycle between regions: two groups are joined only when no
   path between them passes through a third (the diamond A-conv -> B-gelu -> A-add
-  keeps its two A parts apart, as peers.md describes).
+  keeps its two A parts apart: one merged A region would both feed and wait for B).
 """
 
 from __future__ import annotations
