@@ -240,6 +240,8 @@ AMPLIFIERS = [
     ("tile", {"repeats": [1, 1, 4096, 4096]}),
     ("expand", {"shape": [2**16, 2**16, 1, 1]}),
     ("pad", {"pads": [0, 0, 10**5, 10**5, 0, 0, 10**5, 10**5], "mode": "constant", "value": 0.0}),
+    # a crop past the axis, then a huge pad (found by the campaign: numpy's output was not d + b + e)
+    ("pad", {"pads": [0, 0, -(10**5), -(10**5), 0, 0, 10**5, 2 * 10**5], "mode": "constant", "value": 0.0}),
     ("resize", {"mode": "nearest", "scales": [1, 1, 4096.0, 4096.0], "sizes": None,
                 "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
     ("resize", {"mode": "linear", "scales": None, "sizes": [1, 1, 2**20, 1],

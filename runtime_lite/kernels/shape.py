@@ -127,7 +127,10 @@ def pad(x, *, pads, mode="constant", value=0.0):
     if len(pads) != 2 * rank or not all(isinstance(p, int) and not isinstance(p, bool) for p in pads):
         raise ValueError(f"pad: a rank-{rank} input needs {2 * rank} integer pads, got {describe(pads)}")
     begins, ends = pads[:rank], pads[rank:]
-    check_allocation([max(d + b + e, 0) for d, b, e in zip(x.shape, begins, ends)], x.dtype, "pad output")
+    for axis, (d, b, e) in enumerate(zip(x.shape, begins, ends)):
+        if max(-b, 0) + max(-e, 0) > d:  # crops first, then pads: a crop past the axis is no ONNX Pad
+            raise ValueError(f"pad: pads ({b}, {e}) crop more than axis {axis} holds ({d})")
+    check_allocation([d + b + e for d, b, e in zip(x.shape, begins, ends)], x.dtype, "pad output")
     if any(p < 0 for p in pads):
         x = x[tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends)))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
