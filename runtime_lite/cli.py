@@ -8,11 +8,15 @@ interrupt (Ctrl-C) is one line and status 130, as shells expect.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import functools
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +25,7 @@ import runtime_lite
 from runtime_lite import bench
 from runtime_lite.cli_inputs import load_inputs, output_filenames, parse_input, preview
 from runtime_lite.errors import RuntimeLiteError
+from runtime_lite.files import atomic_write, refuse_special_file
 
 PROG = "runtime-lite"
 
@@ -42,23 +47,53 @@ def _non_negative(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.profile is not None:  # before the run: a wrong path must not cost a model run first
+        with _naming_the_path("--profile", args.profile):
+            refuse_special_file(args.profile)
+    if args.output_dir:
+        _writable_directory(args.output_dir)
     start = time.perf_counter()
     module = runtime_lite.load(args.bundle)
     loaded = time.perf_counter()
     inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed)
-    outputs = module.run(inputs)
+    profile = module.profile(inputs) if args.profile is not None else None
+    outputs = profile.outputs if profile is not None else module.run(inputs)
     done = time.perf_counter()
     print(f"{args.bundle}: loaded in {(loaded - start) * 1e3:.1f} ms, ran in {(done - loaded) * 1e3:.1f} ms")
-    if args.output_dir:
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-    files = output_filenames([spec.name for spec in module.outputs])
-    for spec, array, file in zip(module.outputs, outputs, files):
+    for spec, array in zip(module.outputs, outputs):
         print(f"  {spec.name}: {array.dtype}{list(array.shape)} {preview(array)}")
-        if args.output_dir:
-            np.save(args.output_dir / file, array, allow_pickle=False)
     if args.output_dir:
+        _write_outputs(args.output_dir, output_filenames([spec.name for spec in module.outputs]), outputs)
         print(f"outputs written to {args.output_dir}/")
+    if profile is not None:
+        with _naming_the_path("--profile", args.profile):
+            profile.write_chrome_trace(args.profile)
+        print("\n".join(profile.summary_lines()))
+        print(f"profile: {len(profile.events)} events written to {args.profile} (open in ui.perfetto.dev)")
     return 0
+
+
+@contextlib.contextmanager
+def _naming_the_path(option: str, path: Path) -> Iterator[None]:
+    """An OSError inside becomes the one-line error naming the option and the path."""
+    try:
+        yield
+    except OSError as e:
+        raise RuntimeLiteError(f"{option} '{path}': {e.strerror or e}") from None
+
+
+def _writable_directory(directory: Path) -> None:
+    with _naming_the_path("--output-dir", directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", str(directory))
+
+
+def _write_outputs(directory: Path, files: list[str], outputs: list[np.ndarray]) -> None:
+    """Each output as its own ``.npy`` file, each written all or nothing."""
+    for file, array in zip(files, outputs):
+        with _naming_the_path("--output-dir", directory / file):
+            atomic_write(directory / file, functools.partial(np.save, arr=array, allow_pickle=False))
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -149,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     _bundle_argument(run)
     _input_options(run)
     run.add_argument("--output-dir", type=Path, help="write each output as NAME.npy into this directory")
+    run.add_argument(
+        "--profile", type=Path, metavar="TRACE.json",
+        help="time every instruction and backend dispatch; write a Chrome trace (chrome://tracing, Perfetto) "
+        "and print the time per op type",
+    )  # fmt: skip
     run.set_defaults(handler=_run)
 
     info = commands.add_parser(

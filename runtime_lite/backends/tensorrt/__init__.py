@@ -187,7 +187,7 @@ class TensorRTModule:
             placement = "engine" if self.runner is not None else "host"
             trace.append(
                 {"backend": "tensorrt", "module": self.id, "node": self.id, "placement": placement,
-                 "wall_s": time.perf_counter() - start}
+                 "start_s": start, "wall_s": time.perf_counter() - start}
             )  # fmt: skip
         return outputs
 
