@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.output_dir:
         _writable_directory(args.output_dir)
     start = time.perf_counter()
-    module = runtime_lite.load(args.bundle)
+    module = runtime_lite.load(args.bundle, require=args.require)
     loaded = time.perf_counter()
     inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed)
     profile = module.profile(inputs) if args.profile is not None else None
@@ -97,7 +97,7 @@ def _write_outputs(directory: Path, files: list[str], outputs: list[np.ndarray])
 
 
 def _info(args: argparse.Namespace) -> int:
-    module = runtime_lite.load(args.bundle)
+    module = runtime_lite.load(args.bundle, require=args.require)
     print(f"bundle {args.bundle} (format {module.format_version[0]}.{module.format_version[1]})")
     producer = ", ".join(f"{k} {v}" for k, v in module.producer.items())
     print(f"  produced by: {producer}")
@@ -105,8 +105,8 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  input  {spec}")
     for spec in module.outputs:
         print(f"  output {spec}")
-    for record in module.modules:
-        print(f"  module {record['id']} on backend {record['backend']}")
+    for module_id, placed in module.placement.items():
+        print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
     return 0
 
 
@@ -123,6 +123,7 @@ def _bench(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         warmup=args.warmup,
         batch=args.batch,
+        load_options={"require": args.require},
     )
     print(json.dumps(result.to_dict()) if args.json else "\n".join(result.lines()))
     return 0
@@ -153,6 +154,11 @@ def _common_options(verbose_default: object) -> argparse.ArgumentParser:
 
 def _bundle_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="the .aotb bundle written by aot-build")
+    parser.add_argument(
+        "--require", action="append", default=[], metavar="BACKEND",
+        help="fail unless every module compiled for BACKEND (e.g. tensorrt) runs on it here, instead of "
+        "falling back to the host with a warning; repeatable",
+    )  # fmt: skip
 
 
 def _input_options(parser: argparse.ArgumentParser) -> None:
