@@ -52,3 +52,7 @@ class InputError(RuntimeLiteError, ValueError):
 
 class ExecutionError(RuntimeLiteError, RuntimeError):
     """A kernel failed while running, or the run broke a limit; the message names the instruction."""
+
+
+class PlacementError(RuntimeLiteError):
+    """A backend module cannot run where the caller required (``load(..., require=...)``)."""

@@ -33,8 +33,7 @@ def atomic_write(
     Returns what ``write`` returns.
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "it is a directory", path)
+    refuse_special_file(path)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path))
     )
@@ -54,6 +53,19 @@ def atomic_write(
             pass
         raise
     return size
+
+
+def refuse_special_file(path: str | os.PathLike[str]) -> None:
+    """OSError if ``path`` exists and is not a regular file: a write must never replace a directory,
+    a device (``/dev/null``, ``/dev/full``), a FIFO or a socket with a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing (it will be created), or unreachable (the write will say why)
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "it is a directory", os.fspath(path))
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "it exists and is not a regular file (a device, FIFO or socket)", os.fspath(path))
 
 
 def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True, create: bool = False) -> int:

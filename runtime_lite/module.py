@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from runtime_lite.backends import IncompatiblePayload, LoadOptions, available_ba
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
 from runtime_lite.errors import BundleError
 from runtime_lite.limits import RunLimits
+from runtime_lite.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.plan import BoundModule, HostPlan
 from runtime_lite.profile import Profile
 from runtime_lite.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
@@ -31,6 +32,7 @@ class Module:
         options: LoadOptions | None = None,
         limits: RunLimits | None = None,
         map_file: bool = False,
+        require: Iterable[str] | str | None = None,
     ):
         keep_freed_memory()
         bundle = read_bundle(source, verify=verify, map_file=map_file)
@@ -43,7 +45,15 @@ class Module:
         self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
-        self._modules = [_init_module(record, options or LoadOptions()) for record in header.modules]
+        required = normalize_require(require)
+        check_required_present(required, [record.backend_name for record in header.modules])
+        self._modules, self._placements = [], []
+        for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
+            bound = _init_module(record, options or LoadOptions())
+            placement = Placement.of(record.id, record.backend_name, bound.handle)
+            enforce(placement, required)
+            self._modules.append(bound)
+            self._placements.append(placement)
         self._plan = header.bind_plan(bundle, self._modules)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
@@ -81,6 +91,15 @@ class Module:
                 record["placement"] = placement
             described.append(record)
         return described
+
+    @property
+    def placement(self) -> dict[str, dict[str, str]]:
+        """Where each backend module runs: ``{module id: {"backend": compiled for, "runs_on": runs on, "detail": why}}``.
+
+        ``runs_on`` is the backend's name when the module runs as compiled, ``"host"`` when
+        it fell back to its host plan (a TensorRT region without a usable engine).
+        """
+        return {p.module: p.to_dict() for p in self._placements}
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.inputs)
@@ -207,6 +226,7 @@ def load(
     allow_engine_build: bool | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     allow_version_compatible: bool = False,
+    require: Iterable[str] | str | None = None,
 ) -> Module:
     """Load a bundle from a path or from bytes.
 
@@ -223,9 +243,13 @@ def load(
     (defaults: ``$AOT_ALLOW_ENGINE_BUILD``, ``$AOT_CACHE_DIR`` else the XDG cache
     dir); otherwise it runs on the host. ``allow_version_compatible`` admits
     version-compatible engines, which execute host code shipped inside the engine.
+    ``require`` names backends that must run as compiled, e.g. ``("tensorrt",)``: a
+    module of one that would fall back to the host raises PlacementError instead (as
+    does a bundle without any module for it); by default a fallback only logs one
+    WARNING per module (``module.placement`` says where each runs).
     """
     limits = RunLimits.from_options(max_memory, max_run_seconds)
     options = LoadOptions(cache_dir=cache_dir, allow_version_compatible=allow_version_compatible)
     if allow_engine_build is not None:
         options = dataclasses.replace(options, allow_engine_build=allow_engine_build)
-    return Module(source, verify=verify, options=options, limits=limits, map_file=map_file)
+    return Module(source, verify=verify, options=options, limits=limits, map_file=map_file, require=require)

@@ -317,7 +317,7 @@ class HostPlan:
                     ins = self.instructions[index]
                     trace.append({"backend": self._calls[index][1] if index in self._calls else "host",
                                   "module": None, "node": ins.name, "op": ins.op,
-                                  "wall_s": time.perf_counter() - start})  # fmt: skip
+                                  "start_s": start, "wall_s": time.perf_counter() - start})  # fmt: skip
                 for slot in free:
                     live -= charged[slot]
                     charged[slot] = 0

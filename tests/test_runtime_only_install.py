@@ -7,6 +7,7 @@ host fallback) are built here, run there in a new process, and the outputs compa
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import venv
@@ -70,3 +71,9 @@ def test_runtime_alone_runs_a_bundle_in_a_fresh_venv(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         assert str(env_dir) in result.stdout  # the venv's own copy ran, not this checkout
         np.testing.assert_array_equal(np.load(work / "out.npy"), runtime_lite.load(bundle).run(feeds)[0])
+        bench = subprocess.run(  # the console script the runtime-only package installs
+            [str(env_dir / "bin" / "runtime-lite"), "bench", str(bundle), "--random-inputs", "--iterations", "2",
+             "--json"], capture_output=True, text=True,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stderr[-2000:]
+        assert json.loads(bench.stdout)["iterations"] == 2

@@ -64,6 +64,8 @@ def test_build_stores_a_tagged_engine_and_the_bundle_runs_it(machine, tmp_path):
     out = module.run({"data": DATA})[0]
     assert relative_l2(out, _host()) <= 1e-5
     assert module.profile({"data": DATA}).events[0]["placement"] == "engine"
+    required = runtime_lite.load(result.to_bytes(), cache_dir=tmp_path / "cache", require=("tensorrt",))
+    assert required.placement["tensorrt_0"]["runs_on"] == "tensorrt"  # an engine fits: the requirement is met
     _build(tmp_path)  # a second build of the same model on this machine: a cache hit
     assert machine.builds == 1
 
@@ -75,7 +77,10 @@ def test_another_gpu_falls_back_rebuilds_when_allowed_then_hits_the_cache(machin
         refused = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=False)
     assert refused.modules[0]["placement"].startswith("on the host: no engine fits")
     assert "built for sm 8.6" in refused.modules[0]["placement"]
-    assert [r.levelname for r in caplog.records if r.name == "runtime_lite.tensorrt"] == ["WARNING"]
+    assert [r.levelname for r in caplog.records if r.name == "runtime_lite.placement"] == ["WARNING"]
+    assert refused.placement["tensorrt_0"]["runs_on"] == "host"
+    with pytest.raises(runtime_lite.PlacementError, match="no engine fits"):
+        runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=False, require="tensorrt")
     np.testing.assert_array_equal(refused.run({"data": DATA})[0], _host())
 
     rebuilt = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=True)

@@ -12,12 +12,17 @@ import click
 from aot.cli.options import tensorrt_options
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.targets import KNOWN_TARGETS
-from aot.errors import AotError
+from aot.errors import AotError, BuildError
+from aot.inspect.summary import format_size
 from runtime_lite.backends.tensorrt.spec import PRECISIONS
+from runtime_lite.files import refuse_special_file
 
 
-def _megabytes(n: int | None) -> str:
-    return "unknown (symbolic shapes)" if n is None else f"{n / 1e6:.1f} MB"
+def _peak(n: int | None, regions: int) -> str:
+    if n is None:
+        return "unknown (symbolic shapes)"
+    # A region's activations live in its backend (NPU memory tiers, TensorRT's own buffers), not in the host plan.
+    return format_size(n) + (f" on the host, besides what the {regions} backend regions hold" if regions else "")
 
 
 def summarize(result: BuildResult, source: str, output: str, size: int, seconds: float) -> list[str]:
@@ -33,14 +38,16 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
     memory = result.plan.memory
     ops = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
     took = f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    regions = len(result.partitioned.regions) if result.partitioned else 0
     lines = [
         f"built {output} from {source} in {took}",
-        f"  model    {graph.name}: {origin} -> {len(graph.nodes)} ops ({folded} batch-norm/scale ops folded away)",
+        f"  model    {graph.name}: {origin} -> {sum(result.regions.values())} ops "
+        f"({folded} batch-norm/scale ops folded away)",
         f"  ops      {ops}",
         "  regions  " + _regions_line(result),
         f"  plan     {len(result.plan.record['instructions'])} instructions, {memory.num_slots} slots, "
-        f"{memory.inplace_count} in place, peak activations {_megabytes(memory.peak_bytes)}",
-        f"  bundle   {size / 1e6:.1f} MB ({len(result.plan.constants)} constants in {len(result.blobs.payloads)} blobs)",
+        f"{memory.inplace_count} in place, peak activations {_peak(memory.peak_bytes, regions)}",
+        f"  bundle   {format_size(size)} ({len(result.plan.constants)} constants in {len(result.blobs.payloads)} blobs)",
         "  inputs   " + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs),
         "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
     ]
@@ -55,6 +62,16 @@ def _regions_line(result: BuildResult) -> str:
         k = sum(1 for r in regions if r.backend == backend)
         parts.append(f"{backend}: {n} ops" + (f" in {k} region{'s' if k != 1 else ''}" if k else ""))
     return ", ".join(parts)
+
+
+def _check_output(model: str, output: str) -> None:
+    """Before any work: the bundle must not replace the model it is built from, a device, a FIFO or a directory."""
+    if os.path.exists(output) and os.path.exists(model) and os.path.samefile(model, output):
+        raise BuildError(f"-o '{output}' is the input model; write the bundle to another path")
+    try:
+        refuse_special_file(output)
+    except OSError as e:
+        raise BuildError(f"cannot write bundle '{output}': {e.strerror}") from None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,6 +134,12 @@ def main(
             click.echo(f"  {stage:<9}{seconds:6.2f} s", err=True)
 
     try:
+        _check_output(model, output)
+        if precision != "fp32" and "tensorrt" not in targets:
+            raise BuildError(
+                f"--precision {precision} applies to TensorRT regions only; add --target tensorrt "
+                "(the host and the NPU compute in fp32)"
+            )
         shapes = parse_input_shapes(inputs)
         tensorrt = tensorrt_options(
             precision, workspace, batch, hardware_compatible, version_compatible, cache_dir, no_engines, quiet
@@ -133,6 +156,9 @@ def main(
         progress("write", result.timings["write"])
     except AotError as e:
         raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     except Exception as e:
         if debug:
             traceback.print_exc()

@@ -11,7 +11,8 @@ def _spec(spec: dict) -> str:
     return f"{spec['name']}: {spec['dtype']}[{','.join(str(d) for d in spec['shape'])}]"
 
 
-def _size(n: int) -> str:
+def format_size(n: int) -> str:
+    """Bytes for a person: MB from 100 kB up, kB below (a 23.7 kB bundle is not "0.0 MB")."""
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
@@ -28,7 +29,7 @@ def summarize_bundle(view: BundleView) -> str:
     plan = header["plan"]
     calls = sum(1 for ins in plan["instructions"] if ins["op"] == "call_module")
     lines = [
-        f"bundle    {view.path} ({_size(view.size)}, format {view.version[0]}.{view.version[1]}, checksums verified)",
+        f"bundle    {view.path} ({format_size(view.size)}, format {view.version[0]}.{view.version[1]}, checksums verified)",
         f"producer  {producer.get('name', '?')} {producer.get('version', '?')} ({tools})",
         f"model     {model.get('name', '?')}"
         + (f" ({model['frontend']} opset {model['opset']})" if "opset" in model else ""),
@@ -45,7 +46,7 @@ def summarize_bundle(view: BundleView) -> str:
     if not view.regions:
         lines.append("regions   none: everything runs on the host")
     for r in view.regions:
-        payloads = ", ".join(f"{k} {_size(n)}" for k, n in r.payload_bytes.items())
+        payloads = ", ".join(f"{k} {format_size(n)}" for k, n in r.payload_bytes.items())
         lines.append(
             f"region    {r.id} on {r.backend}: {len(r.ops)} ops, {len(r.composites)} composite kinds; payloads {payloads}"
         )

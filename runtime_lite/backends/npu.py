@@ -262,7 +262,7 @@ class NpuProgram:
             for i in k.frees:
                 values[i] = None
             if trace is not None:
-                trace.append({**k.event, "wall_s": time.perf_counter() - start})
+                trace.append({**k.event, "start_s": start, "wall_s": time.perf_counter() - start})
             if log:
                 logger.debug("%s: %s", self.region, k.message)
             if budget.deadline is not None and time.monotonic() > budget.deadline:

@@ -110,8 +110,9 @@ class TensorRTModule:
         if len(self.fallback.input_slots) != len(self.inputs) or len(self.fallback.output_slots) != len(self.outputs):
             raise BundleError(f"tensorrt module {self.id!r}: its fallback plan does not match its inputs/outputs")
         self.runner, self.placement = self._resolve(options)
-        log = logger.info if self.runner is not None or "no GPU" in self.placement else logger.warning
-        log("tensorrt region %s runs %s", self.id, self.placement)
+        #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
+        self.runs_on = "tensorrt" if self.runner is not None else "host"
+        logger.info("tensorrt region %s runs %s", self.id, self.placement)
 
     def _resolve(self, options: LoadOptions) -> tuple[Any, str]:
         """(engine runner or None, where the region runs and why): the four steps of the module docstring."""
@@ -187,7 +188,7 @@ class TensorRTModule:
             placement = "engine" if self.runner is not None else "host"
             trace.append(
                 {"backend": "tensorrt", "module": self.id, "node": self.id, "placement": placement,
-                 "wall_s": time.perf_counter() - start}
+                 "start_s": start, "wall_s": time.perf_counter() - start}
             )  # fmt: skip
         return outputs
 

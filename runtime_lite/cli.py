@@ -1,0 +1,254 @@
+"""The ``runtime-lite`` / ``python -m runtime_lite`` commands: run, info, bench.
+
+argparse rather than click: the runtime's only dependencies are numpy and msgpack.
+Every failure the user can fix is one line on stderr and exit status 1; an
+interrupt (Ctrl-C) is one line and status 130, as shells expect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+import runtime_lite
+from runtime_lite import bench
+from runtime_lite.cli_inputs import load_inputs, output_filenames, parse_input, preview
+from runtime_lite.errors import RuntimeLiteError
+from runtime_lite.files import atomic_write, refuse_special_file
+
+PROG = "runtime-lite"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.profile is not None:  # before the run: a wrong path must not cost a model run first
+        with _naming_the_path("--profile", args.profile):
+            refuse_special_file(args.profile)
+    if args.output_dir:
+        _writable_directory(args.output_dir)
+    start = time.perf_counter()
+    module = runtime_lite.load(args.bundle, require=args.require)
+    loaded = time.perf_counter()
+    inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed)
+    profile = module.profile(inputs) if args.profile is not None else None
+    outputs = profile.outputs if profile is not None else module.run(inputs)
+    done = time.perf_counter()
+    print(f"{args.bundle}: loaded in {(loaded - start) * 1e3:.1f} ms, ran in {(done - loaded) * 1e3:.1f} ms")
+    for spec, array in zip(module.outputs, outputs):
+        print(f"  {spec.name}: {array.dtype}{list(array.shape)} {preview(array)}")
+    if args.output_dir:
+        _write_outputs(args.output_dir, output_filenames([spec.name for spec in module.outputs]), outputs)
+        print(f"outputs written to {args.output_dir}/")
+    if profile is not None:
+        with _naming_the_path("--profile", args.profile):
+            profile.write_chrome_trace(args.profile)
+        print("\n".join(profile.summary_lines()))
+        print(f"profile: {len(profile.events)} events written to {args.profile} (open in ui.perfetto.dev)")
+    return 0
+
+
+@contextlib.contextmanager
+def _naming_the_path(option: str, path: Path) -> Iterator[None]:
+    """An OSError inside becomes the one-line error naming the option and the path."""
+    try:
+        yield
+    except OSError as e:
+        raise RuntimeLiteError(f"{option} '{path}': {e.strerror or e}") from None
+
+
+def _writable_directory(directory: Path) -> None:
+    with _naming_the_path("--output-dir", directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", str(directory))
+
+
+def _write_outputs(directory: Path, files: list[str], outputs: list[np.ndarray]) -> None:
+    """Each output as its own ``.npy`` file, each written all or nothing."""
+    for file, array in zip(files, outputs):
+        with _naming_the_path("--output-dir", directory / file):
+            atomic_write(directory / file, functools.partial(np.save, arr=array, allow_pickle=False))
+
+
+def _info(args: argparse.Namespace) -> int:
+    module = runtime_lite.load(args.bundle, require=args.require)
+    print(f"bundle {args.bundle} (format {module.format_version[0]}.{module.format_version[1]})")
+    producer = ", ".join(f"{k} {v}" for k, v in module.producer.items())
+    print(f"  produced by: {producer}")
+    for spec in module.inputs:
+        print(f"  input  {spec}")
+    for spec in module.outputs:
+        print(f"  output {spec}")
+    for module_id, placed in module.placement.items():
+        print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.threads is not None and bench.configured_threads() != args.threads:
+        # BLAS reads its thread count once, when numpy is imported: only a fresh process can change it.
+        raise RuntimeLiteError(
+            f"--threads {args.threads} must be set before numpy starts; "
+            f"run the command as a process, or set OPENBLAS_NUM_THREADS={args.threads}"
+        )
+    result = bench.benchmark(
+        args.bundle,
+        lambda module: load_inputs(module.inputs, args.input, args.random_inputs, args.seed, args.batch),
+        iterations=args.iterations,
+        warmup=args.warmup,
+        batch=args.batch,
+        load_options={"require": args.require},
+    )
+    print(json.dumps(result.to_dict()) if args.json else "\n".join(result.lines()))
+    return 0
+
+
+def _reexec_with_threads(argv: list[str], threads: int) -> None:
+    """Start this command again with the BLAS thread variables set (they are read when numpy loads)."""
+    env = {**os.environ, **{name: str(threads) for name in bench.THREAD_VARIABLES}}
+    command = [sys.executable, "-m", "runtime_lite", *argv]
+    sys.stdout.flush()
+    if os.name == "posix":
+        os.execve(sys.executable, command, env)
+    import subprocess
+
+    sys.exit(subprocess.call(command, env=env))
+
+
+def _common_options(verbose_default: object) -> argparse.ArgumentParser:
+    """--verbose and --version, accepted before and after the command (a command's copy must not reset the count)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="count", default=verbose_default,
+        help="log what the runtime decides (where each backend module runs); twice for every NPU dispatch",
+    )  # fmt: skip
+    common.add_argument("--version", action="version", version=f"{PROG} {runtime_lite.__version__}")
+    return common
+
+
+def _bundle_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="the .aotb bundle written by aot-build")
+    parser.add_argument(
+        "--require", action="append", default=[], metavar="BACKEND",
+        help="fail unless every module compiled for BACKEND (e.g. tensorrt) runs on it here, instead of "
+        "falling back to the host with a warning; repeatable",
+    )  # fmt: skip
+
+
+def _input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input", action="append", default=[], type=parse_input, metavar="NAME=FILE.npy",
+        help="the value of input NAME, a .npy file (no pickles); repeat for each input",
+    )  # fmt: skip
+    parser.add_argument(
+        "--random-inputs", action="store_true",
+        help="fill the inputs not given with random data of the signature's shape (symbolic dims 1)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options(argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        parents=[_common_options(0)],
+        description="Run, inspect and benchmark aot bundles with runtime_lite (numpy + msgpack, no compiler).",
+        epilog="Also available as `python -m runtime_lite`. Errors are one line on stderr with exit status 1.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", parents=[common], help="run a bundle once on inputs stored as .npy files",
+        description="Load BUNDLE, run it once, print each output's dtype, shape and first values.",
+    )  # fmt: skip
+    _bundle_argument(run)
+    _input_options(run)
+    run.add_argument("--output-dir", type=Path, help="write each output as NAME.npy into this directory")
+    run.add_argument(
+        "--profile", type=Path, metavar="TRACE.json",
+        help="time every instruction and backend dispatch; write a Chrome trace (chrome://tracing, Perfetto) "
+        "and print the time per op type",
+    )  # fmt: skip
+    run.set_defaults(handler=_run)
+
+    info = commands.add_parser(
+        "info", parents=[common], help="print a bundle's signature, producer and backend modules",
+        description="Load BUNDLE (all checks included) and print its signature, producer and backend modules.",
+    )  # fmt: skip
+    _bundle_argument(info)
+    info.set_defaults(handler=_info)
+
+    timing = commands.add_parser(
+        "bench", parents=[common], help="measure a bundle's latency, throughput, load time and memory",
+        description="Load BUNDLE, run it WARMUP times untimed, then ITERATIONS times timed; print min, mean, "
+        "p50, p90, p99 and max latency, throughput, load time and resident memory.",
+    )  # fmt: skip
+    _bundle_argument(timing)
+    _input_options(timing)
+    timing.add_argument("--iterations", type=_positive, default=100, help="timed runs (default 100)")
+    timing.add_argument("--warmup", type=_non_negative, default=10, help="untimed runs first (default 10)")
+    timing.add_argument(
+        "--threads", type=_positive,
+        help="BLAS threads (sets OPENBLAS_NUM_THREADS/OMP_NUM_THREADS/MKL_NUM_THREADS; default: every core)",
+    )  # fmt: skip
+    timing.add_argument(
+        "--batch", type=_positive,
+        help="batch size: random inputs get it as their symbolic dim 0, file inputs must have it; "
+        "throughput counts samples",
+    )  # fmt: skip
+    timing.add_argument("--json", action="store_true", help="print one JSON object (latencies in ms) instead")
+    timing.set_defaults(handler=_bench)
+    return parser
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The commands, with their exit status; ``argv`` None means this process's own arguments."""
+    try:
+        args = build_parser().parse_args(argv)
+        _configure_logging(args.verbose)
+        threads = getattr(args, "threads", None)
+        if argv is None and threads is not None and bench.configured_threads() != threads:
+            _reexec_with_threads(sys.argv[1:], threads)
+        return args.handler(args)
+    except RuntimeLiteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def entry_point() -> None:
+    """The ``runtime-lite`` console script."""
+    sys.exit(main())

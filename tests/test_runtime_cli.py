@@ -1,0 +1,136 @@
+"""The runtime-lite commands (bench, run, info) as a user runs them: in subprocesses, and their bad inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aot
+from runtime_lite.cli import main
+from tests.conftest import small_cnn_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime_lite", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bundles")
+    paths = {"fixed": root / "fixed.aotb", "batched": root / "batched.aotb"}
+    aot.build(small_cnn_model()).save(paths["fixed"])
+    aot.build(small_cnn_model(batch="N")).save(paths["batched"])
+    return paths
+
+
+def test_bench_json_is_one_object_with_ordered_percentiles(bundles):
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "20", "--warmup", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)  # the whole of stdout is one JSON object
+    assert figures["iterations"] == 20 and figures["warmup"] == 2 and figures["latency_unit"] == "ms"
+    assert 0 < figures["min"] <= figures["p50"] <= figures["p90"] <= figures["p99"] <= figures["max"]
+    assert figures["min"] <= figures["mean"] <= figures["max"]
+    assert figures["throughput"] == pytest.approx(figures["runs_per_s"])  # no batch: one sample per run
+    assert figures["runs_per_s"] == pytest.approx(1e3 / figures["mean"], rel=1e-6)
+    assert figures["load_ms"] > 0
+    if sys.platform.startswith("linux"):
+        assert figures["peak_rss_bytes"] >= figures["rss_after_load_bytes"] > 10 << 20  # numpy alone is more
+
+
+def test_bench_text_report(bundles):
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "5")
+    assert result.returncode == 0, result.stderr
+    for expected in ("5 runs after 10 warm-up", "load ", "p50 ", "p99 ", "samples/s", "RSS after load"):
+        assert expected in result.stdout, result.stdout
+
+
+def test_bench_batch_fills_a_symbolic_batch_and_counts_samples(bundles):
+    result = cli("bench", str(bundles["batched"]), "--random-inputs", "--batch", "4", "--iterations", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["batch"] == 4 and figures["throughput"] == pytest.approx(4 * figures["runs_per_s"])
+
+
+def test_bench_threads_restart_with_the_blas_variables_set(bundles):
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--threads", "1", "--iterations", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["threads"] == 1
+
+
+def test_bench_threads_in_process_is_refused_not_ignored(bundles, capsys, monkeypatch):
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["bench", str(bundles["fixed"]), "--random-inputs", "--threads", "3"]) == 1
+    assert "--threads 3 must be set before numpy starts" in capsys.readouterr().err
+
+
+def test_bench_with_a_file_input(bundles, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((1, 3, 8, 8), np.float32))
+    result = cli("bench", str(bundles["fixed"]), "--input", f"x={tmp_path / 'x.npy'}", "--iterations", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["iterations"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--random-inputs", "--batch", "4"], "--batch 4 needs a symbolic batch dim"),
+        ([], "no value for input x"),
+        (["--input", "x=/nonexistent.npy"], "cannot read input 'x'"),
+    ],
+)
+def test_bench_errors_are_one_line(bundles, args, message):
+    result = cli("bench", str(bundles["fixed"]), *args)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_bench_file_input_must_match_batch(bundles, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((2, 3, 8, 8), np.float32))
+    result = cli("bench", str(bundles["batched"]), "--input", f"x={tmp_path / 'x.npy'}", "--batch", "4")
+    assert result.returncode == 1 and "not batch 4" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--iterations", "0"), ("--iterations", "many"), ("--warmup", "-1"), ("--threads", "0")]
+)
+def test_bench_rejects_bad_counts(bundles, option, value):
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", option, value)
+    assert result.returncode == 2 and f"argument {option}" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["info"], ["bench"]])
+def test_every_command_has_version_and_help(command):
+    import runtime_lite
+
+    version = cli(*command, "--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"runtime-lite {runtime_lite.__version__}"
+    helptext = cli(*command, "--help")
+    assert helptext.returncode == 0 and "--verbose" in helptext.stdout
+    if command:
+        assert "the .aotb bundle written by aot-build" in helptext.stdout
+
+
+def test_verbose_before_or_after_the_command_logs_decisions(tmp_path):
+    bundle = tmp_path / "trt.aotb"
+    aot.build(small_cnn_model(), targets=["tensorrt"], min_region_size=1).save(bundle)
+    for args in (["-v", "run", str(bundle)], ["run", str(bundle), "--verbose"]):
+        result = cli(*args, "--random-inputs")
+        assert result.returncode == 0, result.stderr
+        assert "runtime_lite.tensorrt: tensorrt region" in result.stderr, result.stderr
+
+
+def test_console_script_is_declared_in_both_packages():
+    for pyproject in (ROOT / "pyproject.toml", ROOT / "runtime_lite" / "pyproject.toml"):
+        text = pyproject.read_text()
+        scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+        assert 'runtime-lite = "runtime_lite.cli:entry_point"' in scripts, pyproject
