@@ -24,10 +24,13 @@ TORCH_DTYPES = {
 
 
 class SymbolicSize:
-    """A size known only at run time (``x.size(0)`` under a dynamic dim), by its symbol."""
+    """A size known only at run time (``x.size(0)`` under a dynamic dim): torch's symbol, and the
+    0-d int64 IR value that computes it, so shapes built from it (``arange(seq)``, ``expand(b, s)``)
+    still follow the input at run time."""
 
-    def __init__(self, symbol: str):
+    def __init__(self, symbol: str, value: Value):
         self.symbol = symbol
+        self.value = value
 
     def __repr__(self) -> str:
         return self.symbol
@@ -66,6 +69,28 @@ class AtenContext:
 
     def constant(self, data: Any, dtype: str) -> Value:
         return self.graph.constant(np.asarray(data, dtype=dtype), name=f"{self.name}_const")
+
+    def emit_all(self, op: str, *inputs: Value, **attrs: Any) -> list[Value]:
+        """``emit`` for an op with several outputs (split, topk)."""
+        return add_or_fold(self.graph, op, list(inputs), attrs, self.name)
+
+    def size(self, size: int | SymbolicSize) -> Value:
+        """A size as a 0-d int64 value: a constant, or the run-time value behind a symbol."""
+        return size.value if isinstance(size, SymbolicSize) else self.constant(int(size), "int64")
+
+    def dim(self, x: Value, axis: int) -> Value:
+        """``x.size(axis)`` as a 0-d int64 value (a constant when the dim is static)."""
+        d = x.type.shape[axis]
+        if isinstance(d, int):
+            return self.constant(d, "int64")
+        return self.emit("gather", self.emit("shape", x), self.constant(axis, "int64"), axis=0)
+
+    def shape_tensor(self, sizes: list[Any]) -> Value:
+        """A 1-d int64 shape from ints and run-time sizes (for reshape, expand, constant_of_shape)."""
+        if not any(isinstance(s, SymbolicSize) for s in sizes):
+            return self.constant([int(s) for s in sizes], "int64")
+        parts = [self.emit("reshape", self.size(s), shape=[1]) for s in sizes]
+        return self.emit("concat", *parts, axis=0)
 
     def tensor(self, value: Any, like: Value) -> Value:
         """A Python scalar as a constant of ``like``'s dtype (tensors pass through)."""
