@@ -78,7 +78,22 @@ def _operands(ctx: AtenContext) -> tuple[Value, Value]:
         a = ctx.constant(a, b.type.dtype)
     if isinstance(b, float) and not a.type.dtype.startswith("float"):
         a = ctx.emit("cast", a, to="float32")
-    return a, ctx.tensor(b, a)
+    b = ctx.tensor(b, a)
+    if a.type.dtype != b.type.dtype:  # int64 ids + float32, a bool mask * float: torch's promotion
+        dtype = _promoted(ctx, a, b)
+        a, b = (v if v.type.dtype == dtype else ctx.emit("cast", v, to=dtype) for v in (a, b))
+    return a, b
+
+
+def _promoted(ctx: AtenContext, a: Value, b: Value) -> str:
+    """The dtype torch computes ``a op b`` in: its own result dtype, or for comparisons the wider operand's."""
+    meta = ctx.node.meta.get("val")
+    if hasattr(meta, "dtype") and str(meta.dtype) != "torch.bool":
+        return numpy_dtype(meta.dtype)
+    kinds = [v.type.dtype.startswith("float") * 2 + (v.type.dtype != "bool") for v in (a, b)]
+    if kinds[0] != kinds[1]:
+        return (a if kinds[0] > kinds[1] else b).type.dtype
+    return str(np.promote_types(a.type.dtype, b.type.dtype))
 
 
 def _binary(op: str) -> Converter:
@@ -131,7 +146,8 @@ def _bitwise(name: str) -> Converter:
 
 
 for _name in ("and", "or", "xor", "not"):
-    aten(f"bitwise_{_name}")(_bitwise(_name))
+    names = [f"bitwise_{_name}"] + ([f"__{_name}__"] if _name != "not" else [])  # x & y is aten.__and__
+    aten(*names)(_bitwise(_name))
 for _name in ("and", "or", "xor"):
     aten(f"logical_{_name}")(
         lambda ctx, op=f"logical_{_name}": ctx.emit(op, *[_as_bool(ctx, v) for v in _operands(ctx)])
@@ -209,7 +225,8 @@ def _full(ctx):
         like = None
     else:
         like_dtype = like.type.dtype if like is not None else None
-    dtype = numpy_dtype(ctx["dtype"]) if ctx.get("dtype") is not None else like_dtype or _dtype(ctx, value)
+    default = _dtype(ctx, value) if name in ("full", "fill") else "float32"  # torch.zeros(3) is float
+    dtype = numpy_dtype(ctx["dtype"]) if ctx.get("dtype") is not None else like_dtype or default
     return _filled(ctx, like if like is not None else list(sizes), value, dtype)
 
 
@@ -221,7 +238,7 @@ def _arange(ctx):
     if not any(isinstance(v, SymbolicSize) for v in (start, end, step)):
         return ctx.constant(np.arange(start, end, step), _dtype(ctx, start + end + step))
     dtype = _dtype(ctx, 0)  # sizes are integers: int64 unless a dtype is given
-    numbers = ctx.emit("range", ctx.size(start), ctx.size(end), ctx.size(step))
+    numbers = ctx.emit("range", ctx.scalar(start), ctx.scalar(end), ctx.scalar(step))
     return numbers if dtype == "int64" else ctx.emit("cast", numbers, to=dtype)
 
 
@@ -633,8 +650,16 @@ def _slice_at_run_time(ctx, x: Value, dim: int, start: Any, end: Any, step: int)
         raise ctx.unsupported("a run-time slice with negative bounds or step")
     length = ctx.dim(x, dim)
     end = length if isinstance(end, int) and end >= 2**62 else ctx.emit("minimum", ctx.size(end), length)
-    indices = ctx.emit("range", ctx.size(start), end, ctx.size(step))
+    indices = ctx.emit("range", ctx.scalar(start), ctx.emit("reshape", end, shape=[]), ctx.scalar(step))
     return ctx.emit("gather", x, indices, axis=dim)
+
+
+@aten("flip")
+def _flip(ctx):
+    x = ctx["self"]
+    axes = [d % x.type.rank for d in ctx["dims"]]
+    n = len(axes)
+    return ctx.emit("slice", x, starts=[-1] * n, ends=[-(2**63)] * n, axes=axes, steps=[-1] * n)
 
 
 @aten("select")
@@ -666,7 +691,7 @@ def _positive(ctx: AtenContext, index: Value, x: Value, axis: int) -> Value:
     index = ctx.emit("cast", index, to="int64") if index.type.dtype != "int64" else index
     if index.is_constant and (index.data >= 0).all():
         return index
-    wrapped = ctx.emit("add", index, ctx.dim(x, axis))
+    wrapped = ctx.emit("add", index, ctx.emit("reshape", ctx.dim(x, axis), shape=[]))
     return ctx.emit("where", ctx.emit("less", index, ctx.constant(0, "int64")), wrapped, index)
 
 
@@ -679,8 +704,20 @@ def _index_select(ctx):
 @aten("gather")
 def _gather_elements(ctx):
     x = ctx["self"]
-    axis = _axis(ctx, x)
-    return ctx.emit("gather_elements", x, _positive(ctx, ctx["index"], x, axis), axis=axis)
+    axis, index = _axis(ctx, x), ctx["index"]
+    return ctx.emit("gather_elements", _crop(ctx, x, index, axis), index, axis=axis)
+
+
+def _crop(ctx: AtenContext, x: Value, like: Value, keep: int | None = None) -> Value:
+    """x cut down to like's static sizes (torch's gather and scatter allow a smaller index than data or src)."""
+    axes = [
+        a for a, (n, m) in enumerate(zip(x.type.shape, like.type.shape))
+        if a != keep and isinstance(n, int) and isinstance(m, int) and n > m
+    ]  # fmt: skip
+    if not axes:
+        return x
+    ends = [like.type.shape[a] for a in axes]
+    return ctx.emit("slice", x, starts=[0] * len(axes), ends=ends, axes=axes, steps=[1] * len(axes))
 
 
 @aten("index")
@@ -731,6 +768,7 @@ def _scatter(ctx):
     src = ctx.get("src")
     if src is None:  # scatter.value: one value everywhere the index points
         src = _filled(ctx, index, ctx["value"], x.type.dtype)
+    src = _crop(ctx, src, index)
     reduction = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "add": "add", "multiply": "mul"}
     mode = "add" if "scatter_add" in ctx.op_name else ctx.get("reduce", "none")
     if mode != "none" and mode not in reduction:

@@ -25,8 +25,9 @@ TORCH_DTYPES = {
 
 class SymbolicSize:
     """A size known only at run time (``x.size(0)`` under a dynamic dim): torch's symbol, and the
-    0-d int64 IR value that computes it, so shapes built from it (``arange(seq)``, ``expand(b, s)``)
-    still follow the input at run time."""
+    int64 IR value of shape [1] that computes it, so shapes built from it (``arange(seq)``,
+    ``expand(b, s)``) still follow the input at run time. Shape [1], not 0-d: numpy turns 0-d
+    results into scalars, which the runtime cannot write into."""
 
     def __init__(self, symbol: str, value: Value):
         self.symbol = symbol
@@ -75,22 +76,25 @@ class AtenContext:
         return add_or_fold(self.graph, op, list(inputs), attrs, self.name)
 
     def size(self, size: int | SymbolicSize) -> Value:
-        """A size as a 0-d int64 value: a constant, or the run-time value behind a symbol."""
-        return size.value if isinstance(size, SymbolicSize) else self.constant(int(size), "int64")
+        """A size as an int64 value of shape [1]: a constant, or the run-time value behind a symbol."""
+        return size.value if isinstance(size, SymbolicSize) else self.constant([int(size)], "int64")
+
+    def scalar(self, size: int | SymbolicSize) -> Value:
+        """A size as a 0-d int64 value, for ops that take scalars (range)."""
+        return self.emit("reshape", self.size(size), shape=[])
 
     def dim(self, x: Value, axis: int) -> Value:
-        """``x.size(axis)`` as a 0-d int64 value (a constant when the dim is static)."""
+        """``x.size(axis)`` as an int64 value of shape [1] (a constant when the dim is static)."""
         d = x.type.shape[axis]
         if isinstance(d, int):
-            return self.constant(d, "int64")
-        return self.emit("gather", self.emit("shape", x), self.constant(axis, "int64"), axis=0)
+            return self.constant([d], "int64")
+        return self.emit("slice", self.emit("shape", x), starts=[axis], ends=[axis + 1], axes=[0], steps=[1])
 
     def shape_tensor(self, sizes: list[Any]) -> Value:
         """A 1-d int64 shape from ints and run-time sizes (for reshape, expand, constant_of_shape)."""
         if not any(isinstance(s, SymbolicSize) for s in sizes):
             return self.constant([int(s) for s in sizes], "int64")
-        parts = [self.emit("reshape", self.size(s), shape=[1]) for s in sizes]
-        return self.emit("concat", *parts, axis=0)
+        return self.emit("concat", *[self.size(s) for s in sizes], axis=0)
 
     def tensor(self, value: Any, like: Value) -> Value:
         """A Python scalar as a constant of ``like``'s dtype (tensors pass through)."""
