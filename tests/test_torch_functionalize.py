@@ -4,7 +4,8 @@ torch.export leaves ``relu_``, ``add_``, ``fill_``, ``masked_fill_`` in the grap
 model written with ``nn.ReLU(inplace=True)`` or ``out += identity`` (most of
 torchvision). The frontend functionalizes the program first; only programs that update
 their buffers (batch-norm statistics in training mode) are refused. Checked against
-PyTorch on torchvision-style blocks and on real torchvision models.
+PyTorch on torchvision-style blocks; tests/test_torchvision_torch_export.py runs the real
+torchvision models.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from torch import nn
 import aot
 import runtime_lite
 from aot.errors import UnsupportedOpsError
-from tests.torchvision_compat import import_torchvision
 
 TOLERANCE = 1e-4
 
@@ -110,13 +110,3 @@ def test_user_state_updates_are_refused_naming_the_buffer():
     program = torch.export.export(CountsCalls().eval(), (torch.randn(2, 3),))
     with pytest.raises(UnsupportedOpsError, match="calls"):
         aot.build(program)
-
-
-torchvision = import_torchvision()
-
-
-@pytest.mark.skipif(torchvision is None, reason="torchvision is not installed")
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
-def test_torchvision_models_with_in_place_ops(name):
-    model = torchvision.models.get_model(name, weights=None, num_classes=10)
-    assert _check(model, torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))) <= TOLERANCE
