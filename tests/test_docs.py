@@ -22,4 +22,4 @@ def test_pytorch_page_lists_every_aten_converter():
     from aot.frontend.torch.aten import ATEN
 
     documented = set(re.findall(r"`(\w+)`", (DOCS / "pytorch.md").read_text()))
-    assert {name.split(".", 1)[1] for name in ATEN} - documented == set()
+    assert {name.split(".", 1)[1] for name in ATEN if name.startswith("aten.")} - documented == set()

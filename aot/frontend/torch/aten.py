@@ -78,7 +78,22 @@ def _operands(ctx: AtenContext) -> tuple[Value, Value]:
         a = ctx.constant(a, b.type.dtype)
     if isinstance(b, float) and not a.type.dtype.startswith("float"):
         a = ctx.emit("cast", a, to="float32")
-    return a, ctx.tensor(b, a)
+    b = ctx.tensor(b, a)
+    if a.type.dtype != b.type.dtype:  # int64 ids + float32, a bool mask * float: torch's promotion
+        dtype = _promoted(ctx, a, b)
+        a, b = (v if v.type.dtype == dtype else ctx.emit("cast", v, to=dtype) for v in (a, b))
+    return a, b
+
+
+def _promoted(ctx: AtenContext, a: Value, b: Value) -> str:
+    """The dtype torch computes ``a op b`` in: its own result dtype, or for comparisons the wider operand's."""
+    meta = ctx.node.meta.get("val")
+    if hasattr(meta, "dtype") and str(meta.dtype) != "torch.bool":
+        return numpy_dtype(meta.dtype)
+    kinds = [v.type.dtype.startswith("float") * 2 + (v.type.dtype != "bool") for v in (a, b)]
+    if kinds[0] != kinds[1]:
+        return (a if kinds[0] > kinds[1] else b).type.dtype
+    return str(np.promote_types(a.type.dtype, b.type.dtype))
 
 
 def _binary(op: str) -> Converter:
@@ -115,22 +130,52 @@ def _divide(ctx: AtenContext, a: Value, b: Value, mode: str | None) -> Value:
     raise ctx.unsupported(f"rounding_mode={mode!r}")
 
 
-def _logical(op: str) -> Converter:
-    """Bitwise ops on bool tensors are the logical ones (integer bit twiddling is not in the IR)."""
+def _bitwise(name: str) -> Converter:
+    """Bitwise ops: the logical ones on bool masks, bit twiddling on integers."""
 
     def convert(ctx: AtenContext) -> Value:
-        operands = [ctx["self"]] + ([ctx["other"]] if "other" in ctx.args else [])
-        if any(not isinstance(v, Value) or v.type.dtype != "bool" for v in operands):
-            raise ctx.unsupported("bitwise ops on non-boolean tensors")
-        return ctx.emit(op, *operands)
+        a = ctx["self"]
+        operands = [a] + ([ctx.tensor(ctx["other"], a)] if "other" in ctx.args else [])
+        if all(v.type.dtype == "bool" for v in operands):
+            return ctx.emit(f"logical_{name}", *operands)
+        if not all(v.type.dtype.startswith(("int", "uint")) for v in operands):
+            raise ctx.unsupported(f"bitwise_{name} on {', '.join(v.type.dtype for v in operands)} tensors")
+        return ctx.emit(f"bitwise_{name}", *operands)
 
     return convert
 
 
-for _aten, _op in {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
-                   "bitwise_not": "logical_not", "logical_and": "logical_and", "logical_or": "logical_or",
-                   "logical_xor": "logical_xor"}.items():  # fmt: skip
-    aten(_aten)(_logical(_op))
+for _name in ("and", "or", "xor", "not"):
+    names = [f"bitwise_{_name}"] + ([f"__{_name}__"] if _name != "not" else [])  # x & y is aten.__and__
+    aten(*names)(_bitwise(_name))
+for _name in ("and", "or", "xor"):
+    aten(f"logical_{_name}")(
+        lambda ctx, op=f"logical_{_name}": ctx.emit(op, *[_as_bool(ctx, v) for v in _operands(ctx)])
+    )
+
+
+def _as_bool(ctx: AtenContext, x: Value) -> Value:
+    return x if x.type.dtype == "bool" else ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype)))
+
+
+@aten("ne")
+def _ne(ctx):
+    return ctx.emit("logical_not", ctx.emit("equal", *_operands(ctx)))
+
+
+@aten("remainder")
+def _remainder(ctx):
+    return ctx.emit("mod", *_operands(ctx), fmod=0)  # the result takes the divisor's sign, as in Python
+
+
+@aten("fmod")
+def _fmod(ctx):
+    return ctx.emit("mod", *_operands(ctx), fmod=1)  # the result takes the dividend's sign, as in C
+
+
+@aten("floor_divide")
+def _floor_divide(ctx):
+    return _divide(ctx, *_operands(ctx), "floor")
 
 
 # -- constants that decompositions create ---------------------------------------------------
@@ -149,24 +194,52 @@ def _scalar_tensor(ctx):
     return ctx.constant(ctx["s"], _dtype(ctx, ctx["s"]))
 
 
-@aten("full", "full_like", "zeros_like", "ones_like")
+FILL_VALUES = {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "ones": 1, "ones_like": 1, "new_ones": 1}
+
+
+def _filled(ctx: AtenContext, sizes: list[Any] | Value, value: Any, dtype: str) -> Value:
+    """A tensor of one value: a constant when the shape is static, else built at run time."""
+    if isinstance(value, Value):  # fill.Tensor: a 0-d tensor's value
+        return ctx.emit("add", ctx.emit("cast", value, to=dtype), _filled(ctx, sizes, 0, dtype))
+    if isinstance(sizes, Value):  # a tensor whose shape to copy
+        if sizes.type.is_static:
+            return ctx.constant(np.full(sizes.type.shape, value), dtype)
+        shape = ctx.emit("shape", sizes)
+    elif not any(isinstance(s, SymbolicSize) for s in sizes):
+        return ctx.constant(np.full([int(s) for s in sizes], value), dtype)
+    else:
+        shape = ctx.shape_tensor(sizes)
+    return ctx.emit("constant_of_shape", shape, value=float(value), dtype=dtype)
+
+
+@aten("full", "full_like", "zeros", "zeros_like", "ones", "ones_like", "empty", "empty_like", "empty_permuted",
+      "new_zeros", "new_ones", "new_full", "new_empty", "fill")  # fmt: skip
 def _full(ctx):
-    like = ctx.args.get("self")
-    value = {"aten.zeros_like": 0, "aten.ones_like": 1}.get(
-        str(ctx.node.target.overloadpacket), ctx.args.get("fill_value")
-    )
-    shape = like.type.shape if like is not None else tuple(ctx["size"])
-    if not all(isinstance(d, int) for d in shape):
-        raise ctx.unsupported(f"a filled tensor of symbolic shape {list(shape)}")
-    return ctx.constant(np.full(shape, value), _dtype(ctx, value, like))
+    """Filled tensors; ``empty`` ones are zeros (their contents are never read before being written)."""
+    like = ctx.args.get("self", ctx.args.get("input"))
+    name = ctx.op_name.split(".")[1]
+    value = FILL_VALUES.get(name, ctx.args.get("fill_value", ctx.args.get("value", 0)))
+    sizes = ctx.args.get("size")
+    if name.startswith("new_"):  # new_* take the dtype of self, the shape of size
+        like_dtype = like.type.dtype
+        like = None
+    else:
+        like_dtype = like.type.dtype if like is not None else None
+    default = _dtype(ctx, value) if name in ("full", "fill") else "float32"  # torch.zeros(3) is float
+    dtype = numpy_dtype(ctx["dtype"]) if ctx.get("dtype") is not None else like_dtype or default
+    return _filled(ctx, like if like is not None else list(sizes), value, dtype)
 
 
 @aten("arange")
 def _arange(ctx):
     start, end, step = ctx.get("start", 0), ctx["end"], ctx.get("step", 1)
-    if any(isinstance(v, (Value, SymbolicSize)) for v in (start, end, step)):
-        raise ctx.unsupported("arange with bounds known only at run time")
-    return ctx.constant(np.arange(start, end, step), _dtype(ctx, start + end + step))
+    if isinstance(start, Value) or isinstance(end, Value) or isinstance(step, Value):
+        raise ctx.unsupported("arange with tensor bounds")
+    if not any(isinstance(v, SymbolicSize) for v in (start, end, step)):
+        return ctx.constant(np.arange(start, end, step), _dtype(ctx, start + end + step))
+    dtype = _dtype(ctx, 0)  # sizes are integers: int64 unless a dtype is given
+    numbers = ctx.emit("range", ctx.scalar(start), ctx.scalar(end), ctx.scalar(step))
+    return numbers if dtype == "int64" else ctx.emit("cast", numbers, to=dtype)
 
 
 @aten("any")
@@ -437,8 +510,9 @@ for _aten, _op in REDUCE.items():
 # -- shapes and data movement ------------------------------------------------------------
 
 
-def _sizes(ctx, sizes: list[Any], x: Value) -> list[int]:
-    """A target shape for reshape: run-time sizes become 0 (copy x's dim) where they are x's dim, else -1."""
+def _reshape_target(ctx, sizes: list[Any], x: Value) -> list[int] | None:
+    """Reshape sizes as an attribute: run-time sizes become 0 (copy x's dim) where they are x's dim,
+    else -1 if only one is left; None when the target must be computed at run time."""
     out = []
     for i, s in enumerate(sizes):
         if isinstance(s, SymbolicSize):
@@ -446,15 +520,17 @@ def _sizes(ctx, sizes: list[Any], x: Value) -> list[int]:
             out.append(0 if same else -1)
         else:
             out.append(int(s))
-    if out.count(-1) > 1:
-        raise ctx.unsupported(f"a reshape to {sizes} has more than one size known only at run time")
-    return out
+    return out if out.count(-1) <= 1 else None
 
 
 @aten("view", "reshape", "_unsafe_view")
 def _view(ctx):
     x = ctx["self"]
-    return ctx.emit("reshape", x, shape=_sizes(ctx, list(ctx.args.get("size", ctx.args.get("shape"))), x))
+    sizes = list(ctx.args.get("size", ctx.args.get("shape")))
+    target = _reshape_target(ctx, sizes, x)
+    if target is not None:
+        return ctx.emit("reshape", x, shape=target)
+    return ctx.emit("reshape", x, ctx.shape_tensor(sizes))
 
 
 @aten("flatten")
@@ -516,12 +592,15 @@ def _squeeze(ctx):
 @aten("expand")
 def _expand(ctx):
     x = ctx["self"]
-    sizes = [int(s) if not isinstance(s, SymbolicSize) else -1 for s in ctx["size"]]
+    sizes = list(ctx["size"])
     offset = len(sizes) - x.type.rank
-    shape = [x.type.shape[i - offset] if s == -1 else s for i, s in enumerate(sizes)]
-    if not all(isinstance(d, int) for d in shape):
-        raise ctx.unsupported(f"expand to symbolic sizes {shape}")
-    return ctx.emit("expand", x, shape=shape)
+    for i, s in enumerate(sizes):  # a run-time size equal to x's own dim keeps that dim
+        if isinstance(s, SymbolicSize) and i >= offset and x.type.shape[i - offset] == s.symbol:
+            sizes[i] = -1
+    sizes = [1 if s == -1 else s for s in sizes]  # expand broadcasts both ways: 1 keeps x's dim
+    if any(isinstance(s, SymbolicSize) for s in sizes):
+        return ctx.emit("expand", x, ctx.shape_tensor(sizes))
+    return ctx.emit("expand", x, shape=[int(s) for s in sizes])
 
 
 @aten("cat", "concat")
@@ -556,11 +635,31 @@ def _slice(ctx):
     x = ctx["self"]
     dim = ctx.get("dim", 0) % x.type.rank
     start, end, step = ctx.get("start", 0), ctx.get("end", 2**63 - 1), ctx.get("step", 1)
-    if any(isinstance(v, SymbolicSize) for v in (start, end)):
-        raise ctx.unsupported("slice bounds known only at run time")
+    if isinstance(end, SymbolicSize) and end.symbol == x.type.shape[dim]:
+        end = 2**63 - 1
+    if isinstance(start, SymbolicSize) or isinstance(end, SymbolicSize):
+        return _slice_at_run_time(ctx, x, dim, start, end, step)
     if start == 0 and end >= 2**62 and step == 1:
         return x
     return ctx.emit("slice", x, starts=[int(start)], ends=[int(min(end, 2**63 - 1))], axes=[dim], steps=[int(step)])
+
+
+def _slice_at_run_time(ctx, x: Value, dim: int, start: Any, end: Any, step: int) -> Value:
+    """``x[a:b]`` with a bound known only at run time: gather the indices range(a, min(b, len), step)."""
+    if step <= 0 or (isinstance(start, int) and start < 0) or (isinstance(end, int) and end < 0):
+        raise ctx.unsupported("a run-time slice with negative bounds or step")
+    length = ctx.dim(x, dim)
+    end = length if isinstance(end, int) and end >= 2**62 else ctx.emit("minimum", ctx.size(end), length)
+    indices = ctx.emit("range", ctx.scalar(start), ctx.emit("reshape", end, shape=[]), ctx.scalar(step))
+    return ctx.emit("gather", x, indices, axis=dim)
+
+
+@aten("flip")
+def _flip(ctx):
+    x = ctx["self"]
+    axes = [d % x.type.rank for d in ctx["dims"]]
+    n = len(axes)
+    return ctx.emit("slice", x, starts=[-1] * n, ends=[-(2**63)] * n, axes=axes, steps=[-1] * n)
 
 
 @aten("select")
@@ -578,6 +677,152 @@ def _identity(ctx):
     if "dropout" in ctx.op_name and ctx.get("train", False):
         raise ctx.unsupported("dropout in training mode (call model.eval() before torch.export)")
     return x
+
+
+# -- indexing ------------------------------------------------------------------------------
+
+
+def _axis(ctx: AtenContext, x: Value, name: str = "dim") -> int:
+    return ctx[name] % max(x.type.rank, 1)
+
+
+def _positive(ctx: AtenContext, index: Value, x: Value, axis: int) -> Value:
+    """int64 indices with negative ones counted from the end, as in torch (gather_nd, gather_elements)."""
+    index = ctx.emit("cast", index, to="int64") if index.type.dtype != "int64" else index
+    if index.is_constant and (index.data >= 0).all():
+        return index
+    wrapped = ctx.emit("add", index, ctx.emit("reshape", ctx.dim(x, axis), shape=[]))
+    return ctx.emit("where", ctx.emit("less", index, ctx.constant(0, "int64")), wrapped, index)
+
+
+@aten("index_select")
+def _index_select(ctx):
+    x = ctx["self"]
+    return ctx.emit("gather", x, ctx["index"], axis=_axis(ctx, x))
+
+
+@aten("gather")
+def _gather_elements(ctx):
+    x = ctx["self"]
+    axis, index = _axis(ctx, x), ctx["index"]
+    return ctx.emit("gather_elements", _crop(ctx, x, index, axis), index, axis=axis)
+
+
+def _crop(ctx: AtenContext, x: Value, like: Value, keep: int | None = None) -> Value:
+    """x cut down to like's static sizes (torch's gather and scatter allow a smaller index than data or src)."""
+    axes = [
+        a for a, (n, m) in enumerate(zip(x.type.shape, like.type.shape))
+        if a != keep and isinstance(n, int) and isinstance(m, int) and n > m
+    ]  # fmt: skip
+    if not axes:
+        return x
+    ends = [like.type.shape[a] for a in axes]
+    return ctx.emit("slice", x, starts=[0] * len(axes), ends=ends, axes=axes, steps=[1] * len(axes))
+
+
+@aten("index")
+def _index(ctx):
+    """Advanced indexing ``x[i, :, j]``: index tensors broadcast together and address several axes.
+
+    One index tensor is a gather. Several are moved to the front and stacked into the
+    rows of a gather_nd; torch puts the broadcast index dims where the first indexed axis
+    was when the indexed axes are adjacent, and in front otherwise.
+    """
+    x = ctx["self"]
+    indices = list(ctx["indices"])
+    axes = [i for i, v in enumerate(indices) if v is not None]
+    if any(indices[a].type.dtype == "bool" for a in axes):
+        raise ctx.unsupported("indexing with a boolean mask (its result's shape depends on the data)")
+    if len(axes) == 1:
+        return ctx.emit("gather", x, indices[axes[0]], axis=axes[0])
+    rest = [a for a in range(x.type.rank) if a not in axes]
+    front = ctx.emit("transpose", x, perm=axes + rest)
+    positive = [_positive(ctx, indices[a], x, a) for a in axes]
+    zeros = [ctx.emit("multiply", index, ctx.constant(0, "int64")) for index in positive]
+    zero = zeros[0]
+    for z in zeros[1:]:  # zeros of the shape all index tensors broadcast to
+        zero = ctx.emit("add", zero, z)
+    rows = [ctx.emit("unsqueeze", ctx.emit("add", index, zero), axes=[-1]) for index in positive]
+    result = ctx.emit("gather_nd", front, ctx.emit("concat", *rows, axis=-1))
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    if not adjacent or axes[0] == 0:
+        return result
+    batch = result.type.rank - len(rest)  # the broadcast index dims, now in front
+    before = list(range(batch, batch + axes[0]))
+    return ctx.emit(
+        "transpose", result, perm=before + list(range(batch)) + list(range(batch + axes[0], result.type.rank))
+    )
+
+
+@aten("masked_fill")
+def _masked_fill(ctx):
+    x = ctx["self"]
+    return ctx.emit("where", ctx["mask"], ctx.emit("cast", ctx.tensor(ctx["value"], x), to=x.type.dtype), x)
+
+
+@aten("scatter", "scatter_add", "scatter_reduce")
+def _scatter(ctx):
+    x = ctx["self"]
+    axis = _axis(ctx, x)
+    index = _positive(ctx, ctx["index"], x, axis)
+    src = ctx.get("src")
+    if src is None:  # scatter.value: one value everywhere the index points
+        src = _filled(ctx, index, ctx["value"], x.type.dtype)
+    src = _crop(ctx, src, index)
+    reduction = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "add": "add", "multiply": "mul"}
+    mode = "add" if "scatter_add" in ctx.op_name else ctx.get("reduce", "none")
+    if mode != "none" and mode not in reduction:
+        raise ctx.unsupported(f"reduce={mode!r}")
+    if not ctx.get("include_self", True):
+        raise ctx.unsupported("include_self=False")
+    return ctx.emit("scatter_elements", x, index, src, axis=axis, reduction=reduction.get(mode, "none"))
+
+
+@aten("cumsum")
+def _cumsum(ctx):
+    x = ctx["self"]
+    if ctx.get("dtype") is not None:
+        x = ctx.emit("cast", x, to=numpy_dtype(ctx["dtype"]))
+    elif x.type.dtype in ("bool", "int8", "int16", "int32", "uint8"):
+        x = ctx.emit("cast", x, to="int64")  # torch sums small integers as int64
+    return ctx.emit("cumsum", x, axis=_axis(ctx, x))
+
+
+@aten("triu", "tril")
+def _trilu(ctx):
+    return ctx.emit("trilu", ctx["self"], upper=int("triu" in ctx.op_name), k=int(ctx.get("diagonal", 0)))
+
+
+@aten("argmax", "argmin")
+def _argmax(ctx):
+    x = ctx["self"]
+    op = "argmax" if "argmax" in ctx.op_name else "argmin"
+    keep = int(bool(ctx.get("keepdim", False)))
+    if ctx.get("dim") is None:  # over all elements, as if flattened
+        flat = ctx.emit("reshape", x, shape=[-1])
+        index = ctx.emit(op, flat, axis=0, keepdims=0)
+        return ctx.emit("reshape", index, shape=[1] * x.type.rank) if keep else index
+    return ctx.emit(op, x, axis=_axis(ctx, x), keepdims=keep)
+
+
+@aten("topk")
+def _topk(ctx):
+    x = ctx["self"]
+    if not isinstance(ctx["k"], int):
+        raise ctx.unsupported("k known only at run time")
+    return ctx.emit_all(
+        "topk", x, k=ctx["k"], axis=_axis(ctx, x), largest=int(ctx.get("largest", True)),
+        sorted=int(ctx.get("sorted", True)),
+    )  # fmt: skip
+
+
+@aten("repeat")
+def _repeat(ctx):
+    x = ctx["self"]
+    repeats = [int(r) for r in ctx["repeats"]]
+    if len(repeats) > x.type.rank:
+        x = ctx.emit("unsqueeze", x, axes=list(range(len(repeats) - x.type.rank)))
+    return ctx.emit("tile", x, repeats=repeats)
 
 
 #: Python-level calls torch.export leaves in the graph: tuple indexing and size queries.

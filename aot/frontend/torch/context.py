@@ -24,10 +24,14 @@ TORCH_DTYPES = {
 
 
 class SymbolicSize:
-    """A size known only at run time (``x.size(0)`` under a dynamic dim), by its symbol."""
+    """A size known only at run time (``x.size(0)`` under a dynamic dim): torch's symbol, and the
+    int64 IR value of shape [1] that computes it, so shapes built from it (``arange(seq)``,
+    ``expand(b, s)``) still follow the input at run time. Shape [1], not 0-d: numpy turns 0-d
+    results into scalars, which the runtime cannot write into."""
 
-    def __init__(self, symbol: str):
+    def __init__(self, symbol: str, value: Value):
         self.symbol = symbol
+        self.value = value
 
     def __repr__(self) -> str:
         return self.symbol
@@ -66,6 +70,31 @@ class AtenContext:
 
     def constant(self, data: Any, dtype: str) -> Value:
         return self.graph.constant(np.asarray(data, dtype=dtype), name=f"{self.name}_const")
+
+    def emit_all(self, op: str, *inputs: Value, **attrs: Any) -> list[Value]:
+        """``emit`` for an op with several outputs (split, topk)."""
+        return add_or_fold(self.graph, op, list(inputs), attrs, self.name)
+
+    def size(self, size: int | SymbolicSize) -> Value:
+        """A size as an int64 value of shape [1]: a constant, or the run-time value behind a symbol."""
+        return size.value if isinstance(size, SymbolicSize) else self.constant([int(size)], "int64")
+
+    def scalar(self, size: int | SymbolicSize) -> Value:
+        """A size as a 0-d int64 value, for ops that take scalars (range)."""
+        return self.emit("reshape", self.size(size), shape=[])
+
+    def dim(self, x: Value, axis: int) -> Value:
+        """``x.size(axis)`` as an int64 value of shape [1] (a constant when the dim is static)."""
+        d = x.type.shape[axis]
+        if isinstance(d, int):
+            return self.constant([d], "int64")
+        return self.emit("slice", self.emit("shape", x), starts=[axis], ends=[axis + 1], axes=[0], steps=[1])
+
+    def shape_tensor(self, sizes: list[Any]) -> Value:
+        """A 1-d int64 shape from ints and run-time sizes (for reshape, expand, constant_of_shape)."""
+        if not any(isinstance(s, SymbolicSize) for s in sizes):
+            return self.constant([int(s) for s in sizes], "int64")
+        return self.emit("concat", *[self.size(s) for s in sizes], axis=0)
 
     def tensor(self, value: Any, like: Value) -> Value:
         """A Python scalar as a constant of ``like``'s dtype (tensors pass through)."""

@@ -20,7 +20,8 @@ import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN, PYTHON_CALLS
-from aot.frontend.torch.context import AtenContext, SymbolicSize, numpy_dtype
+from aot.frontend.torch.context import AtenContext, numpy_dtype
+from aot.frontend.torch.symbolic import SYMBOLIC_PREFIX
 from aot.ir.graph import Graph, Value
 from aot.ir.types import Dim, TensorType
 
@@ -61,11 +62,16 @@ def _calls(program: Any) -> list[Any]:
 
 def _is_supported(target: Any) -> bool:
     key = _key(target)
-    return key is not None and (key in ATEN or key in ("getitem", "aten.sym_size") or key.startswith(SKIPPED_PREFIXES))
+    return key is not None and (key in ATEN or key == "getitem" or key.startswith(SKIPPED_PREFIXES))
 
 
 def _decompose_unknown(program: Any) -> Any:
-    """Let torch decompose whatever we do not convert, keeping every op we do."""
+    """Functionalize the program and let torch decompose what we do not convert, keeping every op we do.
+
+    ``torch.export`` leaves in-place ops on activations (``relu_``, ``add_``, ``fill_``) in
+    its graph; ``run_decompositions`` rewrites them as pure ops, so reading never has to
+    reason about aliasing. A program with nothing unknown and nothing in place is read as is.
+    """
     if all(_is_supported(n.target) for n in _calls(program)):
         return program
     torch = _torch()
@@ -77,18 +83,19 @@ def _decompose_unknown(program: Any) -> Any:
 
 
 def _check_inference(program: Any) -> None:
-    """A program that updates its own state (batch-norm statistics, counters) was exported for training."""
-    mutated = list(program.graph_signature.buffers_to_mutate.values())
-    for node in _calls(program):
-        key = _key(node.target) or ""
-        in_place = key.startswith("aten.") and key.endswith("_") and not key.startswith("aten._")
-        training = key == "aten.batch_norm" and len(node.args) > 5 and node.args[5] is True
-        if in_place or training:
-            mutated.append(node.name)
+    """A program that updates its buffers or parameters (batch-norm statistics, counters) was exported for training.
+
+    In-place ops on activations are not state updates: they are functionalized away.
+    """
+    signature = program.graph_signature
+    mutated = sorted({**signature.buffers_to_mutate, **getattr(signature, "parameters_to_mutate", {})}.values())
+    if not mutated:
+        mutated = [n.name for n in _calls(program) if _key(n.target) == "aten.batch_norm" and n.args[5:6] == (True,)]
     if mutated:
         raise UnsupportedOpsError(
-            f"the program updates its state ({', '.join(sorted(mutated)[:3])}): it was exported in training "
-            "mode; call model.eval() before torch.export.export"
+            f"the program updates its state ({', '.join(mutated[:3])}{', ...' if len(mutated) > 3 else ''}): it was "
+            "exported in training mode or writes its buffers in forward; call model.eval() before "
+            "torch.export.export and keep state updates out of forward"
         )
 
 
@@ -167,8 +174,8 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
     """
     if not hasattr(program, "graph_signature"):
         raise ModelError(f"expected a torch.export.ExportedProgram, got {type(program).__name__}")
-    _check_inference(program)
     program = _decompose_unknown(program)
+    _check_inference(program)  # after functionalization, which lists every buffer the program writes
     _check_supported(program)
     constants = _lifted_constants(program)
     input_shapes = dict(input_shapes or {})
@@ -191,10 +198,12 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
                 node.name, _input_type(node.name, node.meta.get("val"), input_shapes.get(node.name))
             )
             env[node] = value
+    fixed = _fixed_symbols(user_inputs, input_shapes)
     for node in _calls(program):
         env[node] = _convert(graph, node, env)
+        _refine(env[node], node.meta.get("val"), fixed, graph)
     (results,) = [n.args[0] for n in program.graph.nodes if n.op == "output"]
-    outputs = [env[r] for r in results]
+    outputs = [env[r] for r, spec in zip(results, program.graph_signature.output_specs) if _is_user_output(spec)]
     if not all(isinstance(v, Value) for v in outputs):
         raise UnsupportedOpsError("the program returns something other than tensors")
     for i, value in enumerate(outputs):  # torch outputs have no names of their own: call them as exporters do
@@ -205,6 +214,54 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
     return graph
 
 
+def _torch_dim(d: Any, fixed: dict[str, int]) -> Dim | None:
+    """A dim of torch's own shape for a node: an int, a plain symbol (``s0``), or None for an expression."""
+    text = str(d)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.isidentifier():
+        return fixed.get(text, text)
+    return None
+
+
+def _fixed_symbols(user_inputs: list[Any], input_shapes: InputShapes) -> dict[str, int]:
+    """Torch's symbols that ``input_shapes`` fixes to a size (``s0`` -> 8)."""
+    fixed = {}
+    for node in user_inputs:
+        meta = node.meta.get("val")
+        for d, given in zip(getattr(meta, "shape", ()), input_shapes.get(node.name, ())):
+            if str(d).isidentifier() and isinstance(given, int):
+                fixed[str(d)] = given
+    return fixed
+
+
+def _refine(result: Any, meta: Any, fixed: dict[str, int], graph: Graph) -> None:
+    """Give dims the IR could not compute (``?3`` after a run-time reshape) the size or symbol torch knows.
+
+    Keeping torch's symbols lets later converters see that a dim is the input's sequence
+    length and keep views as views instead of computing shapes at run time.
+    """
+    if isinstance(result, list) and isinstance(meta, (list, tuple)):
+        for r, m in zip(result, meta):
+            _refine(r, m, fixed, graph)
+        return
+    if not isinstance(result, Value) or not hasattr(meta, "shape") or len(meta.shape) != result.type.rank:
+        return
+    dims = list(result.type.shape)
+    for i, (ours, theirs) in enumerate(zip(dims, meta.shape)):
+        if isinstance(ours, str) and ours.startswith("?"):
+            better = _torch_dim(theirs, fixed)
+            if better is not None:
+                dims[i] = better
+    if dims != list(result.type.shape):
+        result.type = result.type.with_shape(dims)
+
+
+def _is_user_output(spec: Any) -> bool:
+    """Functionalized programs also return the new values of mutated inputs; only the user's outputs count."""
+    return spec.kind.name == "USER_OUTPUT"
+
+
 def _convert(graph: Graph, node: Any, env: dict) -> Any:
     key = _key(node.target)
     if key == "getitem":
@@ -212,9 +269,8 @@ def _convert(graph: Graph, node: Any, env: dict) -> Any:
         if not isinstance(container, list) or index >= len(container):
             raise UnsupportedOpsError(f"node '{node.name}': output {index} of '{node.args[0].name}' is not supported")
         return container[index]
-    if key == "aten.sym_size":
-        dim = env[node.args[0]].type.shape[node.args[1]]
-        return dim if isinstance(dim, int) else SymbolicSize(dim)
     if key.startswith(SKIPPED_PREFIXES):
         return None
+    if key.startswith(SYMBOLIC_PREFIX):
+        return ATEN[key](AtenContext(graph, node, {"args": [_resolve(a, env) for a in node.args]}))
     return ATEN[key](AtenContext(graph, node, _bind(node, env)))
