@@ -51,7 +51,35 @@ def _signature(fn) -> inspect.Signature:
     return inspect.signature(fn)
 
 
+_MISSING = object()
+
+
 def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
+    """The instruction a well-formed record describes; anything else goes the slow way, which names the field."""
+    if type(record) is dict:
+        op, name, attrs = record.get("op"), record.get("name", _MISSING), record.get("attrs", {})
+        ins, outs, free = record.get("in", []), record.get("out", []), record.get("free", [])
+        inplace = record.get("inplace")
+        if (
+            type(op) is str
+            and (name is _MISSING or type(name) is str)
+            and type(attrs) is dict
+            and _slot_list(ins, num_slots)
+            and _slot_list(outs, num_slots)
+            and outs
+            and _slot_list(free, num_slots)
+            and (inplace is None or (type(inplace) is int and 0 <= inplace < len(ins)))
+        ):
+            name = f"#{index}" if name is _MISSING else name
+            return Instruction(op, name, tuple(ins), tuple(outs), attrs, inplace, tuple(free))
+    return _parse_instruction_naming_the_field(record, index, num_slots)
+
+
+def _slot_list(values: Any, num_slots: int) -> bool:
+    return type(values) is list and all(type(v) is int and 0 <= v < num_slots for v in values)
+
+
+def _parse_instruction_naming_the_field(record: Any, index: int, num_slots: int) -> Instruction:
     field = f"plan.instructions[{index}]"
     expect(record, dict, field)
     op = expect_key(record, "op", str, field)
@@ -59,10 +87,7 @@ def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
     slots = {}
     for key in ("in", "out", "free"):
         values = expect(record.get(key, []), list, f"{field}.{key}")
-        if not all(type(v) is int and 0 <= v < num_slots for v in values):  # name the bad one only then
-            for i, v in enumerate(values):
-                expect_index(v, num_slots, f"{field}.{key}[{i}]")
-        slots[key] = tuple(values)
+        slots[key] = tuple(expect_index(v, num_slots, f"{field}.{key}[{i}]") for i, v in enumerate(values))
     attrs = expect(record.get("attrs", {}), dict, f"{field}.attrs")
     inplace = record.get("inplace")
     if inplace is not None:
@@ -101,12 +126,18 @@ def bind_kernel(
     Shared by the host plan and by backends that execute canonical ops (the NPU),
     so a bundle's attributes are validated the same way wherever they run.
     """
+    _check_attribute_values(attrs, f"{field}.attrs")
+    # Flat scalars by now, whose repr tells apart every value a check could (1, 1.0, True, '1')
+    text = repr(attrs)
+    key = (op, num_inputs, inplace, text) if len(text) <= _MAX_KEY_CHARS else None
+    bound = _BOUND_KERNELS.get(key) if key is not None else None
+    if bound is not None:
+        return bound
     kernel = KERNELS.get(op)
     if kernel is None:
         raise BundleError(f"bundle field '{field}.op' names op {op!r}, which this runtime_lite has no kernel for")
     if inplace is not None and inplace not in kernel.inplace:
         raise BundleError(f"bundle field '{field}.inplace': op {op!r} cannot write operand {inplace} in place")
-    _check_attribute_values(attrs, f"{field}.attrs")
     misfit = _signature_misfit(op, num_inputs, tuple(attrs), inplace is not None)
     if misfit is not None:
         raise BundleError(f"bundle field '{field}': {name} ({op}) does not fit its kernel: {misfit}")
@@ -115,7 +146,21 @@ def bind_kernel(
             kernel.check(attrs)
         except (ValueError, TypeError) as e:
             raise BundleError(f"bundle field '{field}.attrs': {name} ({op}): {e}") from None
-    return functools.partial(kernel.fn, **attrs) if attrs else kernel.fn
+    bound = functools.partial(kernel.fn, **attrs) if attrs else kernel.fn
+    if key is not None:
+        if len(_BOUND_KERNELS) >= MAX_BOUND_KERNELS:
+            _BOUND_KERNELS.clear()
+        _BOUND_KERNELS[key] = bound
+    return bound
+
+
+#: Kernels already bound and checked, by op, operand count, attributes and in-place operand:
+#: a plan repeats few kinds of instruction (and a hostile one may repeat one 100,000 times),
+#: so each kind is checked once. Only successes are kept; the cache is bounded by entries and
+#: by what a key may hold.
+_BOUND_KERNELS: dict[tuple, Callable] = {}
+MAX_BOUND_KERNELS = 4096
+_MAX_KEY_CHARS = 1024
 
 
 def _signature_misfit(op: str, num_inputs: int, attr_names: tuple[str, ...], writes_out: bool) -> str | None:

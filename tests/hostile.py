@@ -40,7 +40,7 @@ from aot.packager.writer import BlobTable, encode_preamble, to_bytes
 #: What a hostile case may make a run allocate (load(..., max_memory=...)) and how long it may run.
 CASE_MAX_MEMORY = 64 << 20
 CASE_MAX_RUN_SECONDS = 1.0
-#: Hard limits of a worker: address space above what it had at start, and wall time per case.
+#: Hard limits of a worker: address space above what it had at start, and CPU time per case (wall: 6x).
 WORKER_EXTRA_ADDRESS_SPACE = 1536 << 20
 CASE_TIMEOUT_SECONDS = 10.0
 
@@ -461,6 +461,16 @@ def _worker(connection, address_space: int) -> None:
         connection.send(_classify(data, inputs))
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (0 if it is gone), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _address_space_now() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -510,10 +520,10 @@ class Harness:
                     continue
                 process, connection = self._pool[i] or self._start(i)
                 connection.send((data, inputs))
-                busy[i] = (what, data, time.monotonic())
+                busy[i] = (what, data, time.monotonic(), _cpu_seconds(process.pid))
             for i in list(busy):
                 process, connection = self._pool[i]
-                what, data, started = busy[i]
+                what, data, started, cpu_at_start = busy[i]
                 if connection.poll(0.005):
                     try:
                         self._record(what, data, connection.recv())
@@ -523,13 +533,20 @@ class Harness:
                 elif not process.is_alive():
                     self._died(i, what, data)
                     del busy[i]
-                elif time.monotonic() - started > self.timeout:
+                elif self._hung(process.pid, started, cpu_at_start):
                     process.kill()
                     process.join()
                     self._pool[i] = None
                     self._record(what, data, f"FAIL hang (over {self.timeout:.0f} s)")
                     del busy[i]
         self.seconds += time.perf_counter() - start
+
+    def _hung(self, pid: int, started: float, cpu_at_start: float) -> bool:
+        """Over the timeout in CPU time (a loaded machine stretches wall time, not work), or 6x in wall time."""
+        wall = time.monotonic() - started
+        if wall <= self.timeout:
+            return False
+        return wall > 6 * self.timeout or _cpu_seconds(pid) - cpu_at_start > self.timeout
 
     def _died(self, i: int, what: str, data: bytes) -> None:
         process, _ = self._pool[i]
