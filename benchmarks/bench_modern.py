@@ -1,0 +1,170 @@
+"""Host latency on modern models: runtime_lite against onnxruntime on the same ONNX file.
+
+    python benchmarks/bench_modern.py                          # all five, writes BENCHMARKS.md
+    python benchmarks/bench_modern.py --models vit_b_16 --profile --no-write
+
+ViT-B/16, MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny (torchvision) and BERT-base
+at sequence 128 (transformers), random weights, batch 1, exported once with
+``torch.onnx.export(..., dynamo=True)`` (see modern_models.py, cached under /tmp).
+Both runtimes get the same thread count and alternate one run each per round, as in
+bench_host.py; the report gives the median ratio and the spread (min..max) of the
+per-round ratios. ``--profile`` prints the slowest op kinds from ``Module.profile``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_host  # noqa: E402  (sets the BLAS thread variables before numpy loads)
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import aot  # noqa: E402
+import runtime_lite  # noqa: E402
+from aot.testing import relative_l2  # noqa: E402
+from modern_models import MODELS, onnx_path  # noqa: E402
+from report import command_line, write_section  # noqa: E402
+
+#: Latency targets as runtime_lite / onnxruntime ratios at batch 1 (issue 14).
+TARGETS = {"vit_b_16": 1.3, "bert_base": 1.3, "mobilenet_v3_small": 1.5, "efficientnet_b0": 1.5, "convnext_tiny": 1.5}
+
+
+def model_feeds(session) -> dict[str, np.ndarray]:
+    """Random inputs for every graph input: token ids for int64 inputs, normal floats otherwise."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        if i.type == "tensor(int64)":
+            feeds[i.name] = rng.integers(0, 1000, shape, dtype=np.int64)
+        else:
+            feeds[i.name] = rng.standard_normal(shape, dtype=np.float32)
+    return feeds
+
+
+def per_round_ratios(first, second, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds of ``first`` and ``second`` per round, alternating (one of each per round)."""
+    a, b = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        first()
+        a.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        second()
+        b.append(time.perf_counter() - start)
+    return a, b
+
+
+def profile_summary(module, feeds, top: int = 8) -> list[tuple[str, float, int]]:
+    """(op, ms, count) for the ``top`` op kinds by total time in one profiled run (after a warm-up)."""
+    module.profile(feeds)
+    events = module.profile(feeds).plan_events
+    totals: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        totals[e.get("op", "?")][0] += e["wall_s"] * 1e3
+        totals[e.get("op", "?")][1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    return [(op, ms, count) for op, (ms, count) in ranked]
+
+
+def bench_model(name: str, rounds: int, workdir: Path, profile: bool) -> dict:
+    path = onnx_path(name)
+    start = time.perf_counter()
+    result = aot.build(str(path))
+    bundle = workdir / f"{name}.aotb"
+    result.save(bundle)
+    build_s = time.perf_counter() - start
+    module = runtime_lite.load(bundle)
+    session = bench_host.onnxruntime_session(str(path))
+    feeds = model_feeds(session)
+    ours, theirs = module.run(feeds), session.run(None, feeds)
+    error = max(relative_l2(a, b) for a, b in zip(ours, theirs))
+    for _ in range(2):
+        module.run(feeds)
+        session.run(None, feeds)
+    lite, ort_times = per_round_ratios(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
+    ratios = [a / b for a, b in zip(lite, ort_times)]
+    row = {
+        "model": name,
+        "runtime_lite_ms": statistics.median(lite) * 1e3,
+        "onnxruntime_ms": statistics.median(ort_times) * 1e3,
+        "ratio": statistics.median(lite) / statistics.median(ort_times),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "rel_l2": error,
+        "build_s": build_s,
+    }
+    if profile:
+        row["profile"] = profile_summary(module, feeds)
+    return row
+
+
+def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int) -> str:
+    lines = [
+        "## Modern models (issue 14)",
+        "",
+        "torchvision ViT-B/16, MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny and Hugging Face",
+        "BERT-base (sequence 128), random weights, batch 1, exported with",
+        "`torch.onnx.export(..., dynamo=True)` and run from the same ONNX file by both runtimes,",
+        f"alternating one run each for {rounds} rounds. `spread` is the lowest and highest per-round ratio.",
+        "",
+        f"- Command: `{command}`",
+        f"- Machine: {bench_host.machine()}",
+        "",
+        "| model | runtime_lite (ms) | onnxruntime (ms) | ratio | spread | target | rel. L2 | aot-build (s) |",
+        "|---|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for r in rows:
+        target = TARGETS[r["model"]]
+        verdict = "met" if r["ratio"] <= target else f"missed by {r['ratio'] / target - 1:.0%}"
+        lines.append(
+            f"| {r['model']} | {r['runtime_lite_ms']:.1f} | {r['onnxruntime_ms']:.1f} | {r['ratio']:.2f} | "
+            f"{r['ratio_min']:.2f}..{r['ratio_max']:.2f} | ≤ {target:.1f}: {verdict} | {r['rel_l2']:.1e} | {r['build_s']:.2f} |"
+        )
+    for name, why in failures.items():
+        lines.append(f"| {name} | - | - | - | - | ≤ {TARGETS[name]:.1f}: does not build | {why} | - |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--runs", type=int, default=15, help="alternating rounds per model")
+    parser.add_argument("--profile", action="store_true", help="print the slowest op kinds per model")
+    parser.add_argument("--no-write", action="store_true", help="print the report instead of writing BENCHMARKS.md")
+    args = parser.parse_args()
+    rows, failures = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            try:
+                row = bench_model(name, args.runs, Path(tmp), args.profile)
+            except Exception as error:  # a model the frontend cannot read yet is reported, not fatal
+                failures[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+                print(f"{name}: {failures[name]}", flush=True)
+                continue
+            rows.append(row)
+            print(f"{name:20s} runtime_lite {row['runtime_lite_ms']:7.1f} ms  onnxruntime {row['onnxruntime_ms']:7.1f} ms  "
+                  f"ratio {row['ratio']:.2f} ({row['ratio_min']:.2f}..{row['ratio_max']:.2f})  rel.L2 {row['rel_l2']:.1e}",
+                  flush=True)  # fmt: skip
+            for op, ms, count in row.get("profile", []):
+                print(f"    {op:24s} {ms:8.2f} ms  x{count}")
+    report = render(rows, failures, command_line("bench_modern.py"), args.runs)
+    if args.no_write:
+        print(report)
+    else:
+        write_section("modern", report)
+        print(f"wrote the modern section of {bench_host.ROOT / 'BENCHMARKS.md'}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()
