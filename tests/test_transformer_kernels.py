@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from runtime_lite.kernels import gemm
 from runtime_lite.kernels.activation import erf, gelu
 from runtime_lite.kernels.linalg import dense, matmul
 
@@ -72,3 +74,27 @@ def test_matmul_folds_leading_dims_into_one_gemm(a_shape, permutation):
     assert np.allclose(got, expected, rtol=1e-4, atol=1e-4)
     got_dense = dense(a, np.ascontiguousarray(b.T), np.ones(11, np.float32))
     assert np.allclose(got_dense, expected + 1, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((197, 768), (768, 700)), ((1, 12, 197, 64), (1, 12, 64, 197)), ((12, 50, 64), (64, 50)), ((3, 40), (40, 5))],
+)
+def test_threaded_gemm_matches_numpy(a_shape, b_shape):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(a_shape, dtype=np.float32)
+    b = rng.standard_normal(b_shape, dtype=np.float32)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    got = gemm.matmul(a, b)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert np.allclose(got, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_threaded_gemm_from_many_threads_at_once():
+    rng = np.random.default_rng(3)
+    pairs = [(rng.standard_normal((64, 256), dtype=np.float32), rng.standard_normal((256, 320), dtype=np.float32))
+             for _ in range(8)]  # fmt: skip
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: gemm.matmul(*p), pairs * 3))
+    for (a, b), got in zip(pairs * 3, results):
+        assert np.allclose(got, a @ b, rtol=1e-4, atol=1e-3)

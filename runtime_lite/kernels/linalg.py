@@ -1,10 +1,10 @@
-"""Matrix products. Both hand the work to BLAS through numpy.matmul."""
+"""Matrix products: BLAS through numpy.matmul, large ones spread over the threads by gemm.py."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.kernels import gemm, kernel
 from runtime_lite.limits import check_allocation
 
 
@@ -26,10 +26,12 @@ def rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     view whenever the leading dims collapse, which they do for contiguous and
     permuted-channels activations alike; otherwise reshape copies ``a`` once.
     """
-    if b.ndim != 2 or a.ndim < 3:
+    if a.ndim < 2 or b.ndim < 2:
         return np.matmul(a, b)
+    if b.ndim != 2 or a.ndim < 3:
+        return gemm.matmul(a, b)
     rows = a.reshape(-1, a.shape[-1])
-    return np.matmul(rows, b).reshape(a.shape[:-1] + b.shape[1:])
+    return gemm.matmul(rows, b).reshape(a.shape[:-1] + b.shape[1:])
 
 
 @kernel("matmul")
