@@ -20,7 +20,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from runtime_lite.kernels import kernel
+from runtime_lite.kernels import gemm, kernel
 from runtime_lite.kernels.geometry import (
     check_conv_attrs,
     check_conv_transpose_attrs,
@@ -215,6 +215,14 @@ def _shifted_gemms(x, w, b, pads, dilations) -> np.ndarray:
     return np.add(columns, b.reshape(o, 1, 1), out=np.empty((n, o, oh, ow), x.dtype))
 
 
+def _grouped_gemm(w: np.ndarray, cols: np.ndarray, groups: int) -> np.ndarray:
+    """``W[g] @ cols[n, g]`` for every image and group; one group goes through gemm.py's threads."""
+    o = w.shape[0]
+    if groups == 1:
+        return gemm.matmul(w.reshape(o, -1), cols.reshape(cols.shape[0], cols.shape[2], cols.shape[3]))
+    return np.matmul(w.reshape(groups, o // groups, -1), cols)
+
+
 def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outputs: int) -> None:
     """Ranks, channel counts and bias of a (transposed) convolution, before anything is read."""
     if w.ndim < 3 or x.ndim != w.ndim:
@@ -268,14 +276,13 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         # grouped or not, the input already is the GEMM operand: (n, groups, C/g, pixels), no copy
-        y = np.matmul(w.reshape(groups, o // groups, k), x.reshape(n, groups, k, -1))
+        y = _grouped_gemm(w, x.reshape(n, groups, k, -1), groups)
     elif groups == 1 and n * k * pixels * x.itemsize > BLOCKED_IM2COL_BYTES:
         y = _blocked_im2col(x, w.reshape(o, k), kernel_shape, strides, dilations, out_shape)
     else:
         check_allocation([n, groups * k, pixels], x.dtype, "conv im2col")
         windows = window_view(x, kernel_shape, strides, dilations)
-        cols = windows.reshape(n, groups, k, pixels)
-        y = np.matmul(w.reshape(groups, o // groups, k), cols)
+        y = _grouped_gemm(w, windows.reshape(n, groups, k, pixels), groups)
     y = y.reshape((n, o) + out_shape)
     if b is not None:
         y += b.reshape((o,) + (1,) * nd)
