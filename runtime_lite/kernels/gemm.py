@@ -97,6 +97,20 @@ def _pool() -> tuple[_BlasThreads | None, ThreadPoolExecutor | None]:
     return _state
 
 
+def run_blocks(blocks: list[Callable[[], None]]) -> None:
+    """Run independent blocks of work (numpy calls that release the GIL) on the caller and the pool.
+
+    Elementwise kernels use it too: a float32 gelu or a depthwise convolution cut into
+    cache-sized blocks runs on every thread, with the same work stealing.
+    """
+    blas, workers = _pool()
+    if blas is None or len(blocks) < 2:
+        for block in blocks:
+            block()
+        return
+    _run_blocks(blocks, blas, workers)
+
+
 def _run_blocks(blocks: list[Callable[[], None]], blas: _BlasThreads, workers: ThreadPoolExecutor) -> None:
     """Run every block: the pool's workers and the caller take them from one iterator."""
     pending = iter(blocks)  # a list iterator's next() is atomic under the GIL (a generator's is not)
