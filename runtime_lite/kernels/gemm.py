@@ -152,7 +152,12 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         index = list(np.ndindex(batch))
         step = -(-count // blocks_wanted)
         blocks = [lambda part=index[i : i + step]: _each(a_all, b_all, out, part) for i in range(0, count, step)]
-    else:  # one wide product: blocks of output columns
+    elif m > n:  # a tall product (ConvNeXt's 3136 x 384 @ 384 x 96): blocks of output rows
+        step = -(-m // blocks_wanted)
+        blocks = [
+            lambda i=i: np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :]) for i in range(0, m, step)
+        ]
+    else:  # a wide product (a transformer's weights): blocks of output columns, each reading its part of b
         columns = -(-n // blocks_wanted)
         step = -(-columns // COLUMN_ALIGN) * COLUMN_ALIGN
         blocks = [lambda j=j: np.matmul(a, b[..., j : j + step], out=out[..., j : j + step]) for j in range(0, n, step)]
