@@ -69,6 +69,8 @@ def _torchvision_model(name: str) -> Callable[[], tuple]:
 
         torch.manual_seed(0)
         model = getattr(import_torchvision().models, name)(weights=None).eval()
+        if name.startswith("vit_"):  # torchvision zero-initialises ViT's head: every output would be 0
+            torch.nn.init.normal_(model.heads.head.weight, std=0.02)
         return model, (torch.randn(1, 3, 224, 224),), ["x"]
 
     return build

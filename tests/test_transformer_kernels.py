@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -98,3 +99,14 @@ def test_threaded_gemm_from_many_threads_at_once():
         results = list(pool.map(lambda p: gemm.matmul(*p), pairs * 3))
     for (a, b), got in zip(pairs * 3, results):
         assert np.allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_threaded_gemm_in_a_forked_child():
+    a = np.ones((256, 512), np.float32)
+    b = np.ones((512, 256), np.float32)
+    gemm.matmul(a, b)  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh pool, same answer
+        os._exit(0 if np.array_equal(gemm.matmul(a, b), np.full((256, 256), 512, np.float32)) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

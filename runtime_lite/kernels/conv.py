@@ -6,9 +6,11 @@ lowerings, picked per call from the shapes:
 * pointwise (1x1, no padding): the input already is the GEMM operand,
   ``W[O, C] @ X[C, H*W]`` with no copy at stride 1;
 * everything else: im2col through an ``as_strided`` window view (one copy) and a
-  matmul batched over groups. Depthwise convolutions take this path too: measured on
-  ShuffleNet's shapes, a (1 x 9) @ (9 x H*W) matmul per channel is about twice as fast
-  as summing nine shifted, scaled views.
+  matmul batched over groups. Depthwise convolutions on large maps take this path a
+  block of channels at a time: measured on ShuffleNet's shapes, a (1 x 9) @ (9 x H*W)
+  matmul per channel is about twice as fast as summing nine shifted, scaled views.
+
+Single-group GEMMs go through gemm.py, which spreads them over the BLAS threads.
 
 Python loops only ever run over kernel offsets, never over pixels.
 """

@@ -86,6 +86,16 @@ _state: tuple[_BlasThreads | None, ThreadPoolExecutor | None] | None = None
 _state_lock = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: start a new pool on first use."""
+    global _state, _state_lock
+    _state, _state_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _pool() -> tuple[_BlasThreads | None, ThreadPoolExecutor | None]:
     global _state
     if _state is None:
@@ -120,7 +130,12 @@ def _run_blocks(blocks: list[Callable[[], None]], blas: _BlasThreads, workers: T
             block()
 
     with blas:
-        futures = [workers.submit(drain) for _ in range(blas.threads - 1)]
+        futures = []
+        for _ in range(blas.threads - 1):
+            try:
+                futures.append(workers.submit(drain))
+            except RuntimeError:  # no thread could start (a memory-capped process): the caller does it all
+                break
         try:
             drain()
         finally:
