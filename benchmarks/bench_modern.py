@@ -102,19 +102,6 @@ def model_feeds(session) -> dict[str, np.ndarray]:
     return feeds
 
 
-def per_round_ratios(first, second, rounds: int) -> tuple[list[float], list[float]]:
-    """Seconds of ``first`` and ``second`` per round, alternating (one of each per round)."""
-    a, b = [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        first()
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        second()
-        b.append(time.perf_counter() - start)
-    return a, b
-
-
 def profile_summary(module, feeds, top: int = 8, runs: int = 5) -> list[tuple[str, float, int]]:
     """(op, ms, count) for the ``top`` op kinds by time, each instruction's best of ``runs`` profiled runs.
 
@@ -147,7 +134,7 @@ def bench_model(name: str, rounds: int, workdir: Path, profile: bool) -> dict:
     for _ in range(2):
         module.run(feeds)
         session.run(None, feeds)
-    lite, ort_times = per_round_ratios(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
+    lite, ort_times = bench_host.alternate_times(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
     ratios = [a / b for a, b in zip(lite, ort_times)]
     row = {
         "model": name,
@@ -190,6 +177,12 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         )
     for name, why in failures.items():
         lines.append(f"| {name} | - | - | - | - | - | ≤ {TARGETS[name]:.1f}: does not build | {why} | - |")
+    profiled = [r for r in rows if r.get("profile")]
+    if profiled:
+        lines += ["", "Slowest op kinds per model (ms summed over instructions, each its best of 5 profiled runs):", ""]
+        for r in profiled:
+            ops = ", ".join(f"{op} {ms:.1f} (x{count})" for op, ms, count in r["profile"][:6])
+            lines.append(f"- {r['model']}: {ops}")
     lines += ["", "Before this round (median ratio and spread, same script and machine): "
               + ", ".join(f"{m} {v}" for m, v in BEFORE.items()) + ".", ""]  # fmt: skip
     return "\n".join(lines + WHERE_TIME_GOES) + "\n"

@@ -199,7 +199,7 @@ def _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape) -> np.ndar
     nd = len(kernel_shape)
     cols = np.empty(windows.shape[1 : 2 + nd] + (n,) + tuple(out_shape), x.dtype)
     np.copyto(cols, np.moveaxis(windows, 0, 1 + nd))
-    wide = np.matmul(w.reshape(o, k), cols.reshape(k, n * pixels)).reshape(o, n, pixels)
+    wide = gemm.matmul(w.reshape(o, k), cols.reshape(k, n * pixels)).reshape(o, n, pixels)
     y = np.empty((n, o, pixels), x.dtype)
     if b is None:
         np.copyto(y, wide.transpose(1, 0, 2))
