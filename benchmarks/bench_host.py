@@ -112,8 +112,8 @@ def onnxruntime_session(model_path: str) -> ort.InferenceSession:
     return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
 
-def alternate(first, second, rounds: int) -> tuple[float, float]:
-    """Median seconds of ``first`` and ``second`` over ``rounds`` alternating calls."""
+def alternate_times(first, second, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds of ``first`` and ``second`` in each of ``rounds`` rounds, one call of each per round."""
     a, b = [], []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -122,6 +122,12 @@ def alternate(first, second, rounds: int) -> tuple[float, float]:
         start = time.perf_counter()
         second()
         b.append(time.perf_counter() - start)
+    return a, b
+
+
+def alternate(first, second, rounds: int) -> tuple[float, float]:
+    """Median seconds of ``first`` and ``second`` over ``rounds`` alternating calls."""
+    a, b = alternate_times(first, second, rounds)
     return statistics.median(a), statistics.median(b)
 
 
