@@ -161,6 +161,17 @@ def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProt
     return order
 
 
+def _declared_dim(dim: onnx.TensorShapeProto.Dimension, fallback_name: str) -> Dim:
+    """A declared dim as the IR reads it: a size, or a symbol.
+
+    Some exporters (Paddle2ONNX among them) write ``dim_value: -1`` for a dynamic
+    dim; onnxruntime treats any negative size as unknown, and so does this.
+    """
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return dim.dim_value
+    return dim.dim_param or fallback_name
+
+
 def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> TensorType:
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
@@ -172,7 +183,7 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> T
     dims: list[Dim] = []
     if tensor.HasField("shape"):
         for i, d in enumerate(tensor.shape.dim):
-            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{value.name}_{i}"))
+            dims.append(_declared_dim(d, f"{value.name}_{i}"))
     if override is not None:
         if tensor.HasField("shape") and len(override) != len(dims):
             raise ShapeError(f"--input {value.name}: the model declares rank {len(dims)} {dims}, got {list(override)}")
