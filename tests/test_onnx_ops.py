@@ -779,6 +779,72 @@ def _():
     return make_model(nodes, {"x": x}, {"q": "int8", "y": "float32"}, inits), {"x": x}
 
 
+# -- shapes computed at run time (exporters with dynamic axes) ---------------------------
+def _seq_model(nodes, out_type="float32", inits=None, opset=17):
+    """``x`` is [batch, seq, 12] with batch and seq symbolic; ``shape`` = Shape(x) is available to nodes."""
+    x = rand(3, 5, 12)
+    nodes = [node("Shape", ["x"], ["shape"])] + nodes
+    inits = {"i1": np.array([1], np.int64), "zero": np.array([0], np.int64), **(inits or {})}
+    model = make_model(nodes, {"x": x}, {"y": out_type}, inits, opset=opset, input_shapes={"x": ["B", "S", 12]})
+    return model, {"x": x}
+
+
+@case("slice_ends_from_run_time_size")  # BERT: position_ids[:, :seq] with a symbolic seq
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Slice", ["table", "zero", "seq", "i1"], ["y"]),
+    ]
+    return _seq_model(nodes, inits={"table": rand(1, 9, 4, seed=3)})
+
+
+@case("slice_starts_and_ends_run_time_negative_step")
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Sub", ["seq", "two"], ["last"]),
+        node("Slice", ["x", "last", "minus_big", "i1", "minus_one"], ["y"]),
+    ]
+    inits = {"two": np.array([2], np.int64), "minus_big": np.array([-(2**62)], np.int64)}
+    return _seq_model(nodes, inits={**inits, "minus_one": np.array([-1], np.int64)})
+
+
+@case("reshape_run_time_target_keeps_static_dim_for_split")  # GPT-2: view(size()[:-1] + (nf,)), then split
+def _():
+    nodes = [
+        node("Slice", ["shape", "zero", "minus_one"], ["lead"]),
+        node("Concat", ["lead", "four_three"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["r"]),
+        node("Split", ["r"], ["a", "b", "c"], axis=-1, num_outputs=3),
+        node("Mul", ["a", "c"], ["y"]),
+    ]
+    inits = {"minus_one": np.array([-1], np.int64), "four_three": np.array([4, 3], np.int64)}
+    return _seq_model(nodes, inits=inits, opset=18)
+
+
+@case("reshape_run_time_target_with_zero_and_minus_one")
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Mul", ["seq", "four"], ["seq4"]),
+        node("Concat", ["zero", "seq4", "minus_one"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["y"]),
+    ]
+    return _seq_model(nodes, inits={"minus_one": np.array([-1], np.int64), "four": np.array([4], np.int64)})
+
+
+def test_a_run_time_reshape_target_keeps_the_dims_its_producers_tell():
+    """[0, S*4, -1] on [B, S, 12]: 0 copies B, S*4 is unknown, -1 is left fresh; Shape[:-1] + [4, 3] keeps B, S, 4, 3."""
+    from aot.frontend.onnx import from_onnx
+
+    graph = from_onnx(CASES["reshape_run_time_target_keeps_static_dim_for_split"]()[0])
+    reshape = next(n for n in graph.nodes if n.op == "reshape")
+    assert reshape.outputs[0].type.shape == ("B", "S", 4, 3)
+    graph = from_onnx(CASES["reshape_run_time_target_with_zero_and_minus_one"]()[0])
+    shape = graph.outputs[0].type.shape
+    assert shape[0] == "B" and all(isinstance(d, str) and d.startswith("?") for d in shape[1:]), shape
+
+
 @case("quantize_saturates_no_zero_point")
 def _():
     x = np.array([-5.0, -0.001, 0.5, 1.49, 300.0], np.float32)

@@ -624,9 +624,13 @@ def _slice(ctx):
         axes = list(ctx.attr("axes", range(len(starts))))
         steps = [1] * len(starts)
     else:
+        count = ctx.inputs[1].type.shape[0]
+        axes = ctx.ints(3, "axes") if ctx.input(3) is not None else list(range(count if isinstance(count, int) else 0))
+        steps = ctx.ints(4, "steps") if ctx.input(4) is not None else [1] * len(axes)
+        if ctx.const(1) is None or ctx.const(2) is None:  # bounds from run-time sizes, e.g. x[:, :seq]
+            axes = [a % x.type.rank for a in axes]
+            return ctx.emit("dynamic_slice", x, ctx.inputs[1], ctx.inputs[2], axes=axes, steps=steps)
         starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
-        axes = ctx.ints(3, "axes") if ctx.input(3) is not None else list(range(len(starts)))
-        steps = ctx.ints(4, "steps") if ctx.input(4) is not None else [1] * len(starts)
     clamp = lambda v: max(min(v, 2**62), -(2**62))  # noqa: E731 - INT64_MAX sentinels stay ints msgpack can hold
     return ctx.emit(
         "slice",
