@@ -43,7 +43,7 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.exists(path):
             raise ModelError(f"model file '{path}' does not exist")
-        return onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
     except AotError:
         raise
     except OSError as e:
@@ -51,6 +51,17 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
     except Exception as e:  # protobuf and onnx report malformed files with several exception types
         first_line = str(e).splitlines()[0] if str(e) else ""
         raise ModelError(f"cannot parse ONNX model: {type(e).__name__}: {first_line}") from None
+    _load_external_data(model, path)
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, path: str) -> None:
+    """Read weights stored next to the model (how models past protobuf's 2 GB limit are saved)."""
+    try:
+        onnx.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except Exception as e:
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelError(f"cannot read the external data of model file '{path}': {first_line}") from None
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
