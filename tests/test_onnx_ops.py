@@ -779,6 +779,25 @@ def _():
     return make_model(nodes, {"x": x}, {"q": "int8", "y": "float32"}, inits), {"x": x}
 
 
+def reduce_case(op, opset, x=None, axes=(1,), **attrs):
+    """A reduction with its axes as an attribute (before opset 18) or an input (from 18)."""
+    x = rand(2, 3, 4, low=0.1, high=2) if x is None else x
+    if opset >= 18:
+        return with_input(op, {"x": x}, ["y"], {"axes": np.array(axes, np.int64)}, opset=opset, **attrs)
+    return with_input(op, {"x": x}, ["y"], opset=opset, axes=list(axes), **attrs)
+
+
+for _op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"):
+    case(f"{_op.lower()}_opset13_attr")(
+        lambda op=_op: reduce_case(op, 13, x=rand(2, 3, 4, low=-2, high=2) if op != "ReduceLogSum" else None)
+    )
+    case(f"{_op.lower()}_opset18_input_keepdims0")(lambda op=_op: reduce_case(op, 18, axes=(0, -1), keepdims=0))
+    case(f"{_op.lower()}_all_axes")(lambda op=_op: reduce_case(op, 13, axes=(0, 1, 2), keepdims=0))
+case("reduce_log_sum_exp_large_values")(
+    lambda: reduce_case("ReduceLogSumExp", 13, x=np.array([[500.0, 501.0], [-800.0, -801.0]], np.float32))
+)
+
+
 # -- shapes computed at run time (exporters with dynamic axes) ---------------------------
 def _seq_model(nodes, out_type="float32", inits=None, opset=17):
     """``x`` is [batch, seq, 12] with batch and seq symbolic; ``shape`` = Shape(x) is available to nodes."""
