@@ -21,18 +21,14 @@ import os
 import numpy as np
 import onnx
 import pytest
+import torch
 
 import aot
 import runtime_lite
+from tests import hf_models
 from tests.helpers import onnxruntime_outputs
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers", reason="transformers is not installed")
-pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
-
-from tests import hf_models  # noqa: E402  (after the skips: it imports transformers)
-from tests.onnx_export import export_onnx  # noqa: E402
-from tests.torchvision_compat import import_torchvision  # noqa: E402
+from tests.onnx_export import export_onnx
+from tests.torchvision_compat import import_torchvision
 
 TOLERANCE = 1e-4
 SIZES = [(1, 8), (4, 64), (3, 21)]  # (batch, sequence length)
@@ -76,8 +72,6 @@ def test_hf_model_via_onnx_matches_pytorch_at_every_size(name, tmp_path):
 
 def test_torchvision_classifier_via_onnx_matches_pytorch(tmp_path):
     torchvision = import_torchvision()
-    if torchvision is None:
-        pytest.skip("torchvision is not installed")
     torch.manual_seed(0)
     model = torchvision.models.mobilenet_v3_small(weights=None).eval()  # SE, hard-swish, depthwise
     for module in model.modules():
