@@ -11,7 +11,7 @@ Routes: ``torch.export`` (the program handed to ``aot.build``) and ``onnx``
 plan runs: the fallback path). Each cell is ✓ with the worst relative L2 error against
 PyTorch over every output and every size tried, or ✗ with the build's or run's one-line
 error. Text models keep a symbolic batch and sequence length: the host bundle runs
-(batch, seq) = (1, 8), (4, 64), (3, 21) (and (2, 128) with ``--full``); the NPU needs static
+(batch, seq) = (1, 8), (4, 64), (3, 21) (and (2, 128), (1, 512) with ``--full``); the NPU needs static
 shapes, so its bundle fixes the example's. Every model runs in its own subprocess (a crash,
 a hang or a memory blow-up costs one row), with ``--timeout`` seconds and models over
 ``--max-params`` parameters listed as not run.
@@ -36,6 +36,7 @@ ROUTES = ("torch.export", "onnx")
 BACKENDS = ("host", "npu", "tensorrt")
 TOLERANCE = 1e-4
 HF_SIZES = [(1, 8), (4, 64), (3, 21)]
+HF_FULL_SIZES = HF_SIZES + [(2, 128), (1, 512)]
 
 
 # -- the models -------------------------------------------------------------------------
@@ -56,10 +57,11 @@ def hf_full_factories():
 
         return factory
 
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=512)
     tokens = lambda: hf_models.token_inputs(2, 128)  # noqa: E731
     pixels = lambda size: lambda: {"pixel_values": torch.randn(2, 3, size, size)}  # noqa: E731
-    image_dims = {"pixel_values": {0: hf_models.BATCH}}
-    text = hf_models.TOKEN_DIMS
+    image_dims = {"pixel_values": {0: batch}}
+    text = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
     return {
         "bert": make("BertConfig", "BertModel", tokens, text),
         "roberta": make("RobertaConfig", "RobertaModel", tokens, text),
@@ -160,7 +162,7 @@ def check_sizes(model, example, dynamic, backend: str, full: bool) -> list[dict]
 
     if dynamic is None or backend == "npu":
         return [example]
-    sizes = HF_SIZES + ([(2, 128)] if full else [])
+    sizes = HF_FULL_SIZES if full else HF_SIZES
     if backend == "tensorrt":  # the same host plan: one size shows the fallback
         sizes = sizes[-1:]
     return [hf_models.resized(example, dynamic, batch, seq) for batch, seq in sizes]
@@ -262,7 +264,7 @@ def cell_text(cell: dict) -> str:
     return f"{mark} {cell['rel_l2']:.1e}"
 
 
-def markdown(rows: list[dict], args, seconds: float) -> str:
+def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) -> str:
     mode = "--full (torchvision at its own size, HF at real sizes)" if args.full else "small configs"
     counts = {
         (r, b): sum(row["cells"].get(r, {}).get(b, {}).get("ok", False) for row in rows)
@@ -276,7 +278,9 @@ def markdown(rows: list[dict], args, seconds: float) -> str:
         f"{len(rows)} models, {seconds / 60:.0f} min on 2 cores). Each cell: ✓ and the worst relative L2 "
         "error against PyTorch over all outputs and sizes tried (tolerance 1e-4), or ✗ and the one-line "
         "error. `tensorrt` runs the host fallback here (no TensorRT on this machine). Text models keep a "
-        "symbolic batch and sequence length on host and tensorrt (sizes (1, 8), (4, 64), (3, 21)); the NPU "
+        "symbolic batch and sequence length on host and tensorrt (batch x seq: "
+        + ", ".join(f"{b}x{q}" for b, q in (HF_FULL_SIZES if args.full else HF_SIZES))
+        + "); the NPU "
         "bundle fixes the example's shapes. How each was exported and the parameter count are in the notes.",
         "",
         "| route | " + " | ".join(BACKENDS) + " |",
@@ -289,6 +293,8 @@ def markdown(rows: list[dict], args, seconds: float) -> str:
     for row in rows:
         cells = [cell_text(row["cells"].get(r, {}).get(b, {"error": "not run"})) for r in args.routes for b in BACKENDS]
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+    if pending:
+        lines += ["", f"Not run yet ({len(pending)}; the run was stopped or is still going): " + ", ".join(pending)]
     notes = [row for row in rows if row.get("notes") or "params" in row]
     lines += ["", "## Notes", ""]
     for row in notes:
@@ -317,12 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.only.split(","))
         names = [n for n in names if n in wanted or n.split("/", 1)[1] in wanted]
     started, rows = time.perf_counter(), []
-    for name in names:
+    for i, name in enumerate(names):
         row = run_worker(name, args)
         rows.append(row)
         summary = "  ".join(f"{r}/{b}: {cell_text(row['cells'][r][b])[:60]}" for r in args.routes for b in BACKENDS)
         print(f"{name}: {summary}", flush=True)
-        Path(args.out).write_text(markdown(rows, args, time.perf_counter() - started))  # partial results survive
+        Path(args.out).write_text(markdown(rows, args, time.perf_counter() - started, names[i + 1 :]))  # partial
     print(f"wrote {args.out}")
     return 0
 
