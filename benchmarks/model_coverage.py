@@ -274,7 +274,7 @@ def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) ->
     lines = [
         "# Model coverage",
         "",
-        f"Produced by `python benchmarks/model_coverage.py{' --full' if args.full else ''}` ({mode}; "
+        f"Produced by `python benchmarks/model_coverage.py {' '.join(args.argv)}`".replace(" `", "`") + f" ({mode}; "
         f"{len(rows)} models, {seconds / 60:.0f} min on 2 cores). Each cell: ✓ and the worst relative L2 "
         "error against PyTorch over all outputs and sizes tried (tolerance 1e-4), or ✗ and the one-line "
         "error. `tensorrt` runs the host fallback here (no TensorRT on this machine). Text models keep a "
@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-params", type=float, default=350e6, help="larger models are listed as not run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--worker"]
     args.routes = [r for r in args.routes.split(",") if r]
     if args.worker:
         print(json.dumps(worker(args.worker, args.full, args.routes, args.max_params)))
