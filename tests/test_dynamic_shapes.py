@@ -98,3 +98,37 @@ def test_fully_dynamic_input_runs_any_batch_and_size(model_file, tmp_path):
     assert module.inputs[0].shape == ("N", 3, "H", "W")
     for batch, height, width in ((1, 16, 16), (3, 32, 24), (8, 7, 9)):
         check(module, batch, height, width)
+
+
+def minus_one_model() -> onnx.ModelProto:
+    """A Paddle2ONNX-style model: dynamic dims written as ``dim_value: -1``, also in value_info."""
+    model = exported_cnn()
+    for value in list(model.graph.input) + list(model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                dim.dim_value = -1
+    model.graph.value_info.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [-1, 8, -1, -1]))
+    return model
+
+
+@pytest.fixture(scope="module")
+def minus_one_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("minus_one") / "paddle_style.onnx"
+    onnx.save(minus_one_model(), path)
+    return path
+
+
+def test_minus_one_dims_are_symbolic_and_take_a_shape_from_the_command_line(minus_one_file, tmp_path):
+    assert minus_one_model().graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
+    module = aot_build(minus_one_file, tmp_path / "fixed.aotb", "--input", "images:1x3x48x192")
+    assert module.inputs[0].shape == (1, 3, 48, 192)
+    check(module, 1, 48, 192)
+
+
+def test_minus_one_dims_without_input_shapes_build_a_bundle_the_runtime_loads(minus_one_file, tmp_path):
+    module = aot_build(minus_one_file, tmp_path / "dynamic.aotb")
+    shape = module.inputs[0].shape
+    assert shape[1] == 3 and all(isinstance(d, str) for d in (shape[0], shape[2], shape[3])), shape
+    assert len({shape[0], shape[2], shape[3]}) == 3, "each -1 dim is its own symbol"
+    for batch, height, width in ((1, 48, 192), (2, 16, 24)):
+        check(module, batch, height, width)

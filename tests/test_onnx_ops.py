@@ -779,6 +779,91 @@ def _():
     return make_model(nodes, {"x": x}, {"q": "int8", "y": "float32"}, inits), {"x": x}
 
 
+def reduce_case(op, opset, x=None, axes=(1,), **attrs):
+    """A reduction with its axes as an attribute (before opset 18) or an input (from 18)."""
+    x = rand(2, 3, 4, low=0.1, high=2) if x is None else x
+    if opset >= 18:
+        return with_input(op, {"x": x}, ["y"], {"axes": np.array(axes, np.int64)}, opset=opset, **attrs)
+    return with_input(op, {"x": x}, ["y"], opset=opset, axes=list(axes), **attrs)
+
+
+for _op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"):
+    case(f"{_op.lower()}_opset13_attr")(
+        lambda op=_op: reduce_case(op, 13, x=rand(2, 3, 4, low=-2, high=2) if op != "ReduceLogSum" else None)
+    )
+    case(f"{_op.lower()}_opset18_input_keepdims0")(lambda op=_op: reduce_case(op, 18, axes=(0, -1), keepdims=0))
+    case(f"{_op.lower()}_all_axes")(lambda op=_op: reduce_case(op, 13, axes=(0, 1, 2), keepdims=0))
+case("reduce_log_sum_exp_large_values")(
+    lambda: reduce_case("ReduceLogSumExp", 13, x=np.array([[500.0, 501.0], [-800.0, -801.0]], np.float32))
+)
+
+
+# -- shapes computed at run time (exporters with dynamic axes) ---------------------------
+def _seq_model(nodes, out_type="float32", inits=None, opset=17):
+    """``x`` is [batch, seq, 12] with batch and seq symbolic; ``shape`` = Shape(x) is available to nodes."""
+    x = rand(3, 5, 12)
+    nodes = [node("Shape", ["x"], ["shape"])] + nodes
+    inits = {"i1": np.array([1], np.int64), "zero": np.array([0], np.int64), **(inits or {})}
+    model = make_model(nodes, {"x": x}, {"y": out_type}, inits, opset=opset, input_shapes={"x": ["B", "S", 12]})
+    return model, {"x": x}
+
+
+@case("slice_ends_from_run_time_size")  # BERT: position_ids[:, :seq] with a symbolic seq
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Slice", ["table", "zero", "seq", "i1"], ["y"]),
+    ]
+    return _seq_model(nodes, inits={"table": rand(1, 9, 4, seed=3)})
+
+
+@case("slice_starts_and_ends_run_time_negative_step")
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Sub", ["seq", "two"], ["last"]),
+        node("Slice", ["x", "last", "minus_big", "i1", "minus_one"], ["y"]),
+    ]
+    inits = {"two": np.array([2], np.int64), "minus_big": np.array([-(2**62)], np.int64)}
+    return _seq_model(nodes, inits={**inits, "minus_one": np.array([-1], np.int64)})
+
+
+@case("reshape_run_time_target_keeps_static_dim_for_split")  # GPT-2: view(size()[:-1] + (nf,)), then split
+def _():
+    nodes = [
+        node("Slice", ["shape", "zero", "minus_one"], ["lead"]),
+        node("Concat", ["lead", "four_three"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["r"]),
+        node("Split", ["r"], ["a", "b", "c"], axis=-1, num_outputs=3),
+        node("Mul", ["a", "c"], ["y"]),
+    ]
+    inits = {"minus_one": np.array([-1], np.int64), "four_three": np.array([4, 3], np.int64)}
+    return _seq_model(nodes, inits=inits, opset=18)
+
+
+@case("reshape_run_time_target_with_zero_and_minus_one")
+def _():
+    nodes = [
+        node("Gather", ["shape", "i1"], ["seq"], axis=0),
+        node("Mul", ["seq", "four"], ["seq4"]),
+        node("Concat", ["zero", "seq4", "minus_one"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["y"]),
+    ]
+    return _seq_model(nodes, inits={"minus_one": np.array([-1], np.int64), "four": np.array([4], np.int64)})
+
+
+def test_a_run_time_reshape_target_keeps_the_dims_its_producers_tell():
+    """[0, S*4, -1] on [B, S, 12]: 0 copies B, S*4 is unknown, -1 is left fresh; Shape[:-1] + [4, 3] keeps B, S, 4, 3."""
+    from aot.frontend.onnx import from_onnx
+
+    graph = from_onnx(CASES["reshape_run_time_target_keeps_static_dim_for_split"]()[0])
+    reshape = next(n for n in graph.nodes if n.op == "reshape")
+    assert reshape.outputs[0].type.shape == ("B", "S", 4, 3)
+    graph = from_onnx(CASES["reshape_run_time_target_with_zero_and_minus_one"]()[0])
+    shape = graph.outputs[0].type.shape
+    assert shape[0] == "B" and all(isinstance(d, str) and d.startswith("?") for d in shape[1:]), shape
+
+
 @case("quantize_saturates_no_zero_point")
 def _():
     x = np.array([-5.0, -0.001, 0.5, 1.49, 300.0], np.float32)

@@ -395,13 +395,33 @@ register_op("topk", "x", _topk, k=REQUIRED, axis=-1, largest=1, sorted=1)
 # -- shapes and data movement -----------------------------------------------------------
 
 
+def _run_time_target(ctx: InferContext, i: int) -> list[Dim | None]:
+    """The elements of a shape input computed at run time, as far as its producers tell (None: unknown)."""
+    from aot.ir.shape_values import known_elements
+
+    n = ctx.types[i].shape[0]
+    elements = known_elements(ctx.values[i]) if len(ctx.values) > i else None
+    return elements if elements is not None and len(elements) == n else [None] * n
+
+
+def _run_time_reshape(x: TensorType, target: list[Dim | None], ctx: InferContext) -> list[Dim]:
+    """Output dims of a reshape to a run-time target: known sizes and symbols stay, 0 copies, -1 divides."""
+    dims: list[Dim | None] = [
+        x.shape[i] if d == 0 and not ctx.attrs["allowzero"] and i < x.rank else d for i, d in enumerate(target)
+    ]
+    rest = [d for d in dims if d != -1]
+    if dims.count(-1) == 1 and all(isinstance(d, str) or (isinstance(d, int) and d > 0) for d in rest):
+        dims[dims.index(-1)] = _symbolic_quotient(x.shape, rest, ctx)
+    return [d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else ctx.fresh_dim() for d in dims]
+
+
 def _reshape(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
-    if len(ctx.types) > 1:  # target computed at run time: only its length is known
+    if len(ctx.types) > 1:  # target computed at run time: keep what is known of each element
         n = ctx.types[1].shape[0]
         if not isinstance(n, int):
             raise ctx.fail("reshape", "the target shape has unknown length")
-        return [TensorType([ctx.fresh_dim() for _ in range(n)], x.dtype)]
+        return [TensorType(_run_time_reshape(x, _run_time_target(ctx, 1), ctx), x.dtype)]
     target = ctx.attrs["shape"]
     if target is None:
         raise ctx.fail("reshape", "needs a 'shape' attribute or a shape input")
@@ -559,6 +579,29 @@ def _slice(ctx: InferContext) -> list[TensorType]:
     return [TensorType(shape, x.dtype)]
 
 
+def _dynamic_slice(ctx: InferContext) -> list[TensorType]:
+    """Bounds known through their producers give sizes; a full-range slice keeps the dim; else a fresh one."""
+    from runtime_lite.kernels.shape import onnx_slice
+
+    x = ctx.types[0]
+    axes, steps = ctx.attrs["axes"], ctx.attrs["steps"]
+    for t in ctx.types[1:]:
+        if t.dtype not in ("int64", "int32") or t.rank != 1 or t.shape[0] not in (len(axes), None):
+            raise ctx.fail("dynamic_slice", f"starts and ends must be 1-d integer tensors of {len(axes)}, got {t}")
+    starts, ends = _run_time_target(ctx, 1), _run_time_target(ctx, 2)
+    shape = list(x.shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = norm_axis(axis, x.rank, ctx, "dynamic_slice")
+        d = shape[axis]
+        if step == 0:
+            raise ctx.fail("dynamic_slice", "step 0")
+        if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+            shape[axis] = len(range(d)[onnx_slice(d, start, end, step)])
+        elif not (start == 0 and end == d and step == 1):
+            shape[axis] = ctx.fresh_dim()
+    return [TensorType(shape, x.dtype)]
+
+
 def _pad(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
     pads = ctx.attrs["pads"]
@@ -678,6 +721,7 @@ register_op("tile", "x", _tile, repeats=REQUIRED)
 register_op("concat", "xs*", _concat, axis=REQUIRED)
 register_op("split", "x", _split, axis=REQUIRED, sizes=REQUIRED)
 register_op("slice", "x", _slice, starts=REQUIRED, ends=REQUIRED, axes=REQUIRED, steps=REQUIRED)
+register_op("dynamic_slice", "x starts ends", _dynamic_slice, axes=REQUIRED, steps=REQUIRED)
 register_op("pad", "x", _pad, pads=REQUIRED, mode="constant", value=0.0)
 register_op("gather", "data indices", _gather, axis=0)
 register_op("gather_elements", "data indices", lambda c: [c.types[1].with_dtype(c.types[0].dtype)], axis=0)

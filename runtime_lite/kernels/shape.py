@@ -120,6 +120,15 @@ def slice_(x, *, starts, ends, axes, steps):
     return x[tuple(index)]
 
 
+@kernel("dynamic_slice", view=True)
+def dynamic_slice(x, starts, ends, *, axes, steps):
+    """ONNX Slice whose bounds are computed at run time (``x[:, :seq]`` with a symbolic seq)."""
+    starts, ends = np.asarray(starts).reshape(-1), np.asarray(ends).reshape(-1)
+    if not len(starts) == len(ends) == len(axes):
+        raise ValueError(f"dynamic_slice: {len(starts)} starts and {len(ends)} ends for {len(axes)} axes")
+    return slice_(x, starts=[int(v) for v in starts], ends=[int(v) for v in ends], axes=axes, steps=steps)
+
+
 @kernel("pad")
 def pad(x, *, pads, mode="constant", value=0.0):
     """ONNX Pad over every axis; negative pads crop."""

@@ -460,9 +460,8 @@ REDUCE = {
 AXES_BECAME_INPUT = {"ReduceSum": 13}
 
 
-@converter(*REDUCE)
-@single
-def _reduce(ctx):
+def _reduce_axes(ctx: NodeContext) -> list[int] | None | bool:
+    """The axes to reduce (None: all), or False when empty axes with noop_with_empty_axes mean no reduction."""
     x = ctx.inputs[0]
     moved = AXES_BECAME_INPUT.get(ctx.node.op_type, 18)
     if ctx.opset >= moved:
@@ -470,12 +469,64 @@ def _reduce(ctx):
     else:
         axes = list(ctx.attr("axes", []))
     if not axes:
-        if ctx.attr("noop_with_empty_axes", 0):
-            return x
-        axes = None
-    else:
-        axes = [a % x.type.rank for a in axes]
+        return False if ctx.attr("noop_with_empty_axes", 0) else None
+    return [a % x.type.rank for a in axes]
+
+
+@converter(*REDUCE)
+@single
+def _reduce(ctx):
+    x = ctx.inputs[0]
+    axes = _reduce_axes(ctx)
+    if axes is False:
+        return x
     return ctx.emit(REDUCE[ctx.node.op_type], x, axes=axes, keepdims=ctx.attr("keepdims", 1))
+
+
+def _reduce_sum_of(ctx: NodeContext, x: Value) -> Value:
+    axes = _reduce_axes(ctx)
+    return x if axes is False else ctx.emit("reduce_sum", x, axes=axes, keepdims=ctx.attr("keepdims", 1))
+
+
+@converter("ReduceL1")
+@single
+def _reduce_l1(ctx):
+    return _reduce_sum_of(ctx, ctx.emit("abs", ctx.inputs[0]))
+
+
+@converter("ReduceSumSquare")
+@single
+def _reduce_sum_square(ctx):
+    x = ctx.inputs[0]
+    return _reduce_sum_of(ctx, ctx.emit("multiply", x, x))
+
+
+@converter("ReduceL2")
+@single
+def _reduce_l2(ctx):  # F.normalize in Swin V2's cosine attention
+    x = ctx.inputs[0]
+    return ctx.emit("sqrt", _reduce_sum_of(ctx, ctx.emit("multiply", x, x)))
+
+
+@converter("ReduceLogSum")
+@single
+def _reduce_log_sum(ctx):
+    return ctx.emit("log", _reduce_sum_of(ctx, ctx.inputs[0]))
+
+
+@converter("ReduceLogSumExp")
+@single
+def _reduce_log_sum_exp(ctx):
+    """log(sum(exp(x - max))) + max: exp never overflows, as in onnxruntime."""
+    x, axes = ctx.inputs[0], _reduce_axes(ctx)
+    if axes is False:
+        return x
+    peak = ctx.emit("reduce_max", x, axes=axes, keepdims=1)
+    total = ctx.emit("reduce_sum", ctx.emit("exp", ctx.emit("subtract", x, peak)), axes=axes, keepdims=1)
+    result = ctx.emit("add", ctx.emit("log", total), peak)
+    if ctx.attr("keepdims", 1):
+        return result
+    return ctx.emit("squeeze", result, axes=list(range(x.type.rank)) if axes is None else axes)
 
 
 @converter("ArgMax", "ArgMin")
@@ -624,9 +675,13 @@ def _slice(ctx):
         axes = list(ctx.attr("axes", range(len(starts))))
         steps = [1] * len(starts)
     else:
+        count = ctx.inputs[1].type.shape[0]
+        axes = ctx.ints(3, "axes") if ctx.input(3) is not None else list(range(count if isinstance(count, int) else 0))
+        steps = ctx.ints(4, "steps") if ctx.input(4) is not None else [1] * len(axes)
+        if ctx.const(1) is None or ctx.const(2) is None:  # bounds from run-time sizes, e.g. x[:, :seq]
+            axes = [a % x.type.rank for a in axes]
+            return ctx.emit("dynamic_slice", x, ctx.inputs[1], ctx.inputs[2], axes=axes, steps=steps)
         starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
-        axes = ctx.ints(3, "axes") if ctx.input(3) is not None else list(range(len(starts)))
-        steps = ctx.ints(4, "steps") if ctx.input(4) is not None else [1] * len(starts)
     clamp = lambda v: max(min(v, 2**62), -(2**62))  # noqa: E731 - INT64_MAX sentinels stay ints msgpack can hold
     return ctx.emit(
         "slice",

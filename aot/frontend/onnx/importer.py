@@ -43,7 +43,7 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.exists(path):
             raise ModelError(f"model file '{path}' does not exist")
-        return onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
     except AotError:
         raise
     except OSError as e:
@@ -51,6 +51,17 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
     except Exception as e:  # protobuf and onnx report malformed files with several exception types
         first_line = str(e).splitlines()[0] if str(e) else ""
         raise ModelError(f"cannot parse ONNX model: {type(e).__name__}: {first_line}") from None
+    _load_external_data(model, path)
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, path: str) -> None:
+    """Read weights stored next to the model (how models past protobuf's 2 GB limit are saved)."""
+    try:
+        onnx.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except Exception as e:
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelError(f"cannot read the external data of model file '{path}': {first_line}") from None
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
@@ -161,6 +172,17 @@ def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProt
     return order
 
 
+def _declared_dim(dim: onnx.TensorShapeProto.Dimension, fallback_name: str) -> Dim:
+    """A declared dim as the IR reads it: a size, or a symbol.
+
+    Some exporters (Paddle2ONNX among them) write ``dim_value: -1`` for a dynamic
+    dim; onnxruntime treats any negative size as unknown, and so does this.
+    """
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return dim.dim_value
+    return dim.dim_param or fallback_name
+
+
 def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> TensorType:
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
@@ -172,7 +194,7 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> T
     dims: list[Dim] = []
     if tensor.HasField("shape"):
         for i, d in enumerate(tensor.shape.dim):
-            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{value.name}_{i}"))
+            dims.append(_declared_dim(d, f"{value.name}_{i}"))
     if override is not None:
         if tensor.HasField("shape") and len(override) != len(dims):
             raise ShapeError(f"--input {value.name}: the model declares rank {len(dims)} {dims}, got {list(override)}")
