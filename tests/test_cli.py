@@ -102,25 +102,13 @@ def test_input_option_fixes_symbolic_dims(tmp_path):
 
 
 def test_build_errors_are_one_line_and_leave_no_bundle(tmp_path):
-<<<<<<< ours
-    model = make_model(
-        [helper.make_node("Unique", ["x"], ["v"], name="top")],
-        {"x": rand(4)},
-        ["v"],
-    )
-=======
     model = make_model([helper.make_node("Unique", ["x"], ["v"], name="uniq")], {"x": rand(4)}, ["v"])
->>>>>>> theirs
     path = tmp_path / "bad.onnx"
     path.write_bytes(model.SerializeToString())
     result = run("-m", "aot.cli.build", str(path), "-o", str(tmp_path / "bad.aotb"), check=False)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-<<<<<<< ours
-    assert errors == ["Error: unsupported ops (1 types): Unique (node 'top')"]
-=======
     assert errors == ["Error: unsupported ops (1 types): Unique (node 'uniq')"]
->>>>>>> theirs
     assert "Traceback" not in result.stderr
     assert not list(tmp_path.glob("*.aotb*")) and not list(tmp_path.glob(".*tmp"))
 

@@ -24,11 +24,7 @@ def raises(kind, fn, *words) -> str:
 
 def test_every_unsupported_op_is_listed_with_a_node_name():
     nodes = [
-<<<<<<< ours
-        helper.make_node("Unique", ["x"], ["v"], name="top"),
-=======
         helper.make_node("Unique", ["x"], ["v"], name="uniq"),
->>>>>>> theirs
         helper.make_node("NonZero", ["x"], ["nz"], name="nz_a"),
         helper.make_node("NonZero", ["v"], ["nz2"], name="nz_b"),
         helper.make_node("FusedConv", ["x"], ["f"], name="ms_conv", domain="com.microsoft"),
@@ -36,11 +32,7 @@ def test_every_unsupported_op_is_listed_with_a_node_name():
     ]
     model = make_model(nodes, {"x": rand(4)}, ["nz", "nz2", "f", "r"])
     message = raises(
-<<<<<<< ours
-        UnsupportedOpsError, lambda: aot.build(model), "3 types", "Unique (node 'top')", "com.microsoft.FusedConv"
-=======
         UnsupportedOpsError, lambda: aot.build(model), "3 types", "Unique (node 'uniq')", "com.microsoft.FusedConv"
->>>>>>> theirs
     )
     assert "NonZero (node 'nz_a', 2 nodes)" in message
 
