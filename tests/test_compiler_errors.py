@@ -116,3 +116,8 @@ def test_a_bundle_runtime_lite_would_refuse_is_a_build_error_and_never_written(t
     fn = (lambda: result.save(target)) if route == "save" else result.to_bytes
     raises(BuildError, fn, "does not read back", "signature.inputs[0]")
     assert list(tmp_path.iterdir()) == []  # neither the bundle nor a temporary
+
+
+def test_a_symbol_for_a_fixed_dim_is_refused_at_build_time():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(1, 3)}, ["y"])
+    raises(ShapeError, lambda: aot.build(model, input_shapes={"x": ("N", 3)}), "dim 0 is fixed to 1", "'N'")

@@ -201,6 +201,13 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> T
         for i, (declared, given) in enumerate(zip(dims, override)):
             if isinstance(declared, int) and isinstance(given, int) and declared != given:
                 raise ShapeError(f"--input {value.name}: dim {i} is fixed to {declared} in the model, got {given}")
+            if isinstance(declared, int) and not isinstance(given, int):
+                # The model's weights and reshapes were made for that size: a symbol would build
+                # a bundle that fails at run time for any other value.
+                raise ShapeError(
+                    f"--input {value.name}: dim {i} is fixed to {declared} in the model, so it cannot be "
+                    f"the symbol {given!r}; give {declared}"
+                )
         dims = list(override)
     elif not tensor.HasField("shape"):
         raise ShapeError(f"input '{value.name}' has no declared shape; give one with --input {value.name}:SHAPE")
