@@ -63,9 +63,18 @@ def _watch(bundle_path, env=None) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+#: The process's own memory map, read once by runtime_lite/kernels/gemm.py to find numpy's OpenBLAS
+#: (already loaded) and run it single-threaded under its own pool: no file outside the process.
+OWN_PROCESS = ("/proc/self/maps",)
+
+
 def _outside(touched, *allowed) -> list:
     roots = [str(a) for a in allowed]
-    return [t for t in touched if not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)]
+    return [
+        t
+        for t in touched
+        if t[1] not in OWN_PROCESS and not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)
+    ]
 
 
 def _hostile(header: dict) -> dict:
