@@ -333,8 +333,8 @@ def mutate_records(rng, header, payloads) -> str:
 
 def mutate_header_field(rng, header, payloads) -> str:
     """Any field anywhere in the header replaced by a value of any kind (the generic mutation)."""
-    paths = list(_paths(header))
-    path = rng.choice(paths)
+    positions = list(paths(header))
+    path = rng.choice(positions)
     target = header
     for key in path[:-1]:
         target = target[key]
@@ -342,15 +342,16 @@ def mutate_header_field(rng, header, payloads) -> str:
     return "header field " + str(path[0])
 
 
-def _paths(node, prefix=()):
+def paths(node, prefix=()):
+    """Every (container, key) position inside a decoded record, for structured mutation."""
     if isinstance(node, dict):
         for k, v in node.items():
             yield prefix + (k,)
-            yield from _paths(v, prefix + (k,))
+            yield from paths(v, prefix + (k,))
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield prefix + (i,)
-            yield from _paths(v, prefix + (i,))
+            yield from paths(v, prefix + (i,))
 
 
 MUTATIONS: dict[str, Callable[..., str]] = {

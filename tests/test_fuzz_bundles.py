@@ -35,6 +35,7 @@ from runtime_lite import BundleError, ExecutionError, InputError
 from runtime_lite.backends import IncompatiblePayload
 from runtime_lite.backends.npu import NpuBackend
 from tests.conftest import small_cnn_model
+from tests.hostile import paths
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
@@ -91,18 +92,6 @@ def original(request):
     data = result.to_bytes()
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     return request.param, result, data, x, runtime_lite.load(data).run([x])
-
-
-def _paths(node, prefix=()):
-    """Every (container, key) position inside a header, for structured mutation."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield prefix + (k,)
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield prefix + (i,)
-            yield from _paths(v, prefix + (i,))
 
 
 def _replace(tree, path, value):
@@ -167,7 +156,7 @@ def test_damaged_bytes_are_rejected_or_harmless(original, data):
 @given(data=st.data())
 def test_hostile_header_fields_are_bundle_errors(original, data):
     backend, result, _, x, _ = original
-    path = data.draw(st.sampled_from(list(_paths(result.header))))
+    path = data.draw(st.sampled_from(list(paths(result.header))))
     header = _replace(result.header, path, data.draw(HOSTILE_VALUES))
     try:
         bundle = to_bytes(header, result.blobs)
@@ -182,7 +171,7 @@ def test_hostile_header_fields_are_bundle_errors(original, data):
 def test_hostile_npu_payload_fields_are_bundle_errors(npu_build, data):
     blob = npu_build.header["modules"][0]["payloads"]["graph"]
     graph = json.loads(bytes(npu_build.blobs.payloads[blob]))
-    path = data.draw(st.sampled_from(list(_paths(graph))))
+    path = data.draw(st.sampled_from(list(paths(graph))))
     value = data.draw(HOSTILE_VALUES)
     try:
         payload = json.dumps(_replace(graph, path, value)).encode()
