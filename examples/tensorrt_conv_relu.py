@@ -23,8 +23,8 @@ from aot.compiler.backends.tensorrt import TensorRTOptions
 from aot.compiler.partition import partition
 from aot.ir.graph import Graph
 from aot.ir.types import TensorType
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import BuildSettings
-from runtime_lite.engine_cache import EngineCache
 
 
 def conv_relu(weight: np.ndarray) -> Graph:
@@ -77,7 +77,7 @@ def main() -> int:
         for note in result.notes:
             print(f"note: {note}")
         print(verify_in_onnxruntime(result))
-        module = runtime_lite.load(result.to_bytes(), cache_dir=cache_dir)
+        module = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"cache_dir": cache_dir}})
         print(f"[{precision}] region runs {module.modules[0]['placement']}")
         (out,) = module.run({"data": data})
         error = float(np.linalg.norm(out - expected) / np.linalg.norm(expected))

@@ -5,7 +5,7 @@ module = runtime_lite.load("model.aotb")
 outputs = module.run({"input": array})
 """
 
-from runtime_lite.errors import BundleError, ExecutionError, InputError, PlacementError, RuntimeLiteError
+from runtime_lite.errors import BundleError, ExecutionError, InputError, OptionError, PlacementError, RuntimeLiteError
 from runtime_lite.module import Module, check_bundle, load
 from runtime_lite.signature import TensorSpec
 from runtime_lite.version import __version__
@@ -15,6 +15,7 @@ __all__ = [
     "ExecutionError",
     "InputError",
     "Module",
+    "OptionError",
     "PlacementError",
     "RuntimeLiteError",
     "TensorSpec",

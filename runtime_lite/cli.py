@@ -23,9 +23,11 @@ import numpy as np
 
 import runtime_lite
 from runtime_lite import bench
+from runtime_lite.backends import available_backends, get_backend
 from runtime_lite.cli_inputs import load_inputs, output_filenames, parse_input, preview
 from runtime_lite.errors import RuntimeLiteError
 from runtime_lite.files import atomic_write, refuse_special_file
+from runtime_lite.options import split_assignments
 
 PROG = "runtime-lite"
 
@@ -53,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.output_dir:
         _writable_directory(args.output_dir)
     start = time.perf_counter()
-    module = runtime_lite.load(args.bundle, require=args.require)
+    module = runtime_lite.load(args.bundle, **_load_options(args))
     loaded = time.perf_counter()
     inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed)
     profile = module.profile(inputs) if args.profile is not None else None
@@ -96,8 +98,29 @@ def _write_outputs(directory: Path, files: list[str], outputs: list[np.ndarray])
             atomic_write(directory / file, functools.partial(np.save, arr=array, allow_pickle=False))
 
 
+def _load_options(args: argparse.Namespace) -> dict:
+    """``runtime_lite.load`` keywords from --require and --backend-option."""
+    return {"require": args.require, "backend_options": split_assignments(args.backend_option)}
+
+
+def _backends(args: argparse.Namespace) -> int:
+    """Every backend this runtime can load, built in or from an installed package, with its load options."""
+    for name in available_backends():
+        try:
+            backend = get_backend(name)
+        except ImportError as e:
+            print(f"{name} (broken: {e})")
+            continue
+        state = "available" if backend.is_available() else "not available on this host"
+        print(f"{name} ({state})")
+        for option in backend.load_options:
+            default = option.default() if callable(option.default) else option.default
+            print(f"  --backend-option {name}.{option.name}=...  {option.help} [now: {default}]")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
-    module = runtime_lite.load(args.bundle, require=args.require)
+    module = runtime_lite.load(args.bundle, **_load_options(args))
     print(f"bundle {args.bundle} (format {module.format_version[0]}.{module.format_version[1]})")
     producer = ", ".join(f"{k} {v}" for k, v in module.producer.items())
     print(f"  produced by: {producer}")
@@ -123,7 +146,7 @@ def _bench(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         warmup=args.warmup,
         batch=args.batch,
-        load_options={"require": args.require},
+        load_options=_load_options(args),
     )
     print(json.dumps(result.to_dict()) if args.json else "\n".join(result.lines()))
     return 0
@@ -158,6 +181,11 @@ def _bundle_argument(parser: argparse.ArgumentParser) -> None:
         "--require", action="append", default=[], metavar="BACKEND",
         help="fail unless every module compiled for BACKEND (e.g. tensorrt) runs on it here, instead of "
         "falling back to the host with a warning; repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE",
+        help="a backend's own load option, e.g. tensorrt.allow_engine_build=true; repeatable "
+        f"(`{PROG} backends` lists them)",
     )  # fmt: skip
 
 
@@ -224,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     timing.add_argument("--json", action="store_true", help="print one JSON object (latencies in ms) instead")
     timing.set_defaults(handler=_bench)
+
+    listing = commands.add_parser(
+        "backends", parents=[common], help="list the backends this runtime can load and their options",
+        description="List every backend (built in, or from an installed package's runtime_lite.backends entry "
+        "point), whether it can run here, and the load options it accepts.",
+    )  # fmt: skip
+    listing.set_defaults(handler=_backends)
     return parser
 
 

@@ -54,5 +54,9 @@ class ExecutionError(RuntimeLiteError, RuntimeError):
     """A kernel failed while running, or the run broke a limit; the message names the instruction."""
 
 
+class OptionError(RuntimeLiteError, ValueError):
+    """A backend option the caller gave is unknown to its backend or has a bad value."""
+
+
 class PlacementError(RuntimeLiteError):
     """A backend module cannot run where the caller required (``load(..., require=...)``)."""

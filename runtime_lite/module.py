@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from runtime_lite.allocator import keep_freed_memory
-from runtime_lite.backends import IncompatiblePayload, LoadOptions, available_backends, get_backend
+from runtime_lite.backends import (
+    Backend,
+    IncompatiblePayload,
+    available_backends,
+    context_for,
+    get_backend,
+    resolve_backend_options,
+)
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
-from runtime_lite.errors import BundleError
+from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.limits import RunLimits
 from runtime_lite.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.plan import BoundModule, HostPlan
@@ -29,12 +34,15 @@ class Module:
         source: BundleSource,
         *,
         verify: bool = True,
-        options: LoadOptions | None = None,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         limits: RunLimits | None = None,
         map_file: bool = False,
         require: Iterable[str] | str | None = None,
     ):
         keep_freed_memory()
+        resolved = resolve_backend_options(backend_options)  # a typo fails before any file is read
+        self._closed = False
+        self._modules, self._placements = [], []
         bundle = read_bundle(source, verify=verify, map_file=map_file)
         self._buffer = bundle.buffer
         self.limits = limits or RunLimits.from_options()
@@ -47,14 +55,35 @@ class Module:
         self.path = bundle.source
         required = normalize_require(require)
         check_required_present(required, [record.backend_name for record in header.modules])
-        self._modules, self._placements = [], []
-        for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
-            bound = _init_module(record, options or LoadOptions())
-            placement = Placement.of(record.id, record.backend_name, bound.handle)
-            enforce(placement, required)
-            self._modules.append(bound)
-            self._placements.append(placement)
-        self._plan = header.bind_plan(bundle, self._modules)
+        try:
+            for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
+                bound = _init_module(record, resolved)
+                self._modules.append(bound)
+                where = bound.backend.describe(bound.handle)
+                placement = Placement(record.id, record.backend_name, where.runs_on, where.detail)
+                enforce(placement, required)
+                self._placements.append(placement)
+            self._plan = header.bind_plan(bundle, self._modules)
+        except BaseException:
+            self.close()  # engines and device memory of the modules already initialised go back now
+            raise
+
+    def close(self) -> None:
+        """Release every backend module (engines, device memory); the Module cannot run afterwards.
+
+        Garbage collection does the same eventually; ``close`` (or ``with load(...) as m:``)
+        does it now, which matters for GPU memory in a long-lived service.
+        """
+        self._closed = True
+        modules, self._modules = self._modules, []
+        for module in modules:
+            module.backend.close(module.handle)
+
+    def __enter__(self) -> Module:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """Run the model; ``inputs`` is a dict name -> array or a list in signature order.
@@ -75,6 +104,8 @@ class Module:
 
     def _run(self, inputs: Mapping[str, Any] | Sequence[Any], trace: list | None) -> list[np.ndarray]:
         """Inputs checked and made read-only, the plan run within the limits, outputs checked and owned."""
+        if self._closed:
+            raise ExecutionError("this Module was closed; load the bundle again to run it")
         self._buffer.check_unchanged()
         arrays, dims = bind(self.inputs, ordered_values(self.inputs, inputs))
         outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
@@ -84,11 +115,10 @@ class Module:
     def modules(self) -> list[dict[str, str]]:
         """The backend modules this bundle calls: id, backend and, where it decides, where it runs."""
         described = []
-        for m in self._modules:
-            record = {"id": m.id, "backend": m.backend.name}
-            placement = getattr(m.handle, "placement", None)
-            if placement is not None:
-                record["placement"] = placement
+        for p in self._placements:
+            record = {"id": p.module, "backend": p.backend}
+            if p.detail is not None:
+                record["placement"] = p.detail
             described.append(record)
         return described
 
@@ -119,7 +149,7 @@ def _producer(record: Any) -> dict[str, str]:
 class _ModuleRecord:
     id: str
     backend_name: str
-    backend: Any
+    backend: Backend | None
     payloads: dict[str, memoryview]
     compile_specs: dict
 
@@ -170,11 +200,15 @@ def _module_record(bundle: Bundle, i: int, record: Any) -> _ModuleRecord:
         for key, blob in expect(record.get("payloads", {}), dict, f"{field}.payloads").items()
     }
     specs = expect(record.get("compile_specs", {}), dict, f"{field}.compile_specs")
-    return _ModuleRecord(module_id, name, get_backend(name), payloads, specs)
+    try:
+        backend = get_backend(name)
+    except ImportError as e:  # an installed plugin that is broken
+        raise BundleError(f"bundle module {module_id!r} needs backend {name!r}: {e}") from None
+    return _ModuleRecord(module_id, name, backend, payloads, specs)
 
 
-def _init_module(record: _ModuleRecord, options: LoadOptions) -> BoundModule:
-    """Hand a backend module record to its backend's ``init``."""
+def _init_module(record: _ModuleRecord, options: Mapping[str, dict[str, Any]]) -> BoundModule:
+    """Hand a backend module record to its backend's ``init``, with this backend's own options."""
     backend, name = record.backend, record.backend_name
     if backend is None:
         raise BundleError(
@@ -183,14 +217,12 @@ def _init_module(record: _ModuleRecord, options: LoadOptions) -> BoundModule:
         )
     if not backend.is_available():
         raise BundleError(f"bundle module {record.id!r} needs backend {name!r}, which is not available on this host")
+    context = context_for(backend, options)
     try:
-        if "options" in inspect.signature(backend.init).parameters:
-            handle = backend.init(record.payloads, record.compile_specs, options=options)
-        else:
-            handle = backend.init(record.payloads, record.compile_specs)
+        handle = backend.init(context, record.payloads, record.compile_specs)
     except IncompatiblePayload as e:
         raise BundleError(f"bundle module {record.id!r}: backend {name!r} cannot use its payload here: {e}") from None
-    return BoundModule(record.id, backend, handle)
+    return BoundModule(record.id, backend, handle, context)
 
 
 class _UninitialisedBackend:
@@ -223,9 +255,7 @@ def load(
     map_file: bool = False,
     max_memory: int | None = None,
     max_run_seconds: float | None = None,
-    allow_engine_build: bool | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    allow_version_compatible: bool = False,
+    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
     require: Iterable[str] | str | None = None,
 ) -> Module:
     """Load a bundle from a path or from bytes.
@@ -238,18 +268,16 @@ def load(
     (default 4 GiB, or ``$RUNTIME_LITE_MAX_MEMORY``); ``max_run_seconds`` stops a
     run that passes it, between two instructions. Either ends the run with
     ExecutionError.
-    TensorRT regions: ``allow_engine_build`` lets a region whose engines do not fit
-    this GPU build one from its recipe into the engine cache at ``cache_dir``
-    (defaults: ``$AOT_ALLOW_ENGINE_BUILD``, ``$AOT_CACHE_DIR`` else the XDG cache
-    dir); otherwise it runs on the host. ``allow_version_compatible`` admits
-    version-compatible engines, which execute host code shipped inside the engine.
+    ``backend_options`` gives each backend its own load options, by backend name:
+    ``{"tensorrt": {"allow_engine_build": True, "cache_dir": "/var/cache/aot"}}``.
+    Each backend declares what it accepts (``runtime-lite backends`` lists them); an
+    unknown backend or option is an ``OptionError`` (a ValueError) naming it.
     ``require`` names backends that must run as compiled, e.g. ``("tensorrt",)``: a
     module of one that would fall back to the host raises PlacementError instead (as
     does a bundle without any module for it); by default a fallback only logs one
     WARNING per module (``module.placement`` says where each runs).
     """
     limits = RunLimits.from_options(max_memory, max_run_seconds)
-    options = LoadOptions(cache_dir=cache_dir, allow_version_compatible=allow_version_compatible)
-    if allow_engine_build is not None:
-        options = dataclasses.replace(options, allow_engine_build=allow_engine_build)
-    return Module(source, verify=verify, options=options, limits=limits, map_file=map_file, require=require)
+    return Module(
+        source, verify=verify, backend_options=backend_options, limits=limits, map_file=map_file, require=require
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from runtime_lite.errors import PlacementError
 
@@ -29,11 +28,6 @@ class Placement:
     backend: str
     runs_on: str
     detail: str | None = None
-
-    @classmethod
-    def of(cls, module_id: str, backend: str, handle: Any) -> Placement:
-        """A backend's handle may say where it runs (``runs_on``) and why (``placement``); else it runs on its backend."""
-        return cls(module_id, backend, getattr(handle, "runs_on", backend), getattr(handle, "placement", None))
 
     @property
     def as_compiled(self) -> bool:

@@ -28,11 +28,12 @@ Step = Callable[[list], None]
 
 @dataclass(frozen=True)
 class BoundModule:
-    """A backend module ready for ``call_module``: its id, backend and initialised handle."""
+    """A backend module ready for ``call_module``: its id, backend, initialised handle and context."""
 
     id: str
     backend: Any
     handle: Any
+    context: Any = None
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,10 @@ def _bind_module_call(ins: Instruction, field: str, modules: list[BoundModule]) 
     index = expect_index(ins.attrs.get("module"), len(modules), f"{field}.attrs.module")
     module = modules[index]
     expected = len(ins.outputs)
-    traces = "trace" in _signature(module.backend.execute).parameters
+    execute, handle, context = module.backend.execute, module.handle, module.context
 
     def call(*inputs, trace=None):
-        if trace is not None and traces:
-            outputs = module.backend.execute(module.handle, inputs, trace=trace)
-        else:
-            outputs = module.backend.execute(module.handle, inputs)
+        outputs = execute(context if trace is None else context.tracing(trace), handle, inputs)
         if len(outputs) != expected:
             raise RuntimeError(f"module {module.id!r} returned {len(outputs)} outputs, the plan expects {expected}")
         return outputs

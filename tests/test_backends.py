@@ -14,30 +14,32 @@ import pytest
 import runtime_lite
 from aot.packager import BlobTable, to_bytes
 from runtime_lite import BundleError, ExecutionError
-from runtime_lite.backends import IncompatiblePayload, get_backend, register_backend
+from runtime_lite.backends import Backend, IncompatiblePayload, get_backend, register_backend
+from runtime_lite.options import Option
 
 
-class ScaleBackendTestDouble:
+class ScaleBackendTestDouble(Backend):
     """Test double: multiplies its input by a factor stored in its payload."""
 
     name = "scale-test-double"
 
     def __init__(self):
         self.initialised = []
+        self.closed = []
 
-    def is_available(self):
-        return True
-
-    def init(self, payloads, compile_specs):
+    def init(self, context, payloads, compile_specs):
         if compile_specs.get("device") == "unknown":
             raise IncompatiblePayload("built for another device")
         factor = np.frombuffer(payloads["factor"], np.float32)[0]
         self.initialised.append((float(factor), dict(compile_specs)))
         return factor
 
-    def execute(self, handle, inputs):
+    def execute(self, context, handle, inputs):
         (x,) = inputs
         return [x * handle, x + handle]
+
+    def close(self, handle):
+        self.closed.append(float(handle))
 
 
 @pytest.fixture
@@ -102,3 +104,72 @@ def test_wrong_output_count_names_the_instruction(backend):
     module = runtime_lite.load(bundle_calling(backend.name, outputs=1))
     with pytest.raises(ExecutionError, match="region0.*returned 2 outputs, the plan expects 1"):
         module.run([np.array([1.0, 2.0], np.float32)])
+
+
+class OptionsBackendTestDouble(ScaleBackendTestDouble):
+    """Test double: declares load options and records the context each call saw."""
+
+    name = "options-test-double"
+    load_options = (Option("factor", float, 1.0, "multiplies the payload's factor"),)
+
+    def init(self, context, payloads, compile_specs):
+        return super().init(context, payloads, compile_specs) * context.options["factor"]
+
+    def execute(self, context, handle, inputs):
+        if context.trace is not None:
+            context.trace.append({"backend": self.name, "node": "inside", "wall_s": 0.0, "from_backend": True})
+        return super().execute(context, handle, inputs)
+
+
+def test_backend_options_reach_init_and_unknown_ones_are_refused():
+    register_backend(OptionsBackendTestDouble())
+    bundle = bundle_calling("options-test-double")
+    x = np.array([1.0, -2.0], np.float32)
+    assert runtime_lite.load(bundle).run({"x": x})[0].tolist() == [3.0, 0.0]
+    doubled = runtime_lite.load(bundle, backend_options={"options-test-double": {"factor": "2"}})
+    assert doubled.run({"x": x})[0].tolist() == [6.0, 0.0]  # "2" from a command line, parsed by the option
+    with pytest.raises(runtime_lite.OptionError, match="options-test-double has no option 'factr'.*factor"):
+        runtime_lite.load(bundle, backend_options={"options-test-double": {"factr": 2}})
+    with pytest.raises(runtime_lite.OptionError, match="names 'no-such-backend', which is not installed"):
+        runtime_lite.load(bundle, backend_options={"no-such-backend": {}})
+    with pytest.raises(runtime_lite.OptionError, match="factor='x'"):
+        runtime_lite.load(bundle, backend_options={"options-test-double": {"factor": "x"}})
+
+
+def test_profile_hands_the_trace_to_the_backend_through_its_context():
+    register_backend(OptionsBackendTestDouble())
+    module = runtime_lite.load(bundle_calling("options-test-double"))
+    events = module.profile({"x": np.ones(2, np.float32)}).events
+    assert [e["node"] for e in events if e.get("from_backend")] == ["inside"]
+    assert runtime_lite.load(bundle_calling("options-test-double")).run({"x": np.ones(2, np.float32)})  # no trace
+
+
+def test_close_releases_every_module_and_a_closed_module_refuses_to_run(backend):
+    module = runtime_lite.load(bundle_calling("scale-test-double"))
+    with module:
+        module.run({"x": np.ones(2, np.float32)})
+    assert backend.closed == [3.0]
+    with pytest.raises(runtime_lite.ExecutionError, match="closed"):
+        module.run({"x": np.ones(2, np.float32)})
+    module.close()  # twice is harmless
+    assert backend.closed == [3.0]
+
+
+def test_a_failed_load_closes_the_modules_it_already_initialised(backend):
+    with pytest.raises(runtime_lite.PlacementError):
+        runtime_lite.load(bundle_calling("scale-test-double"), require="scale-test-double,npu")
+    assert backend.closed == []  # refused before any init: nothing to close
+    bundle = bundle_calling("scale-test-double", outputs=1)
+    broken = bundle.replace(b"\xa6module\x00", b"\xa6module\x07")  # call_module's module index out of range
+    if broken != bundle:
+        with pytest.raises(runtime_lite.BundleError):
+            runtime_lite.load(broken, verify=False)
+        assert backend.closed == [3.0]
+
+
+def test_only_a_backend_subclass_registers():
+    class NotABackend:
+        name = "not-a-backend"
+
+    with pytest.raises(TypeError, match="subclass it"):
+        register_backend(NotABackend())

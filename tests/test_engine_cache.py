@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from runtime_lite.engine_cache import EngineCache, default_cache_dir, engine_key
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache, default_cache_dir, engine_key
 from tests import hostile
 from tests.helpers import tensorrt_recipe_bytes
 
@@ -159,7 +159,7 @@ def test_four_processes_missing_at_once_build_once(tmp_path):
 
 WRITER = """
 import sys
-from runtime_lite.engine_cache import EngineCache, engine_key
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache, engine_key
 cache = EngineCache(sys.argv[1])
 for i in range(1000):
     data = bytes([i % 251]) * (8 << 20)

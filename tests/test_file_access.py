@@ -29,7 +29,7 @@ WATCH = textwrap.dedent(
     """
     import json, os, sys
     import numpy as np
-    import runtime_lite, runtime_lite.backends.npu, runtime_lite.engine_cache  # imports read .py files: do them first
+    import runtime_lite, runtime_lite.backends.npu, runtime_lite.backends.tensorrt.engine_cache  # imports read .py files: do them first
     import runtime_lite.backends.tensorrt.builder, runtime_lite.backends.tensorrt.gpu
     try:
         import onnxruntime, tensorrt, cuda.bindings.runtime  # the test stand-ins, when on the path
@@ -118,7 +118,7 @@ def test_tensorrt_regions_touch_only_the_bundle_and_the_named_cache(tmp_path, cc
         from aot.compiler.backends.tensorrt import TensorRTOptions
         from aot.packager import to_bytes
         from runtime_lite.backends.tensorrt.spec import BuildSettings
-        from runtime_lite.engine_cache import EngineCache
+        from runtime_lite.backends.tensorrt.engine_cache import EngineCache
         from tests.helpers import conv_relu_graph
         from tests.test_file_access import _hostile
         import numpy as np

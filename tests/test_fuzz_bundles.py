@@ -32,7 +32,7 @@ import runtime_lite
 from aot.compiler import build
 from aot.packager import to_bytes
 from runtime_lite import BundleError, ExecutionError, InputError
-from runtime_lite.backends import IncompatiblePayload
+from runtime_lite.backends import BackendContext, IncompatiblePayload
 from runtime_lite.backends.npu import NpuBackend
 from tests.conftest import small_cnn_model
 from tests.hostile import paths
@@ -179,7 +179,7 @@ def test_hostile_npu_payload_fields_are_bundle_errors(npu_build, data):
         OUTCOMES["npu", "graph field", "not expressible in JSON"] += 1
         return
     try:
-        NpuBackend().init({"graph": memoryview(payload)}, {})
+        NpuBackend().init(BackendContext(), {"graph": memoryview(payload)}, {})
         OUTCOMES["npu", "graph field", "accepted (a valid graph)"] += 1
     except (BundleError, IncompatiblePayload) as e:
         assert "\n" not in str(e)

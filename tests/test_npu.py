@@ -17,6 +17,7 @@ from aot.compiler.partition import fuse_ops_by_pattern, merge_composite_function
 from aot.compiler.pattern_registry import get_patterns_with_prefix
 from aot.ir.graph import Graph
 from aot.ir.types import TensorType
+from runtime_lite.backends import BackendContext
 from runtime_lite.backends.npu import NpuBackend
 from tests.helpers import make_model, onnxruntime_outputs, rand
 from tests.test_partition import conv_relu, matmul_relu
@@ -191,18 +192,18 @@ def _npu_graph() -> bytes:
 )
 def test_malformed_npu_payloads_are_bundle_errors(changes, message):
     with pytest.raises(runtime_lite.BundleError, match=message):
-        NpuBackend().init(_payload(**changes), {})
+        NpuBackend().init(BackendContext(), _payload(**changes), {})
 
 
 def test_not_json_and_other_formats():
     with pytest.raises(runtime_lite.BundleError, match="not valid JSON"):
-        NpuBackend().init({"graph": memoryview(b"\xff{")}, {})
+        NpuBackend().init(BackendContext(), {"graph": memoryview(b"\xff{")}, {})
     with pytest.raises(runtime_lite.BundleError, match="no 'graph' payload"):
-        NpuBackend().init({}, {})
+        NpuBackend().init(BackendContext(), {}, {})
     from runtime_lite.backends import IncompatiblePayload
 
     with pytest.raises(IncompatiblePayload, match="npu-graph/2"):
-        NpuBackend().init(_payload(format="npu-graph/2"), {})
+        NpuBackend().init(BackendContext(), _payload(format="npu-graph/2"), {})
 
 
 def test_const_outside_the_weights_payload():
@@ -214,10 +215,12 @@ def test_const_outside_the_weights_payload():
     }
     graph["arg_nodes"] = [0]
     with pytest.raises(runtime_lite.BundleError, match="outside the weights payload"):
-        NpuBackend().init({"graph": memoryview(json.dumps(graph).encode()), "weights": memoryview(b"\0" * 100)}, {})
+        NpuBackend().init(
+            BackendContext(), {"graph": memoryview(json.dumps(graph).encode()), "weights": memoryview(b"\0" * 100)}, {}
+        )
 
 
 def test_wrong_input_shape_at_run_is_a_clear_error():
-    handle = NpuBackend().init({"graph": memoryview(_npu_graph())}, {})
+    handle = NpuBackend().init(BackendContext(), {"graph": memoryview(_npu_graph())}, {})
     with pytest.raises(ValueError, match=r"input 'data' must be float32\[1, 3, 32, 32\]"):
         handle.run([rand(1, 3, 8, 8), rand(16, 3, 3, 3)], None)

@@ -187,7 +187,9 @@ def test_zoo_model_with_tensorrt_runs_on_this_cpu_and_its_recipes_are_right(name
     host = build_and_load(model).run(feeds)
     for targets in (["tensorrt"], ["npu", "tensorrt"]):
         result = build(model, targets=targets)
-        ours = runtime_lite.load(result.to_bytes(), allow_engine_build=False).run(feeds)
+        ours = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"allow_engine_build": False}}).run(
+            feeds
+        )
         for a, b, e in zip(ours, host, expected):
             np.testing.assert_array_equal(a, b)  # the fallback is the host plan: exactly the host's result
             assert relative_l2(a, e) <= 1e-4

@@ -21,8 +21,8 @@ from aot.compiler import build
 from aot.compiler.backends.tensorrt import TensorRTOptions
 from aot.testing import relative_l2
 from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engine
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import BuildSettings
-from runtime_lite.engine_cache import EngineCache
 from tests.helpers import build_and_load, conv_relu_graph
 from tests.tensorrt_standin import StandinMachine, child_env
 
@@ -59,12 +59,14 @@ def test_build_stores_a_tagged_engine_and_the_bundle_runs_it(machine, tmp_path):
     assert tags["tensorrt"] == "10.13.0" and tags["compute_capability"] == "8.6"
     assert tags["precision"] == "fp32" and tags["gpu"] == "Stand-in RTX" and len(tags["key"]) == 64
     assert machine.builds == 1
-    module = runtime_lite.load(result.to_bytes(), cache_dir=tmp_path / "cache")
+    module = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"cache_dir": tmp_path / "cache"}})
     assert "engine 0 from the bundle" in module.modules[0]["placement"]
     out = module.run({"data": DATA})[0]
     assert relative_l2(out, _host()) <= 1e-5
     assert module.profile({"data": DATA}).events[0]["placement"] == "engine"
-    required = runtime_lite.load(result.to_bytes(), cache_dir=tmp_path / "cache", require=("tensorrt",))
+    required = runtime_lite.load(
+        result.to_bytes(), backend_options={"tensorrt": {"cache_dir": tmp_path / "cache"}}, require=("tensorrt",)
+    )
     assert required.placement["tensorrt_0"]["runs_on"] == "tensorrt"  # an engine fits: the requirement is met
     _build(tmp_path)  # a second build of the same model on this machine: a cache hit
     assert machine.builds == 1
@@ -74,19 +76,29 @@ def test_another_gpu_falls_back_rebuilds_when_allowed_then_hits_the_cache(machin
     bundle = _build(tmp_path).to_bytes()
     machine.become(cc="9.0", gpu="Stand-in H100")
     with caplog.at_level(logging.INFO, logger="runtime_lite.tensorrt"):
-        refused = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=False)
+        refused = runtime_lite.load(
+            bundle, backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": False}}
+        )
     assert refused.modules[0]["placement"].startswith("on the host: no engine fits")
     assert "built for sm 8.6" in refused.modules[0]["placement"]
     assert [r.levelname for r in caplog.records if r.name == "runtime_lite.placement"] == ["WARNING"]
     assert refused.placement["tensorrt_0"]["runs_on"] == "host"
     with pytest.raises(runtime_lite.PlacementError, match="no engine fits"):
-        runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=False, require="tensorrt")
+        runtime_lite.load(
+            bundle,
+            backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": False}},
+            require="tensorrt",
+        )
     np.testing.assert_array_equal(refused.run({"data": DATA})[0], _host())
 
-    rebuilt = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=True)
+    rebuilt = runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": True}}
+    )
     assert "built from the recipe into the cache" in rebuilt.modules[0]["placement"]
     assert machine.builds == 2
-    hit = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=True)
+    hit = runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": True}}
+    )
     assert "from the cache" in hit.modules[0]["placement"] and machine.builds == 2
     assert relative_l2(hit.run({"data": DATA})[0], _host()) <= 1e-5
 
@@ -104,13 +116,17 @@ def test_environment_variable_allows_building(machine, tmp_path, monkeypatch):
 def test_a_corrupt_cache_entry_is_rebuilt(machine, tmp_path):
     bundle = _build(tmp_path).to_bytes()
     machine.become(cc="9.0")
-    runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=True)
+    runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": True}}
+    )
     cache = EngineCache(tmp_path / "cache")
     entry = max(cache.entries(), key=lambda e: e.last_used)
     path = cache.directory / f"{entry.key}.engine"
     path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
     builds = machine.builds
-    module = runtime_lite.load(bundle, cache_dir=tmp_path / "cache", allow_engine_build=True)
+    module = runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"cache_dir": tmp_path / "cache", "allow_engine_build": True}}
+    )
     assert "built from the recipe" in module.modules[0]["placement"] and machine.builds == builds + 1
     assert relative_l2(module.run({"data": DATA})[0], _host()) <= 1e-5
 
@@ -120,19 +136,33 @@ def test_hardware_compatible_engines_run_on_any_ampere_or_newer(machine, tmp_pat
     machine.become(cc="9.0")
     assert "engine 0 from the bundle" in runtime_lite.load(bundle).modules[0]["placement"]
     machine.become(cc="7.5")
-    assert "on the host" in runtime_lite.load(bundle, allow_engine_build=False).modules[0]["placement"]
+    assert (
+        "on the host"
+        in runtime_lite.load(bundle, backend_options={"tensorrt": {"allow_engine_build": False}}).modules[0][
+            "placement"
+        ]
+    )
 
 
 def test_version_compatible_engines_need_an_explicit_opt_in(machine, tmp_path):
     bundle = _build(tmp_path, version_compatible=True).to_bytes()
     machine.become(version="10.14.1")
-    refused = runtime_lite.load(bundle, allow_engine_build=False)
+    refused = runtime_lite.load(bundle, backend_options={"tensorrt": {"allow_engine_build": False}})
     assert "on the host" in refused.modules[0]["placement"]
-    accepted = runtime_lite.load(bundle, allow_engine_build=False, allow_version_compatible=True)
+    accepted = runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"allow_engine_build": False, "allow_version_compatible": True}}
+    )
     assert "engine 0 from the bundle" in accepted.modules[0]["placement"]
     machine.become()  # the building TensorRT itself: host code is still embedded, still an opt-in
-    assert "version-compatible" in runtime_lite.load(bundle, allow_engine_build=False).modules[0]["placement"]
-    rebuilt = runtime_lite.load(bundle, allow_engine_build=True, cache_dir=tmp_path / "cache")
+    assert (
+        "version-compatible"
+        in runtime_lite.load(bundle, backend_options={"tensorrt": {"allow_engine_build": False}}).modules[0][
+            "placement"
+        ]
+    )
+    rebuilt = runtime_lite.load(
+        bundle, backend_options={"tensorrt": {"allow_engine_build": True, "cache_dir": tmp_path / "cache"}}
+    )
     assert "built from the recipe" in rebuilt.modules[0]["placement"]  # without the opt-in: a plain engine
     newest = max(EngineCache(tmp_path / "cache").entries(), key=lambda e: e.last_used)
     assert newest.ingredients["version_compatible"] is False

@@ -7,8 +7,8 @@ import sys
 
 from aot.compiler.backends.tensorrt import TensorRTOptions
 from aot.errors import BuildError
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import BuildSettings
-from runtime_lite.engine_cache import EngineCache
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
           "kb": 10**3, "mb": 10**6, "gb": 10**9}  # fmt: skip

@@ -1,33 +1,38 @@
-"""The runtime backend registry: what executes a ``call_module`` instruction.
+"""The run-side backend contract, and the registry that finds backends by name.
 
-A backend is the run-side half of a compiler backend (ExecuTorch's
-BackendInterface, reduced to what a Python runtime needs):
+A backend is the run-side half of a compiler backend. The interface is
+ExecuTorch's ``BackendInterface`` reduced to what a Python runtime needs; every
+backend, the built-in NPU and TensorRT ones included, subclasses :class:`Backend`:
 
 * ``name``: the id bundles refer to;
-* ``is_available()``: whether this host can run it at all (a GPU, a library);
-* ``init(payloads, compile_specs) -> handle``: prepare one module from its blobs,
-  raising :class:`IncompatiblePayload` when the payload is not for this host; a
-  backend whose ``init`` also takes ``options`` receives the caller's
-  :class:`LoadOptions` (engine cache, whether it may build engines);
-* ``execute(handle, inputs) -> outputs``: run it on numpy arrays; a backend whose
-  ``execute`` also takes ``trace`` appends one event (a dict) per dispatch to it
-  when the caller profiles (``Module.profile``).
+* ``load_options``: the :class:`~runtime_lite.options.Option`\\ s a deployment may set
+  (``load(path, backend_options={name: {...}})``, ``--backend-option name.key=value``);
+* ``is_available()``: whether this host can run it at all;
+* ``init(context, payloads, compile_specs) -> handle``: prepare one module from its
+  blobs; raise :class:`IncompatiblePayload` when the payload is not for this host;
+* ``execute(context, handle, inputs) -> outputs``: run it on numpy arrays; when
+  ``context.trace`` is a list (``Module.profile``) append one event (a dict) per dispatch;
+* ``close(handle)``: release what ``init`` took (device memory, engines);
+* ``describe(handle) -> Placement``: where the module runs (its backend, or e.g.
+  ``"host"`` when a TensorRT region fell back), and why.
 
-Built-in backends register themselves on import; third-party ones are found
-through the ``runtime_lite.backends`` entry-point group, so installing a package
-is enough to make its backend loadable.
+Built-in backends register on first use; third-party ones are found through the
+``runtime_lite.backends`` entry-point group, so installing a package is enough
+to make its backend loadable (``examples/byoc_plugin``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
+
+from runtime_lite.options import Option, OptionError, resolve_options
 
 ENTRY_POINT_GROUP = "runtime_lite.backends"
 
@@ -36,30 +41,47 @@ class IncompatiblePayload(Exception):
     """A backend cannot use this payload here (other hardware, other library version)."""
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend gets besides its payload: its own load options and, when profiling, the trace."""
+
+    #: This backend's load options, every declared one resolved (given or default).
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: A list to append dispatch events to while ``Module.profile`` runs; None otherwise.
+    trace: list[dict[str, Any]] | None = None
+
+    def tracing(self, trace: list[dict[str, Any]] | None) -> BackendContext:
+        return self if trace is None else dataclasses.replace(self, trace=trace)
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    """What the deployment allows backends to do at load (``runtime_lite.load`` keywords)."""
+class Where:
+    """Where one module runs, as its backend tells it: ``runs_on`` a name, ``detail`` why."""
 
-    #: Build a missing engine from the bundle's recipe into the engine cache (default: $AOT_ALLOW_ENGINE_BUILD).
-    allow_engine_build: bool = field(default_factory=lambda: _env_flag("AOT_ALLOW_ENGINE_BUILD"))
-    #: The engine cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir).
-    cache_dir: str | os.PathLike[str] | None = None
-    #: Load version-compatible TensorRT engines, which run host code embedded in the engine.
-    allow_version_compatible: bool = False
+    runs_on: str
+    detail: str | None = None
 
 
-class Backend(Protocol):
-    name: str
+class Backend:
+    """Subclass this to bring a backend; override ``init`` and ``execute`` at least."""
 
-    def is_available(self) -> bool: ...
+    name: str = ""
+    load_options: tuple[Option, ...] = ()
 
-    def init(self, payloads: dict[str, memoryview], compile_specs: dict[str, Any]) -> Any: ...
+    def is_available(self) -> bool:
+        return True
 
-    def execute(self, handle: Any, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]: ...
+    def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]) -> Any:
+        raise NotImplementedError(f"backend {self.name!r} does not implement init")
+
+    def execute(self, context: BackendContext, handle: Any, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        raise NotImplementedError(f"backend {self.name!r} does not implement execute")
+
+    def close(self, handle: Any) -> None:
+        """Release what ``init`` took; called once per module by ``Module.close``."""
+
+    def describe(self, handle: Any) -> Where:
+        return Where(self.name)
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -67,6 +89,10 @@ _REGISTRY: dict[str, Backend] = {}
 
 def register_backend(backend: Backend) -> Backend:
     """Make ``backend`` available under ``backend.name``; a later registration replaces an earlier one."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"{backend!r} is not a runtime_lite.backends.Backend; subclass it to bring a backend")
+    if not isinstance(backend.name, str) or not backend.name:
+        raise TypeError(f"backend {type(backend).__name__} has no name")
     _REGISTRY[backend.name] = backend
     return backend
 
@@ -87,9 +113,12 @@ def _from_entry_points(name: str) -> Backend | None:
     entry = _installed_entry_points().get(name)
     if entry is None:
         return None
-    backend = entry.load()
-    backend = backend() if isinstance(backend, type) else backend
-    return register_backend(backend)
+    try:
+        backend = entry.load()
+        backend = backend() if isinstance(backend, type) else backend
+        return register_backend(backend)
+    except Exception as e:  # a broken plugin must not take the load down with a traceback
+        raise ImportError(f"backend plugin {name!r} ({entry.value}) failed to load: {type(e).__name__}: {e}") from None
 
 
 #: Backends shipped with runtime_lite, imported on first use so ``import runtime_lite`` stays cheap.
@@ -105,3 +134,41 @@ def get_backend(name: str) -> Backend | None:
 
 def available_backends() -> list[str]:
     return sorted(set(_REGISTRY) | set(BUILTIN_BACKENDS) | set(_installed_entry_points()))
+
+
+def resolve_backend_options(given: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Each named backend's options, checked against what it declares; a name no backend has is refused."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise OptionError(f"backend_options must map backend names to their options, got {type(given).__name__}")
+    resolved = {}
+    for name, options in given.items():
+        backend = get_backend(name) if isinstance(name, str) else None
+        if backend is None:
+            raise OptionError(
+                f"backend_options names {name!r}, which is not installed (installed: {', '.join(available_backends())})"
+            )
+        resolved[name] = resolve_options(name, backend.load_options, options)
+    return resolved
+
+
+def context_for(backend: Backend, resolved: Mapping[str, dict[str, Any]]) -> BackendContext:
+    """The context ``init`` and ``execute`` get: the backend's options as given, else its defaults."""
+    options = resolved.get(backend.name)
+    if options is None:
+        options = resolve_options(backend.name, backend.load_options, None)
+    return BackendContext(options)
+
+
+__all__ = [
+    "Backend",
+    "BackendContext",
+    "IncompatiblePayload",
+    "Where",
+    "available_backends",
+    "context_for",
+    "get_backend",
+    "register_backend",
+    "resolve_backend_options",
+]

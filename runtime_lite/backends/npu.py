@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import IncompatiblePayload, register_backend
+from runtime_lite.backends import Backend, BackendContext, IncompatiblePayload, register_backend
 from runtime_lite.backends.weights import view_constant
 from runtime_lite.bundle import MAX_DECODED_ITEMS, expect, expect_dtype, expect_index, expect_key, expect_shape
 from runtime_lite.errors import BundleError, describe
@@ -283,13 +283,15 @@ def check_json_budget(data: memoryview, what: str) -> None:
         raise BundleError(f"{what} holds more than {MAX_DECODED_ITEMS} JSON items")
 
 
-class NpuBackend:
+class NpuBackend(Backend):
     name = "npu"
 
     def is_available(self) -> bool:
         return True  # an emulation: it runs wherever numpy does
 
-    def init(self, payloads: dict[str, memoryview], compile_specs: dict[str, Any]) -> NpuProgram:
+    def init(
+        self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]
+    ) -> NpuProgram:
         if "graph" not in payloads:
             raise BundleError("npu module has no 'graph' payload")
         check_json_budget(payloads["graph"], "npu payload 'graph'")
@@ -301,8 +303,8 @@ class NpuBackend:
             raise BundleError("npu payload 'graph' nests too deeply") from None
         return NpuProgram(graph, payloads.get("weights"))
 
-    def execute(self, handle: NpuProgram, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
-        return handle.run(inputs, trace)
+    def execute(self, context: BackendContext, handle: NpuProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return handle.run(inputs, context.trace)
 
 
 BACKEND = register_backend(NpuBackend())

@@ -16,9 +16,9 @@ from aot.compiler import build
 from aot.compiler.backends.tensorrt import TensorRTOptions
 from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2
 from aot.testing.zoo import zoo_input
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.gpu import GpuUnavailable, probe
 from runtime_lite.backends.tensorrt.spec import BuildSettings
-from runtime_lite.engine_cache import EngineCache
 from tests.helpers import build_and_load, conv_relu_graph
 
 
@@ -48,7 +48,7 @@ def _options(tmp_path, **settings):
 def test_tutorial_conv_relu_on_the_gpu(tmp_path, precision, tolerance):
     result = build(conv_relu_graph(WEIGHT), targets=["tensorrt"], min_region_size=1,
                    backend_options=_options(tmp_path, precision=precision))  # fmt: skip
-    module = runtime_lite.load(result.to_bytes(), cache_dir=tmp_path / "cache")
+    module = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"cache_dir": tmp_path / "cache"}})
     assert "from the bundle" in module.modules[0]["placement"], module.modules
     expected = build_and_load(conv_relu_graph(WEIGHT)).run({"data": DATA})[0]
     assert relative_l2(module.run({"data": DATA})[0], expected) <= tolerance
@@ -59,7 +59,7 @@ def test_zoo_models_on_the_gpu(tmp_path, name):
     model = load_zoo_model(name, random_weights=True, logits=True)
     feeds = zoo_input(model)
     result = build(model, targets=["tensorrt"], backend_options=_options(tmp_path))
-    module = runtime_lite.load(result.to_bytes(), cache_dir=tmp_path / "cache")
+    module = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"cache_dir": tmp_path / "cache"}})
     assert all("from the bundle" in m["placement"] for m in module.modules), module.modules
     host = build_and_load(model).run(feeds)
     for ours, expected in zip(module.run(feeds), host):

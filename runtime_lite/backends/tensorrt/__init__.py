@@ -8,9 +8,9 @@ tagged with what they were built for, and a host plan of the same region. At
    deserializes it (it returns None for an engine it cannot run);
 2. else the engine cache, by the content-addressed key of recipe + settings +
    this device; a hit is verified by its sha256;
-3. else, when the deployment allows building (``load(..., allow_engine_build=True)``
-   or ``AOT_ALLOW_ENGINE_BUILD=1``), a build from the recipe into the cache,
-   once across processes;
+3. else, when the deployment allows building (``load(..., backend_options={"tensorrt":
+   {"allow_engine_build": True}})`` or ``AOT_ALLOW_ENGINE_BUILD=1``), a build from the
+   recipe into the cache, once across processes;
 4. else the host plan, with numpy: slower, but the bundle still runs, correctly,
    on a machine with no GPU at all.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import IncompatiblePayload, LoadOptions, register_backend
+from runtime_lite.backends import Backend, BackendContext, IncompatiblePayload, Where, register_backend
 from runtime_lite.backends.tensorrt.spec import (
     FORMAT,
     BuildSettings,
@@ -38,12 +38,30 @@ from runtime_lite.backends.tensorrt.spec import (
 from runtime_lite.backends.weights import view_constant
 from runtime_lite.bundle import decode_record, expect, expect_dtype, expect_key, expect_shape
 from runtime_lite.errors import BundleError
+from runtime_lite.options import Option, boolean, env_flag, path
 from runtime_lite.plan import HostPlan
 from runtime_lite.signature import TensorSpec, parse_specs
 
 logger = logging.getLogger("runtime_lite.tensorrt")
 
 ENGINE_TAGS = ("tensorrt", "cuda", "gpu", "compute_capability", "platform")
+
+#: What a deployment may allow at load: ``load(path, backend_options={"tensorrt": {...}})``.
+LOAD_OPTIONS = (
+    Option(
+        "allow_engine_build",
+        boolean,
+        env_flag("AOT_ALLOW_ENGINE_BUILD"),
+        "build a missing engine from the bundle's recipe into the engine cache (default: $AOT_ALLOW_ENGINE_BUILD)",
+    ),
+    Option("cache_dir", path, None, "the engine cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir)"),
+    Option(
+        "allow_version_compatible",
+        boolean,
+        False,
+        "load version-compatible engines, which run host code embedded in the engine",
+    ),
+)
 
 
 def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
@@ -84,7 +102,7 @@ def _engines(specs: dict[str, Any], payloads: dict[str, memoryview]) -> list[tup
 class TensorRTModule:
     """One TensorRT region, resolved at load to an engine runner or its host plan."""
 
-    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: LoadOptions):
+    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
         fmt = expect_key(specs, "format", str, "tensorrt compile_specs")
         if fmt != FORMAT:
             raise IncompatiblePayload(f"payload format {fmt!r}; this runtime_lite runs {FORMAT!r}")
@@ -114,7 +132,7 @@ class TensorRTModule:
         self.runs_on = "tensorrt" if self.runner is not None else "host"
         logger.info("tensorrt region %s runs %s", self.id, self.placement)
 
-    def _resolve(self, options: LoadOptions) -> tuple[Any, str]:
+    def _resolve(self, options: dict[str, Any]) -> tuple[Any, str]:
         """(engine runner or None, where the region runs and why): the four steps of the module docstring."""
         from runtime_lite.backends.tensorrt.gpu import EngineIncompatible, GpuUnavailable, probe
 
@@ -124,7 +142,7 @@ class TensorRTModule:
             return None, f"on the host (no GPU engine possible: {e})"
         reasons = []
         for i, (tags, blob) in enumerate(self.engines):
-            why = engine_fits(tags, device, options.allow_version_compatible)
+            why = engine_fits(tags, device, options["allow_version_compatible"])
             if why is None:
                 try:
                     return self._runner(blob, tags), f"on {device.gpu} with engine {i} from the bundle"
@@ -133,18 +151,18 @@ class TensorRTModule:
             reasons.append(f"engine {i}: {why}")
         return self._from_cache(device, options, reasons)
 
-    def _from_cache(self, device: DeviceSignature, options: LoadOptions, reasons: list[str]) -> tuple[Any, str]:
+    def _from_cache(self, device: DeviceSignature, options: dict[str, Any], reasons: list[str]) -> tuple[Any, str]:
         from runtime_lite.backends.tensorrt.builder import EngineBuildError, cached_engine
+        from runtime_lite.backends.tensorrt.engine_cache import EngineCache
         from runtime_lite.backends.tensorrt.gpu import EngineIncompatible
-        from runtime_lite.engine_cache import EngineCache
 
         # An engine built or cached here is for this TensorRT: it embeds host code only if the caller trusts that.
         settings = dataclasses.replace(
-            self.settings, version_compatible=self.settings.version_compatible and options.allow_version_compatible
+            self.settings, version_compatible=self.settings.version_compatible and options["allow_version_compatible"]
         )
         profile = profiles(self.inputs, settings)
         recipe = bytes(self.recipe)
-        cache = EngineCache(options.cache_dir)
+        cache = EngineCache(options["cache_dir"])
         trusted = {"version_compatible": settings.version_compatible}
         key, data, _ = cached_engine(cache, recipe, settings, profile, device, label=self.id, build=False)
         if data is not None:
@@ -155,10 +173,11 @@ class TensorRTModule:
                 cache.drop(key)  # TensorRT refuses it here: a rebuild must not be handed the same bytes
                 reasons.append(f"cache entry {key[:12]}: {e}")
         why = "; ".join(reasons) or "the bundle has no engines"
-        if not options.allow_engine_build:
+        if not options["allow_engine_build"]:
             return None, (
                 f"on the host: no engine fits {device} ({why}); "
-                "load with allow_engine_build=True or set AOT_ALLOW_ENGINE_BUILD=1 to build one into the cache"
+                "load with backend_options={'tensorrt': {'allow_engine_build': True}} (or set "
+                "AOT_ALLOW_ENGINE_BUILD=1) to build one into the cache"
             )
         try:
             key, data, hit = cached_engine(cache, recipe, settings, profile, device, label=self.id, build=True)
@@ -177,6 +196,12 @@ class TensorRTModule:
             allow_host_code=bool(tags.get("version_compatible")),
         )
 
+    def close(self) -> None:
+        """Free the engine and its device buffers now rather than at garbage collection."""
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            runner.close()
+
     def run(self, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
         start = time.perf_counter() if trace is not None else 0.0
         if self.runner is not None:
@@ -193,21 +218,24 @@ class TensorRTModule:
         return outputs
 
 
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     name = "tensorrt"
+    load_options = LOAD_OPTIONS
 
     def is_available(self) -> bool:
         return True  # a region without a usable engine runs its host plan
 
-    def init(
-        self, payloads: dict[str, memoryview], compile_specs: dict[str, Any], options: LoadOptions | None = None
-    ) -> TensorRTModule:
-        return TensorRTModule(payloads, compile_specs, options or LoadOptions())
+    def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]):
+        return TensorRTModule(payloads, compile_specs, dict(context.options))
 
-    def execute(
-        self, handle: TensorRTModule, inputs: Sequence[np.ndarray], trace: list | None = None
-    ) -> list[np.ndarray]:
-        return handle.run(inputs, trace)
+    def execute(self, context: BackendContext, handle: TensorRTModule, inputs: Sequence[np.ndarray]):
+        return handle.run(inputs, context.trace)
+
+    def close(self, handle: TensorRTModule) -> None:
+        handle.close()
+
+    def describe(self, handle: TensorRTModule) -> Where:
+        return Where(handle.runs_on, handle.placement)
 
 
 BACKEND = register_backend(TensorRTBackend())

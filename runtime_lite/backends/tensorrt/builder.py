@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache, engine_key
 from runtime_lite.backends.tensorrt.gpu import probe
 from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
-from runtime_lite.engine_cache import EngineCache, engine_key
 from runtime_lite.files import atomic_write
 
 

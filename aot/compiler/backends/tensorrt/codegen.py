@@ -26,8 +26,8 @@ from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.partition import Region
 from aot.errors import BuildError
 from aot.packager.bundle import tensor_spec
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import FORMAT, BuildSettings, engine_tags_for, profiles
-from runtime_lite.engine_cache import EngineCache
 from runtime_lite.signature import parse_specs
 
 

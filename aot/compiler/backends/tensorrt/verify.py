@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from aot.testing import relative_l2
-from runtime_lite.backends import LoadOptions
-from runtime_lite.backends.tensorrt import TensorRTModule
+from runtime_lite.backends.tensorrt import LOAD_OPTIONS, TensorRTModule
+from runtime_lite.options import resolve_options
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 
@@ -61,7 +61,8 @@ def verify_recipe(
 ) -> dict[str, Any]:
     """Run one TensorRT module's recipe (in ``evaluator``) and its host plan; report the worst error."""
     views = {k: memoryview(v) for k, v in payloads.items()}
-    module = TensorRTModule(views, compile_specs, LoadOptions(allow_engine_build=False))
+    options = resolve_options("tensorrt", LOAD_OPTIONS, {"allow_engine_build": False})
+    module = TensorRTModule(views, compile_specs, options)
     inputs = region_inputs(module, feeds)
     host = module.fallback.execute(inputs)
     recipe = _run(bytes(views["recipe"]), {s.name: x for s, x in zip(module.inputs, inputs)}, evaluator)

@@ -38,7 +38,7 @@ from typing import Any
 
 from runtime_lite.files import atomic_write, open_regular, read_regular
 
-logger = logging.getLogger("runtime_lite.engine_cache")
+logger = logging.getLogger("runtime_lite.backends.tensorrt.engine_cache")
 
 LAYOUT = "tensorrt-engines/v1"
 DEFAULT_BUDGET = 8 << 30

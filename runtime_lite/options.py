@@ -1,0 +1,113 @@
+"""Backend options: declared once by the backend, given by a caller or a command line.
+
+Both halves of a backend take options from outside: the compile half from
+``aot-build --backend-option tensorrt.precision=fp16`` or
+``build(backend_options=...)``, the run half from
+``runtime_lite.load(..., backend_options={"tensorrt": {...}})`` or
+``runtime-lite run --backend-option ...``. A backend declares what it accepts as
+:class:`Option`\\ s; :func:`resolve_options` turns what the caller gave (strings
+from a command line, Python values from code) into a complete dict, and refuses
+an unknown name or a bad value with one line naming the backend and the option.
+The generic code never needs to know any backend's option names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime_lite.errors import OptionError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a backend accepts: its name, how to read it from text, its default and what it does."""
+
+    name: str
+    #: Turns the command line's text into the value (raise ValueError to refuse it).
+    parse: Callable[[str], Any]
+    #: The value when the caller gives none; a callable is called at resolve time (e.g. to read the environment).
+    default: Any = None
+    help: str = ""
+
+    def resolve(self, given: Any, owner: str) -> Any:
+        if given is _UNSET:
+            return self.default() if callable(self.default) else self.default
+        if not isinstance(given, str):
+            return given
+        try:
+            return self.parse(given)
+        except ValueError as e:
+            raise OptionError(f"{owner} option {self.name}={given!r}: {e}") from None
+
+
+_UNSET = object()
+
+
+def resolve_options(owner: str, declared: Sequence[Option], given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every declared option of ``owner`` (a backend name), from ``given`` or its default."""
+    if given is not None and not isinstance(given, Mapping):
+        raise OptionError(f"{owner} options must be a mapping of option names to values, got {type(given).__name__}")
+    given = dict(given or {})
+    if not all(isinstance(k, str) for k in given):
+        raise OptionError(f"{owner} options must be named by strings")
+    known = {option.name: option for option in declared}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        accepted = ", ".join(known) or "none"
+        raise OptionError(f"{owner} has no option {unknown[0]!r} (its options: {accepted})")
+    return {name: option.resolve(given.get(name, _UNSET), owner) for name, option in known.items()}
+
+
+def split_assignments(assignments: Sequence[str], flag: str = "--backend-option") -> dict[str, dict[str, str]]:
+    """``["tensorrt.precision=fp16", ...]`` -> ``{"tensorrt": {"precision": "fp16"}}``."""
+    by_backend: dict[str, dict[str, str]] = {}
+    for text in assignments:
+        key, sep, value = text.partition("=")
+        backend, dot, name = key.strip().partition(".")
+        if not sep or not dot or not backend or not name:
+            raise OptionError(f"{flag} must look like BACKEND.NAME=VALUE, e.g. tensorrt.precision=fp16, got {text!r}")
+        by_backend.setdefault(backend, {})[name] = value.strip()
+    return by_backend
+
+
+def boolean(text: str) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0``."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def choice(*values: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in values:
+            raise ValueError(f"expected one of {', '.join(values)}")
+        return text
+
+    return parse
+
+
+def path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a path")
+    return os.path.expanduser(text.strip())
+
+
+def env_flag(name: str) -> Callable[[], bool]:
+    """A default read from the environment when the options are resolved, not at import."""
+    return lambda: os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+__all__ = ["Option", "OptionError", "boolean", "choice", "env_flag", "integer", "path", "resolve_options"]
