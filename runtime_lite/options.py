@@ -31,6 +31,10 @@ class Option:
     #: The value when the caller gives none; a callable is called at resolve time (e.g. to read the environment).
     default: Any = None
     help: str = ""
+    #: A command-line alias kept for convenience (``--precision``); with ``flag_value`` set it is a
+    #: switch that sets that value (``--no-engines`` sets ``engines=never``).
+    flag: str | None = None
+    flag_value: Any = None
 
     def resolve(self, given: Any, owner: str) -> Any:
         if given is _UNSET:

@@ -56,17 +56,20 @@ def test_tensorrt_target_without_a_gpu_writes_recipes_and_says_so(model_file, tm
         "--precision", "fp16", "--workspace", "256MiB", "--cache-dir", str(tmp_path / "cache"),
     )  # fmt: skip
     assert "tensorrt: " in result.stdout and "no engine built" in result.stdout
-    assert "engines  cache" in result.stdout and "0 built" in result.stdout
+    assert "tensorrt engine cache" in result.stdout and "0 built" in result.stdout
     assert "module tensorrt_0 on backend tensorrt" in run("-m", "runtime_lite", "info", str(bundle)).stdout
 
 
 @pytest.mark.parametrize(
     "option, value, message",
     [
-        ("--workspace", "lots", "--workspace must be a size such as 512MiB"),
-        ("--batch", "8:4:1", "--batch must satisfy 1 <= MIN <= OPT <= MAX"),
-        ("--batch", "1-8", "--batch must look like MIN:OPT:MAX"),
-        ("--precision", "int4", "'int4' is not one of 'fp32', 'fp16'"),
+        ("--workspace", "lots", "--workspace 'lots': expected a size such as 512MiB"),
+        ("--batch", "8:4:1", "batch range must satisfy 1 <= MIN <= OPT <= MAX"),
+        ("--batch", "1-8", "--batch '1-8': expected MIN:OPT:MAX"),
+        ("--precision", "int4", "--precision 'int4': expected one of fp32, fp16"),
+        ("--backend-option", "tensorrt.precision=int4", "tensorrt option precision='int4': expected one of fp32"),
+        ("--backend-option", "tensorrt.precison=fp16", "tensorrt has no option 'precison' (its options: precision"),
+        ("--backend-option", "precision=fp16", "--backend-option must look like BACKEND.NAME=VALUE"),
     ],
 )
 def test_bad_tensorrt_options_are_one_line_errors(model_file, tmp_path, option, value, message):

@@ -9,13 +9,13 @@ import traceback
 
 import click
 
-from aot.cli.options import tensorrt_options
+from aot.compiler.backends import CompilerBackend, available_compiler_backends, get_compiler_backend
 from aot.compiler.build import BuildResult, build, parse_input_shapes
-from aot.compiler.targets import KNOWN_TARGETS
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
-from runtime_lite.backends.tensorrt.spec import PRECISIONS
+from runtime_lite.errors import OptionError
 from runtime_lite.files import refuse_special_file
+from runtime_lite.options import Option, split_assignments
 
 
 def _peak(n: int | None, regions: int) -> str:
@@ -74,7 +74,71 @@ def _check_output(model: str, output: str) -> None:
         raise BuildError(f"cannot write bundle '{output}': {e.strerror}") from None
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def _installed_backends() -> list[CompilerBackend]:
+    """The backends this aot can target; a plugin that fails to load is left out here and named when targeted."""
+    backends = []
+    for name in available_compiler_backends():
+        try:
+            backends.append(get_compiler_backend(name))
+        except BuildError:
+            pass
+    return backends
+
+
+def _aliases() -> dict[str, tuple[str, Option]]:
+    """Each backend option's command-line alias (``--precision``) -> (backend, option); the first claim wins."""
+    aliases: dict[str, tuple[str, Option]] = {}
+    for backend in _installed_backends():
+        for option in backend.options:
+            if option.flag and option.flag not in aliases:
+                aliases[option.flag] = (backend.name, option)
+    return aliases
+
+
+class _BuildCommand(click.Command):
+    """``--help`` ends with every installed backend's options, read from the backends themselves."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for backend in _installed_backends():
+            rows = [(f"{backend.name}.{o.name}", o.help + (f" [default: {o.default}]" if o.default is not None else ""))
+                    for o in backend.options]  # fmt: skip
+            with formatter.section(f"Backend options of {backend.name} (--backend-option NAME=VALUE)"):
+                formatter.write_dl(rows or [("(none)", "")])
+
+
+def _with_backend_aliases(command):
+    for flag, (backend, option) in reversed(list(_aliases().items())):
+        dest = f"alias_{backend}_{option.name}".replace("-", "_")
+        same = f"--backend-option {backend}.{option.name}"
+        if option.flag_value is not None:
+            command = click.option(flag, dest, is_flag=True, flag_value=option.flag_value, default=None,
+                                   help=f"{backend}: {option.help} (= {same}={option.flag_value})")(command)  # fmt: skip
+        else:
+            command = click.option(flag, dest, default=None, metavar="VALUE",
+                                   help=f"{backend}: {option.help} (= {same}=VALUE)")(command)  # fmt: skip
+    return command
+
+
+def backend_options_from(assignments: tuple[str, ...], aliases_given: dict[str, object]) -> dict[str, dict]:
+    """--backend-option BACKEND.NAME=VALUE and the aliases, as ``build(backend_options=...)``."""
+    try:
+        given = split_assignments(assignments)
+    except OptionError as e:
+        raise BuildError(str(e)) from None
+    for flag, (backend, option) in _aliases().items():
+        value = aliases_given.get(f"alias_{backend}_{option.name}".replace("-", "_"))
+        if value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = option.parse(value)
+            except ValueError as e:
+                raise BuildError(f"{flag} {value!r}: {e}") from None
+        given.setdefault(backend, {})[option.name] = value
+    return given
+
+
+@click.command(cls=_BuildCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write (default: MODEL's name with .aotb)."
@@ -83,8 +147,9 @@ def _check_output(model: str, output: str) -> None:
     "--target",
     "targets",
     multiple=True,
-    type=click.Choice(KNOWN_TARGETS),
-    help="Backend to offload to, highest priority first; repeatable. The host always runs the rest.",
+    metavar="BACKEND",
+    help="Backend to offload to, highest priority first; repeatable. The host always runs the rest. "
+    "Any installed backend: built in (npu, tensorrt) or from a plugin package (--list-backends).",
 )
 @click.option(
     "--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224."
@@ -95,37 +160,30 @@ def _check_output(model: str, output: str) -> None:
     help="Keep regions with fewer ops than this on the host (default: each backend's own).",
 )
 @click.option(
-    "--precision",
-    type=click.Choice(PRECISIONS),
-    default="fp32",
-    show_default=True,
-    help="TensorRT: precision written into each recipe (fp16: fp16 weights, casts at the region boundary).",
+    "--backend-option",
+    "backend_assignments",
+    multiple=True,
+    metavar="BACKEND.NAME=VALUE",
+    help="A backend's own build option, e.g. tensorrt.precision=fp16; repeatable (listed below).",
 )
-@click.option("--workspace", default="1GiB", show_default=True, help="TensorRT: builder workspace limit, e.g. 512MiB.")
-@click.option("--batch", metavar="MIN:OPT:MAX", help="TensorRT: optimization profile for a symbolic batch dim.")
-@click.option(
-    "--hardware-compatible", is_flag=True, help="TensorRT: engines that run on any Ampere or newer GPU (AMPERE_PLUS)."
-)
-@click.option(
-    "--version-compatible",
-    is_flag=True,
-    help="TensorRT: engines later TensorRT versions can run; they embed host code, so loading one needs an opt-in.",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False),
-    help="Engine cache shared with deployed runtimes (default: $AOT_CACHE_DIR, else the XDG cache dir).",
-)
-@click.option("--no-engines", is_flag=True, help="TensorRT: write recipes only, even where a GPU could build engines.")
-@click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions.")
+@_with_backend_aliases
+@click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions, with why "
+              "each op a target could take stayed on the host.")  # fmt: skip
+@click.option("--list-backends", is_flag=True, help="List the installed backends and exit.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
-    model, output, targets, inputs, min_region_size, precision, workspace, batch, hardware_compatible,
-    version_compatible, cache_dir, no_engines, print_graph, quiet, debug,
+    model, output, targets, inputs, min_region_size, backend_assignments, print_graph, list_backends, quiet, debug,
+    **aliases_given,
 ):  # fmt: skip
-    """Compile MODEL (an ONNX file) into one runtime_lite bundle."""
+    """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
+    if list_backends:
+        click.echo("host (always)")
+        for backend in _installed_backends():
+            click.echo(f"{backend.name} (min region {backend.min_region_size} ops, "
+                       f"{'weights in its payload' if backend.bind_constants else 'weights on the host'})")  # fmt: skip
+        return
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
     start = time.perf_counter()
 
@@ -135,22 +193,15 @@ def main(
 
     try:
         _check_output(model, output)
-        if precision != "fp32" and "tensorrt" not in targets:
-            raise BuildError(
-                f"--precision {precision} applies to TensorRT regions only; add --target tensorrt "
-                "(the host and the NPU compute in fp32)"
-            )
         shapes = parse_input_shapes(inputs)
-        tensorrt = tensorrt_options(
-            precision, workspace, batch, hardware_compatible, version_compatible, cache_dir, no_engines, quiet
-        )
         result = build(
             model,
             targets=targets or ("host",),
             input_shapes=shapes,
             min_region_size=min_region_size,
-            backend_options={"tensorrt": tensorrt},
+            backend_options=backend_options_from(backend_assignments, aliases_given),
             progress=progress,
+            log=None if quiet else sys.stderr,
         )
         size = result.save(output)
         progress("write", result.timings["write"])
@@ -170,12 +221,9 @@ def main(
     if not quiet:
         for line in summarize(result, model, output, size, time.perf_counter() - start):
             click.echo(line)
-        if "tensorrt" in result.regions:
-            stats = tensorrt.cache.stats
-            click.echo(
-                f"  engines  cache {tensorrt.cache.root}: {stats.hits} hits, {stats.misses} misses, "
-                f"{stats.builds} built"
-            )
+        for backend, lines in result.reports.items():
+            for line in lines:
+                click.echo(f"  {backend:<8} {line}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from aot.compiler.backends import get_compiler_backend
 from aot.compiler.host_plan import HostPlan, lower_to_host_plan
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
-from aot.compiler.targets import IMPLEMENTED_TARGETS, check_targets
+from aot.compiler.targets import check_targets
+from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.frontend.torch import from_exported_program, load_exported_program
@@ -42,6 +44,8 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: The graph before regions were outlined, with its composites and regions (printable).
     partitioned: PartitionedGraph | None = None
+    #: Lines each backend adds to the build summary (``CompilerBackend.report``), by backend.
+    reports: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -79,6 +83,7 @@ def build(
     partitioner: Callable[[Graph], PartitionedGraph] | None = None,
     backend_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    log: TextIO | None = sys.stderr,
 ) -> BuildResult:
     """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
 
@@ -87,11 +92,17 @@ def build(
     ``partitioner`` replaces the default partitioning (your own patterns or
     passes over ``fuse_ops_by_pattern`` / ``merge_composite_functions``); its
     regions must name registered compiler backends.
-    ``backend_options`` maps a backend name to its codegen options
+    ``backend_options`` maps a backend name to its codegen options: a mapping of the
+    options it declares (``{"tensorrt": {"precision": "fp16"}}``, values as Python
+    objects or command-line text), or its own options object
     (``{"tensorrt": TensorRTOptions(...)}``, ``{"npu": DeviceProfile(...)}``).
+    ``log`` is where backends write progress of long work (engine builds); None is quiet.
     """
     report = progress or (lambda stage, seconds: None)
-    ordered, notes = check_targets(targets)
+    ordered = check_targets(targets)
+    offload = [t for t in ordered if t != "host"]
+    configured = _configure(offload, backend_options or {}, log)
+    notes: list[str] = []
     timings: dict[str, float] = {}
 
     def stage(label: str, fn: Callable[[], Any]) -> Any:
@@ -108,17 +119,35 @@ def build(
     stats = stage("optimize", lambda: optimize(graph))
     blobs = BlobTable()
     partitioned, modules = None, []
-    offload = [t for t in ordered if t in IMPLEMENTED_TARGETS and t != "host"]
     if partitioner is not None:
         partitioned = stage("partition", lambda: partitioner(graph))
     elif offload:
         partitioned = stage("partition", lambda: partition(graph, offload, min_region_size=min_region_size))
     if partitioned is not None:
-        modules = stage("codegen", lambda: _codegen(partitioned, blobs, backend_options or {}, notes))
+        refused = partitioned.why_on_host()
+        if refused:
+            notes.append(f"{len(refused)} ops a target's pattern matched stay on the host; --print-graph says why")
+        modules = stage("codegen", lambda: _codegen(partitioned, blobs, configured, log, notes))
         outline_regions(partitioned)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
     header = stage("package", lambda: make_header(graph, plan, blobs, modules))
-    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned)
+    reports = {}
+    for name in sorted({m["backend"] for m in modules}):
+        backend = get_compiler_backend(name)
+        if backend.report is not None and name in configured:
+            reports[name] = backend.report(configured[name])
+    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned, reports)
+
+
+def _configure(offload: list[str], given: Mapping[str, Any], log: TextIO | None) -> dict[str, Any]:
+    """Each target's codegen options; options for a backend that is not a target are an error, not ignored."""
+    stray = sorted(set(given) - set(offload))
+    if stray:
+        raise BuildError(
+            f"backend options given for {', '.join(stray)}, which is not a target of this build; "
+            f"add --target {stray[0]} (targets: {', '.join(offload) or 'host only'})"
+        )
+    return {name: get_compiler_backend(name).configure(given.get(name), log) for name in offload}
 
 
 def _import(model: Any, input_shapes: InputShapes | None, name: str) -> Graph:
@@ -131,12 +160,15 @@ def _import(model: Any, input_shapes: InputShapes | None, name: str) -> Graph:
 
 
 def _codegen(
-    pg: PartitionedGraph, blobs: BlobTable, options: Mapping[str, Any], notes: list[str]
+    pg: PartitionedGraph, blobs: BlobTable, configured: dict[str, Any], log: TextIO | None, notes: list[str]
 ) -> list[dict[str, Any]]:
     """Each region through its backend's codegen, as the bundle's module records."""
     records = []
     for region in pg.regions:
-        artifact = get_compiler_backend(region.backend).codegen(region, options.get(region.backend))
+        backend = get_compiler_backend(region.backend)
+        if region.backend not in configured:  # a custom partitioner's region: the backend's defaults
+            configured[region.backend] = backend.configure(None, log)
+        artifact = backend.codegen(region, configured[region.backend])
         notes.extend(artifact.notes)
         records.append(
             {
@@ -177,7 +209,6 @@ def _default_name(model: Any) -> str | None:
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple]:
     """Parse ``NAME:1x3x224x224`` options (the name may itself contain ':')."""
-    from aot.errors import BuildError
     from aot.ir.types import parse_shape
 
     shapes: dict[str, tuple] = {}

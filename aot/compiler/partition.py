@@ -95,6 +95,18 @@ class PartitionedGraph:
         self.outputs: list[Value] = list(graph.outputs)
         #: Graph order of every node; sorts composites and regions and bounds path searches.
         self.position: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
+        #: Why a pattern rooted at a node was refused: id(node) -> ["npu.conv2d: dilation 2 ...", ...].
+        self.refusals: dict[int, list[str]] = {}
+
+    def refuse(self, node: Node, reason: str) -> None:
+        reasons = self.refusals.setdefault(id(node), [])
+        if reason not in reasons:
+            reasons.append(reason)
+
+    def why_on_host(self) -> dict[str, list[str]]:
+        """For each op left on the host that a target's pattern matched: why each match was refused."""
+        offloaded = {id(n) for r in self.regions for n in r.nodes}
+        return {n.name: self.refusals[id(n)] for n in self.nodes if id(n) in self.refusals and id(n) not in offloaded}
 
     @functools.cached_property
     def consumers(self) -> dict[Value, list[Node]]:
@@ -204,8 +216,11 @@ def fuse_ops_by_pattern(
                 continue
             members = sorted(found.nodes, key=lambda n: position[id(n)])
             if not _is_convex(members, consumers, position):
+                pg.refuse(node, f"{fp.name}: a path leaves the match and comes back (fusing it would make a cycle)")
                 continue
-            if not fp.accepts(found, consumers, graph_outputs):
+            refusal = fp.refusal(found, consumers, graph_outputs)
+            if refusal is not None:
+                pg.refuse(node, f"{fp.name}: {refusal}")
                 continue
             inputs, outputs = boundary(members, pg.outputs, consumers, bind_constants)
             composite = Composite(fp.name, members, inputs, outputs, found.annotated(fp.annotations), bind_constants)
@@ -385,6 +400,10 @@ def drop_small_regions(pg: PartitionedGraph, min_region_size: dict[str, int] | i
         return min_region_size if isinstance(min_region_size, int) else min_region_size.get(backend, 1)
 
     dropped = [r for r in pg.regions if len(r.nodes) < minimum(r.backend)]
+    for r in dropped:
+        for node in r.nodes:
+            pg.refuse(node, f"{r.backend}: its region has {len(r.nodes)} ops, fewer than the {minimum(r.backend)} "
+                      f"{r.backend} offloads (--min-region-size)")  # fmt: skip
     if dropped:
         gone = {id(c) for r in dropped for c in r.composites}
         pg.composites = [c for c in pg.composites if id(c) not in gone]

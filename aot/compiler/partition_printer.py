@@ -31,6 +31,7 @@ def format_partitioned(pg: PartitionedGraph) -> str:
     regions = pg.region_of()
     composites = pg.composite_of()
     printed: set[int] = set()
+    refusals = pg.refusals
     for node in pg.nodes:
         region = regions.get(id(node))
         composite = composites.get(id(node))
@@ -55,5 +56,6 @@ def format_partitioned(pg: PartitionedGraph) -> str:
             lines.extend("    " + format_node(n) for n in composite.nodes)
         else:
             lines.append("  " + format_node(node))
+            lines.extend(f"    # stays on the host: {reason}" for reason in refusals.get(id(node), ()))
     lines.append("  return " + _values(pg.outputs))
     return "\n".join(lines)

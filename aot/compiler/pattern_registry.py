@@ -5,7 +5,9 @@ As in TVM's ``pattern_registry``: a backend registers ``FusionPattern``s named
 ``get_patterns_with_prefix`` returns them highest first, the order the
 partitioner tries them in. A check sees the whole match (nodes, annotated values,
 who else reads each intermediate) and may veto it; that is where dtype, shape and
-memory limits live.
+memory limits live. A veto says why: ``return reject("dilation 2 not supported")``
+(a plain ``False`` still works, reported as "its check refused"), and
+``aot-build --print-graph`` shows the reason beside each op that stayed on the host.
 """
 
 from __future__ import annotations
@@ -63,7 +65,28 @@ class PatternCheckContext:
         return list(seen.values())
 
 
-Check = Callable[[PatternCheckContext], bool]
+class Rejected:
+    """A check's "no", with the reason; falsy, so ``if check(ctx):`` reads it as a refusal."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"Rejected({self.reason!r})"
+
+
+def reject(reason: str) -> Rejected:
+    """What a check returns to refuse a match and say why (``"dilation 2 not supported by npu"``)."""
+    return Rejected(reason)
+
+
+#: True (or any truthy value) accepts; False or ``reject(reason)`` refuses.
+Check = Callable[[PatternCheckContext], "bool | Rejected"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +97,8 @@ class FusionPattern:
     pattern: Pattern
     annotations: dict[str, Pattern] = field(default_factory=dict)
     check: Check | None = None
+    #: Higher runs first; among equals, the later registration runs first (TVM's order).
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if "." not in self.name or not self.name.split(".", 1)[0]:
@@ -84,10 +109,17 @@ class FusionPattern:
         return self.name.split(".", 1)[0]
 
     def accepts(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> bool:
+        return self.refusal(match, consumers, graph_outputs) is None
+
+    def refusal(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> str | None:
+        """None when the check accepts the match, else why it refused."""
         if self.check is None:
-            return True
+            return None
         context = PatternCheckContext(match, match.annotated(self.annotations), consumers, graph_outputs)
-        return bool(self.check(context))
+        verdict = self.check(context)
+        if verdict:
+            return None
+        return verdict.reason if isinstance(verdict, Rejected) else "its check refused"
 
 
 _PATTERNS: list[FusionPattern] = []
@@ -102,12 +134,13 @@ def register_patterns(patterns: list[FusionPattern | tuple[Any, ...]]) -> None:
 
 
 def get_patterns_with_prefix(prefix: str) -> list[FusionPattern]:
-    """Patterns whose name starts with ``prefix``, highest priority first.
+    """Patterns whose name starts with ``prefix``, highest priority first (then latest registered).
 
     A bare backend name (``"npu"``) selects that backend's patterns only, not ``"npu2.*"``.
     """
     start = prefix if "." in prefix else prefix + "."
-    return [p for p in reversed(_PATTERNS) if p.name.startswith(start)]
+    latest_first = [p for p in reversed(_PATTERNS) if p.name.startswith(start)]
+    return sorted(latest_first, key=lambda p: -p.priority)  # stable: equal priorities keep registration order
 
 
 def get_pattern(name: str) -> FusionPattern | None:
@@ -117,6 +150,8 @@ def get_pattern(name: str) -> FusionPattern | None:
 __all__ = [
     "FusionPattern",
     "PatternCheckContext",
+    "Rejected",
+    "reject",
     "get_pattern",
     "get_patterns_with_prefix",
     "register_patterns",

@@ -1,27 +1,22 @@
-"""Which targets a build may name, and which of them this version can compile for."""
+"""Which targets a build may name: the host, and every compiler backend installed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aot.compiler.backends import available_compiler_backends, get_compiler_backend
 from aot.errors import BuildError
 
-KNOWN_TARGETS = ("host", "npu", "tensorrt")
-#: Targets with a compiler backend in this version; the others are accepted and run on the host.
-IMPLEMENTED_TARGETS = ("host", "npu", "tensorrt")
 
-
-def check_targets(targets: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Validate target names; return (targets in priority order, notes for the build summary)."""
+def check_targets(targets: Sequence[str]) -> list[str]:
+    """Target names in priority order, each one a loadable backend (or "host"); BuildError otherwise."""
     ordered: list[str] = []
     for t in targets:
-        if t not in KNOWN_TARGETS:
-            raise BuildError(f"unknown target {t!r} (known targets: {', '.join(KNOWN_TARGETS)})")
+        if t != "host" and t not in available_compiler_backends():
+            installed = ", ".join(["host", *available_compiler_backends()])
+            raise BuildError(f"unknown target {t!r} (installed: {installed})")
         if t not in ordered:
+            if t != "host":
+                get_compiler_backend(t)  # a plugin that fails to load says so now, before any work
             ordered.append(t)
-    notes = [
-        f"target '{t}' has no compiler backend in this version yet; its ops are placed on the host"
-        for t in ordered
-        if t not in IMPLEMENTED_TARGETS
-    ]
-    return ordered or ["host"], notes
+    return ordered or ["host"]

@@ -13,37 +13,49 @@ from __future__ import annotations
 
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, SUPPORTED_DTYPES
 from aot.compiler.pattern import is_const, is_op, wildcard
-from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, register_patterns
+from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
 
 
-def _tensors_supported(ctx: PatternCheckContext) -> bool:
+def _tensors_supported(ctx: PatternCheckContext) -> bool | Rejected:
     dram = DEFAULT_PROFILE.tiers[-1].bytes
     for value in ctx.values():
         t = value.type
-        if t.dtype not in SUPPORTED_DTYPES or not t.is_static or t.nbytes > dram:
-            return False
+        if t.dtype not in SUPPORTED_DTYPES:
+            return reject(f"%{value.name} is {t.dtype}; the npu computes in {', '.join(sorted(SUPPORTED_DTYPES))}")
+        if not t.is_static:
+            return reject(f"%{value.name} has a symbolic shape {t}; the npu plans static shapes only")
+        if t.nbytes > dram:
+            return reject(f"%{value.name} takes {t.nbytes} bytes, more than the npu's DRAM ({dram})")
     return True
 
 
-def _standard(ctx: PatternCheckContext) -> bool:
-    return _tensors_supported(ctx) and not ctx.intermediate_used_outside()
+def _standard(ctx: PatternCheckContext) -> bool | Rejected:
+    if ctx.intermediate_used_outside():
+        return reject("a value inside the match is also read outside it")
+    return _tensors_supported(ctx)
 
 
-def _depthwise(ctx: PatternCheckContext) -> bool:
+def _depthwise(ctx: PatternCheckContext) -> bool | Rejected:
     conv = ctx.annotated["conv"].producer
     x, w = conv.inputs[0].type, conv.inputs[1].type
     channels = x.shape[1]
-    return _standard(ctx) and conv.attrs["groups"] == channels > 1 and w.shape[1] == 1
+    if not (conv.attrs["groups"] == channels > 1 and w.shape[1] == 1):
+        return reject(f"groups {conv.attrs['groups']} with {channels} channels is not a depthwise convolution")
+    return _standard(ctx)
 
 
-def _quantize(ctx: PatternCheckContext) -> bool:
+def _quantize(ctx: PatternCheckContext) -> bool | Rejected:
     # int8/int16 only: the NPU has no unsigned integer path (uint8 models are requantised by the host).
-    return _standard(ctx) and ctx.root.type.dtype in ("int8", "int16")
+    if ctx.root.type.dtype not in ("int8", "int16"):
+        return reject(f"quantizes to {ctx.root.type.dtype}; the npu has int8 and int16 only")
+    return _standard(ctx)
 
 
-def _dequantize(ctx: PatternCheckContext) -> bool:
-    node = ctx.root.producer
-    return _standard(ctx) and node.inputs[0].type.dtype in ("int8", "int16")
+def _dequantize(ctx: PatternCheckContext) -> bool | Rejected:
+    dtype = ctx.root.producer.inputs[0].type.dtype
+    if dtype not in ("int8", "int16"):
+        return reject(f"dequantizes {dtype}; the npu has int8 and int16 only")
+    return _standard(ctx)
 
 
 def _pattern(name: str, pattern, check=_standard, **annotations) -> FusionPattern:

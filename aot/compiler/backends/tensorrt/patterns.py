@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aot.compiler.pattern import is_const, is_op, wildcard
-from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, register_patterns
+from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
 from aot.ir.graph import Value
 
 FLOAT_DTYPES = frozenset({"float32", "float16"})
@@ -37,28 +37,47 @@ def _static_but_batch(value: Value) -> bool:
     return len(shape) <= MAX_RANK and all(isinstance(d, int) for d in shape[1:])
 
 
-def _tensors(ctx: PatternCheckContext, dtypes: frozenset[str] = FLOAT_DTYPES) -> bool:
-    return all(v.type.dtype in dtypes and _static_but_batch(v) for v in ctx.values())
+def _tensors(ctx: PatternCheckContext, dtypes: frozenset[str] = FLOAT_DTYPES) -> bool | Rejected:
+    for v in ctx.values():
+        if v.type.dtype not in dtypes:
+            return reject(f"%{v.name} is {v.type.dtype}; tensorrt regions take {', '.join(sorted(dtypes))}")
+        if not _static_but_batch(v):
+            return reject(f"%{v.name} has shape {v.type}: only the batch dim may be symbolic, rank <= {MAX_RANK}")
+    return True
 
 
-def _all(*checks: Callable[[PatternCheckContext], bool]) -> Callable[[PatternCheckContext], bool]:
-    return lambda ctx: all(check(ctx) for check in checks)
+def _all(*checks: Callable[[PatternCheckContext], bool | Rejected]) -> Callable[[PatternCheckContext], bool | Rejected]:
+    def check(ctx: PatternCheckContext) -> bool | Rejected:
+        for one in checks:
+            verdict = one(ctx)
+            if not verdict:
+                return verdict
+        return True
+
+    return check
 
 
-def _attr(predicate: Callable[[dict], bool]) -> Callable[[PatternCheckContext], bool]:
-    return lambda ctx: predicate(ctx.root.producer.attrs)
+def _attr(predicate: Callable[[dict], bool]) -> Callable[[PatternCheckContext], bool | Rejected]:
+    def check(ctx: PatternCheckContext) -> bool | Rejected:
+        node = ctx.root.producer
+        if predicate(node.attrs):
+            return True
+        shown = ", ".join(f"{k}={v}" for k, v in node.attrs.items())
+        return reject(f"{node.op} with {shown[:160]} is not supported by tensorrt's parser")
+
+    return check
 
 
-def _quantized(ctx: PatternCheckContext) -> bool:
+def _quantized(ctx: PatternCheckContext) -> bool | Rejected:
     """Symmetric int8: TensorRT's Q/DQ layers take a float scale and no (or a zero) zero point."""
     node = ctx.root.producer
     scale = node.inputs[1]
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
-    return (
-        _tensors(ctx, FLOAT_DTYPES | QUANTIZED_DTYPES)
-        and scale.type.dtype in FLOAT_DTYPES
-        and (zero_point is None or (zero_point.type.dtype == "int8" and not zero_point.data.any()))
-    )
+    if scale.type.dtype not in FLOAT_DTYPES:
+        return reject(f"{node.op} scale is {scale.type.dtype}; tensorrt takes a float scale")
+    if zero_point is not None and (zero_point.type.dtype != "int8" or zero_point.data.any()):
+        return reject(f"{node.op} has a non-zero or non-int8 zero point; tensorrt quantizes symmetrically")
+    return _tensors(ctx, FLOAT_DTYPES | QUANTIZED_DTYPES)
 
 
 def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
