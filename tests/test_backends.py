@@ -73,7 +73,13 @@ def bundle_calling(backend_name: str, compile_specs=None, outputs: int = 2, modu
             "outputs": [2, 3][:outputs],
             "constants": [],
             "instructions": [
-                {"op": "call_module", "name": "region0", "in": [0], "out": [1, 3][:outputs], "attrs": {"module": module_index}},
+                {
+                    "op": "call_module",
+                    "name": "region0",
+                    "in": [0],
+                    "out": [1, 3][:outputs],
+                    "attrs": {"module": module_index},
+                },
                 {"op": "relu", "name": "after", "in": [1], "out": [2]},
             ],
         },

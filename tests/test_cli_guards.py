@@ -56,7 +56,11 @@ def test_output_that_is_a_fifo_is_refused_without_blocking(model_file, tmp_path)
 
 def test_fp16_without_tensorrt_is_refused(model_file, tmp_path):
     result = aot_build(str(model_file), "-o", str(tmp_path / "m.aotb"), "--precision", "fp16", "--target", "npu")
-    assert result.returncode == 1 and "backend options given for tensorrt, which is not a target of this build; add --target tensorrt" in result.stderr
+    assert (
+        result.returncode == 1
+        and "backend options given for tensorrt, which is not a target of this build; add --target tensorrt"
+        in result.stderr
+    )
     assert not (tmp_path / "m.aotb").exists()
 
 
