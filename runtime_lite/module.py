@@ -18,7 +18,7 @@ from runtime_lite.backends import (
     resolve_backend_options,
 )
 from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
-from runtime_lite.errors import BundleError, ExecutionError
+from runtime_lite.errors import BundleError, ExecutionError, RuntimeLiteError, one_line
 from runtime_lite.limits import RunLimits
 from runtime_lite.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.plan import BoundModule, HostPlan
@@ -222,6 +222,12 @@ def _init_module(record: _ModuleRecord, options: Mapping[str, dict[str, Any]]) -
         handle = backend.init(context, record.payloads, record.compile_specs)
     except IncompatiblePayload as e:
         raise BundleError(f"bundle module {record.id!r}: backend {name!r} cannot use its payload here: {e}") from None
+    except RuntimeLiteError:
+        raise
+    except Exception as e:  # a backend's own bug or unchecked field: still one line naming the module
+        raise BundleError(
+            f"bundle module {record.id!r}: backend {name!r} failed to initialise it: {type(e).__name__}: {one_line(str(e))}"
+        ) from None
     return BoundModule(record.id, backend, handle, context)
 
 
