@@ -188,3 +188,27 @@ def test_npu_checks_reject_what_it_cannot_run(case):
         assert names == ["npu.conv2d", "npu.relu"]  # not fused: the conv's output is also read by exp
     else:
         assert names == []
+
+
+def test_build_says_why_work_stayed_on_the_host():
+    """A symbolic batch keeps every NPU op on the host: the summary says so, per target, with a reason."""
+    import onnx
+
+    import aot
+    from tests.helpers import make_model, rand
+
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w"], ["c"]),
+        onnx.helper.make_node("Relu", ["c"], ["r"]),
+        onnx.helper.make_node("Reshape", ["r", "shape"], ["y"]),
+    ]
+    inits = {"w": rand(4, 3, 3, 3), "shape": np.array([0, -1], np.int64)}
+    model = make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits, input_shapes={"x": ["N", 3, 8, 8]})
+    result = aot.build(model, targets=["npu"])
+    (note,) = [n for n in result.notes if n.startswith("npu left on the host")]
+    assert "refused conv2d, relu" in note and "has a symbolic shape float32[N,3,8,8]" in note
+    assert "no npu pattern for reshape" in note
+    printed = str(result.partitioned)
+    assert "# stays on the host: npu.conv2d: %x has a symbolic shape float32[N,3,8,8]" in printed
+    fixed = aot.build(model, targets=["npu"], input_shapes={"x": (1, 3, 8, 8)})
+    assert [n for n in fixed.notes if "refused" in n] == [] and fixed.regions["npu"] == 2

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from aot.compiler.backends import get_compiler_backend
 from aot.compiler.host_plan import HostPlan, lower_to_host_plan
+from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.targets import check_targets
@@ -124,9 +125,7 @@ def build(
     elif offload:
         partitioned = stage("partition", lambda: partition(graph, offload, min_region_size=min_region_size))
     if partitioned is not None:
-        refused = partitioned.why_on_host()
-        if refused:
-            notes.append(f"{len(refused)} ops a target's pattern matched stay on the host; --print-graph says why")
+        notes.extend(explain_host(partitioned, [get_compiler_backend(t) for t in offload]))
         modules = stage("codegen", lambda: _codegen(partitioned, blobs, configured, log, notes))
         outline_regions(partitioned)
     plan = stage("plan", lambda: lower_to_host_plan(graph))

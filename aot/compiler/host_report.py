@@ -1,0 +1,57 @@
+"""Why work stayed on the host: one summary line per target, for ``aot-build``.
+
+A target can leave an op on the host for two reasons: it has no pattern that
+could root a match at that op (it does not support it), or one of its patterns
+matched and was refused (a check's ``reject`` reason, a cycle, a region under the
+backend's minimum size). The partitioner records the refusals per node
+(``PartitionedGraph.refusals``); ``--print-graph`` prints each under its op.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+from aot.compiler.backends import CompilerBackend
+from aot.compiler.partition import PartitionedGraph
+from aot.compiler.pattern import root_ops
+
+
+def _counted(ops: list[str]) -> str:
+    return ", ".join(f"{op} x{n}" if n > 1 else op for op, n in collections.Counter(ops).most_common())
+
+
+def _kind(reason: str) -> str:
+    """A reason with its pattern, value names and shapes blanked, so alike refusals count together."""
+    reason = reason.split(": ", 1)[-1]
+    return re.sub(r"\[[^\]]*\]", "[...]", re.sub(r"%\S+", "%...", reason))
+
+
+def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[str]:
+    """Per target: the op types it left on the host, split into refused (with one reason) and unsupported."""
+    offloaded = {id(n) for r in pg.regions for n in r.nodes}
+    on_host = [n for n in pg.nodes if id(n) not in offloaded]
+    lines = []
+    for backend in backends:
+        roots = [root_ops(p.pattern) for p in backend.patterns()]
+        takes_any = any(ops is None for ops in roots)
+        supported = set().union(*(ops for ops in roots if ops is not None))
+        prefix = f"{backend.name}"
+        refused = [(n, r) for n in on_host for r in pg.refusals.get(id(n), ()) if r.split(".", 1)[0] == prefix
+                   or r.startswith(f"{prefix}:")]  # fmt: skip
+        refused_nodes = list({id(n): n for n, _ in refused}.values())
+        unsupported = [n.op for n in on_host if not takes_any and n.op not in supported]
+        if not refused_nodes and not unsupported:
+            continue
+        parts = []
+        if refused_nodes:
+            common = collections.Counter(_kind(r) for _, r in refused).most_common(1)[0][0]
+            node, reason = next((n, r) for n, r in refused if _kind(r) == common)
+            parts.append(f"refused {_counted([n.op for n in refused_nodes])} (e.g. {node.name}: {reason})")
+        if unsupported:
+            parts.append(f"no {backend.name} pattern for {_counted(unsupported)}")
+        lines.append(f"{backend.name} left on the host: " + "; ".join(parts) + " (--print-graph shows each op)")
+    return lines
+
+
+__all__ = ["explain_host"]
