@@ -1,9 +1,10 @@
-"""Inference-time batch and layer normalisation."""
+"""Inference-time normalisation: batch, layer and instance norm, and local response normalisation (LRN)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
 from runtime_lite.kernels.elementwise import check_broadcast
 
@@ -53,3 +54,26 @@ def instance_norm(x, scale, bias, *, epsilon=1e-5):
     shape = (-1,) + (1,) * (x.ndim - 2)
     y = (x - mean) / np.sqrt(var + np.asarray(epsilon, x.dtype))
     return (y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)
+
+
+def _check_lrn_attrs(attrs: dict) -> None:
+    size = attrs.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16:
+        raise ValueError(f"attribute size must be an integer in [1, 65536], got {describe(size)}")
+
+
+@kernel("lrn", check=_check_lrn_attrs)
+def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    if x.ndim < 2:
+        raise ValueError(f"lrn: input must be (N, C, ...), got {list(x.shape)}")
+    before = (size - 1) // 2
+    after = size - 1 - before
+    c = x.shape[1]
+    square = np.square(x)
+    padded = np.pad(square, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    window = np.zeros_like(square)
+    for i in range(size):
+        window += padded[:, i : i + c]
+    denom = np.power(np.asarray(bias, x.dtype) + np.asarray(alpha / size, x.dtype) * window, np.asarray(beta, x.dtype))
+    return x / denom
