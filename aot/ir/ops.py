@@ -38,7 +38,6 @@ class OpDef:
     inputs: tuple[str, ...]  # names; "?" suffix = optional, "*" suffix = variadic
     attrs: dict[str, Any]  # name -> default (REQUIRED if none)
     infer_fn: Callable[[InferContext], list[TensorType]]
-    doc: str = ""
 
     def complete_attrs(self, attrs: dict[str, Any], node: str) -> dict[str, Any]:
         unknown = sorted(set(attrs) - set(self.attrs))
