@@ -297,7 +297,7 @@ def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outp
 
 
 @kernel("conv1d", "conv2d", "conv3d", check=check_conv_attrs)
-def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
+def conv(x, w, b=None, *, strides, pads, dilations, groups):
     _check_operands("conv", x, w, b, groups, w.shape[1] if w.ndim > 1 else 0, w.shape[0])
     n, c = x.shape[:2]
     o = w.shape[0]
@@ -348,7 +348,7 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
 
 
 @kernel("conv_transpose1d", "conv_transpose2d", "conv_transpose3d", check=check_conv_transpose_attrs)
-def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups=1):
+def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups):
     """Transposed convolution as GEMM then col2im: scatter-add one strided view per kernel tap."""
     _check_operands("conv_transpose", x, w, b, groups, w.shape[0] // max(groups, 1), w.shape[1] * groups)
     n, c = x.shape[:2]

@@ -18,7 +18,7 @@ def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:
 
 
 @kernel("batch_norm", inplace=(0,))
-def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
+def batch_norm(x, scale, bias, mean, var, *, epsilon, out=None):
     """Per-channel affine ``x * s + t`` with ``s = scale / sqrt(var + eps)``, channels on axis 1."""
     check_channel_params("batch_norm", x, scale, bias, mean, var)
     shape = (-1,) + (1,) * (x.ndim - 2)
@@ -30,7 +30,7 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
 
 
 @kernel("layer_norm")
-def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
+def layer_norm(x, scale, bias=None, *, axis, epsilon):
     """ONNX LayerNormalization: normalise over axes [axis, rank), statistics in float32 or wider."""
     check_broadcast(x, scale, *(() if bias is None else (bias,)))
     axes = tuple(range(axis % x.ndim, x.ndim))
@@ -46,7 +46,7 @@ def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
 
 
 @kernel("instance_norm")
-def instance_norm(x, scale, bias, *, epsilon=1e-5):
+def instance_norm(x, scale, bias, *, epsilon):
     check_channel_params("instance_norm", x, scale, bias)
     axes = tuple(range(2, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
@@ -63,7 +63,7 @@ def _check_lrn_attrs(attrs: dict) -> None:
 
 
 @kernel("lrn", check=_check_lrn_attrs)
-def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+def lrn(x, *, size, alpha, beta, bias):
     """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
     if x.ndim < 2:
         raise ValueError(f"lrn: input must be (N, C, ...), got {list(x.shape)}")

@@ -107,7 +107,7 @@ def _lowest(dtype: np.dtype):
 
 
 @kernel("max_pool1d", "max_pool2d", "max_pool3d", check=check_pool_attrs)
-def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0):
+def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode):
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     return window_reduce(x, np.maximum, _lowest(x.dtype), kernel_shape, strides, dilations, out_shape, widths)
 
@@ -136,7 +136,7 @@ def _avg_divisor(in_shape, out_shape, kernel_shape, strides, pads, dilations, co
 
 
 @kernel("avg_pool1d", "avg_pool2d", "avg_pool3d", check=check_pool_attrs)
-def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_include_pad=0):
+def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode, count_include_pad):
     in_shape = x.shape[2:]
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     y = window_reduce(x, np.add, 0, kernel_shape, strides, dilations, out_shape, widths)
