@@ -13,6 +13,7 @@ import inspect
 
 import pytest
 
+from aot.ir import ops
 from aot.ir.ops import OPS
 from runtime_lite.errors import BundleError
 from runtime_lite.kernels import KERNELS
@@ -65,3 +66,41 @@ def test_a_bundle_that_leaves_out_an_attribute_is_refused():
         bind_kernel("softmax", 1, {}, "plan.instructions[0]", "instruction 'softmax'")
     bound = bind_kernel("softmax", 1, {"axis": -1}, "plan.instructions[0]", "instruction 'softmax'")
     assert callable(bound)
+
+
+CATEGORIES = {
+    "UNARY_OPS": (ops.UNARY_OPS, ("x",)),
+    "BINARY_OPS": (ops.BINARY_OPS, ("a", "b")),
+    "COMPARISON_OPS": (ops.COMPARISON_OPS, ("a", "b")),
+    "BITWISE_OPS": (ops.BITWISE_OPS, ("a", "b")),
+    "REDUCE_OPS": (ops.REDUCE_OPS, ("x",)),
+    "ARG_REDUCE_OPS": (ops.ARG_REDUCE_OPS, ("x",)),
+    "CONV_OPS": (ops.CONV_OPS, ("x", "w", "b?")),
+    "CONV_TRANSPOSE_OPS": (ops.CONV_TRANSPOSE_OPS, ("x", "w", "b?")),
+    "MAX_POOL_OPS": (ops.MAX_POOL_OPS, ("x",)),
+    "AVG_POOL_OPS": (ops.AVG_POOL_OPS, ("x",)),
+}
+
+
+@pytest.mark.parametrize("category", sorted(CATEGORIES))
+def test_a_category_names_registered_ops_of_one_shape(category):
+    names, inputs = CATEGORIES[category]
+    assert names and len(set(names)) == len(names)
+    for name in names:
+        assert OPS[name].inputs == inputs, f"{category}: {name} takes {OPS[name].inputs}"
+        assert set(OPS[name].attrs) == set(OPS[names[0]].attrs), f"{category}: {name} has other attributes"
+    if category in ("UNARY_OPS", "BINARY_OPS", "COMPARISON_OPS", "BITWISE_OPS"):
+        assert not OPS[names[0]].attrs
+
+
+def test_tensorrt_admits_exactly_what_its_recipe_writer_lowers():
+    from aot.compiler.backends.tensorrt import patterns, recipe
+    from aot.compiler.pattern import root_ops
+
+    admitted: set[str] = set()
+    for pattern in patterns.tensorrt_patterns():
+        roots = root_ops(pattern.pattern)
+        assert roots is not None, f"{pattern.name} matches at any op"
+        admitted |= roots
+    assert admitted == set(recipe.EXPORTS)
+    assert patterns.OWN_PATTERN_OPS <= set(recipe.EXPORTS)
