@@ -1,12 +1,15 @@
 """Each lowering of convolution against onnxruntime: pointwise, grouped pointwise, im2col, blocked im2col,
 batch folded into one GEMM, shifted GEMMs, channels-last depthwise.
 
-The kernel picks its lowering from the shapes; the thresholds are lowered here so
-small tensors take the blocked path (many blocks, each a few output rows), and the
-result must not change.
+The kernel picks its lowering from the shapes; the thresholds are moved here so small
+tensors take the batch-folded or the blocked path (many blocks, each a few output
+rows), and the result must not change. Every lowering is spied on, so each test also
+checks that the lowering it is about is the one that ran.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -33,7 +36,67 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("gemm", ["one-im2col", "blocked-im2col", "batch-folded"])
+GEMM_MODES = ["one-im2col", "blocked-im2col", "batch-folded"]
+#: The lowering each case takes with the thresholds of each GEMM mode (a string: in every mode).
+EXPECTED = {
+    "pointwise strided": {"one-im2col": "_pointwise", "blocked-im2col": "_pointwise", "batch-folded": "_fold_batch"},
+    "grouped pointwise": "_pointwise",
+    "3x3 padded dilated": {
+        "one-im2col": "_im2col",
+        "blocked-im2col": "_blocked_im2col",
+        "batch-folded": "_fold_batch",
+    },
+    "depthwise": "_depthwise_channels_last",
+    "depthwise channels-last": "_depthwise_channels_last",
+    "depthwise large map": "_depthwise_blocks",
+    "shifted GEMMs": "_shifted_gemms",
+    "shifted GEMMs dilated, uneven pads": "_shifted_gemms",
+    "1-d": {"one-im2col": "_im2col", "blocked-im2col": "_blocked_im2col", "batch-folded": "_fold_batch"},
+    "3-d": {"one-im2col": "_im2col", "blocked-im2col": "_blocked_im2col", "batch-folded": "_fold_batch"},
+}
+LOWERINGS = (
+    "_depthwise_channels_last",
+    "_shifted_gemms",
+    "_fold_batch",
+    "_pointwise",
+    "_depthwise_blocks",
+    "_blocked_im2col",
+    "_im2col",
+)
+
+
+def expected_lowering(name: str, gemm: str) -> str:
+    expected = EXPECTED[name]
+    return expected if isinstance(expected, str) else expected[gemm]
+
+
+def force(gemm: str, monkeypatch) -> Counter:
+    """Thresholds set for ``gemm``; returns the calls of each lowering, counted from here on."""
+    folded = 10**9 if gemm == "batch-folded" else 0  # every map small enough, or none
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_PIXELS", folded)
+    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_POINTWISE_PIXELS", folded)
+    if gemm == "blocked-im2col":
+        monkeypatch.setattr(conv_kernel, "BLOCKED_IM2COL_BYTES", 0)
+        monkeypatch.setattr(conv_kernel, "IM2COL_BLOCK_BYTES", 256)
+    calls: Counter = Counter()
+    for lowering in LOWERINGS:
+        original = getattr(conv_kernel, lowering)
+
+        def spy(*args, _lowering=lowering, _original=original, **kwargs):
+            calls[_lowering] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(conv_kernel, lowering, spy)
+    return calls
+
+
+def test_every_lowering_is_covered():
+    covered = {expected_lowering(name, gemm) for name in CASES for gemm in GEMM_MODES}
+    assert covered == set(LOWERINGS)
+    assert all(hasattr(conv_kernel, lowering) for lowering in LOWERINGS)
+
+
+@pytest.mark.parametrize("gemm", GEMM_MODES)
 @pytest.mark.parametrize("name", list(CASES))
 def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
     if name == "depthwise large map":
@@ -43,12 +106,7 @@ def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
     if name == "depthwise channels-last":
         assert conv_kernel._small_output((9, 8), (3, 2), [2, 1], [1, 0, 2, 1], [1, 2])
     x_shape, w_shape, attrs = CASES[name]
-    folded = 10**9 if gemm == "batch-folded" else 0  # every map small enough, or none
-    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_PIXELS", folded)
-    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_POINTWISE_PIXELS", folded)
-    if gemm == "blocked-im2col":
-        monkeypatch.setattr(conv_kernel, "BLOCKED_IM2COL_BYTES", 0)
-        monkeypatch.setattr(conv_kernel, "IM2COL_BLOCK_BYTES", 256)
+    calls = force(gemm, monkeypatch)
     model = make_model(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
         {"x": rand(*x_shape, seed=1)},
@@ -56,12 +114,25 @@ def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
         {"w": rand(*w_shape, seed=2), "b": rand(w_shape[0], seed=3)},
     )
     assert_matches_onnxruntime(model, {"x": rand(*x_shape, seed=1)}, rtol=1e-5, atol=1e-5)
+    assert set(calls) == {expected_lowering(name, gemm)}, dict(calls)
 
 
-@pytest.mark.parametrize("name", ["shifted GEMMs", "3x3 padded dilated", "pointwise strided", "3-d"])
-def test_without_bias_every_lowering_adds_nothing(name, monkeypatch):
-    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_PIXELS", 10**9)
-    monkeypatch.setattr(conv_kernel, "BATCH_FOLD_POINTWISE_PIXELS", 10**9)
+#: One case per lowering: the case and the GEMM mode that force it.
+ONE_PER_LOWERING = {
+    "_depthwise_channels_last": ("depthwise channels-last", "batch-folded"),
+    "_shifted_gemms": ("shifted GEMMs", "batch-folded"),
+    "_fold_batch": ("3x3 padded dilated", "batch-folded"),
+    "_pointwise": ("pointwise strided", "one-im2col"),
+    "_depthwise_blocks": ("depthwise large map", "one-im2col"),
+    "_blocked_im2col": ("3-d", "blocked-im2col"),
+    "_im2col": ("3x3 padded dilated", "one-im2col"),
+}
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS)
+def test_without_bias_every_lowering_adds_nothing(lowering, monkeypatch):
+    name, gemm = ONE_PER_LOWERING[lowering]
+    assert expected_lowering(name, gemm) == lowering
     x_shape, w_shape, attrs = CASES[name]
     nd = len(w_shape) - 2
     x, w = rand(*x_shape, seed=1), rand(*w_shape, seed=2)
@@ -71,7 +142,9 @@ def test_without_bias_every_lowering_adds_nothing(name, monkeypatch):
         dilations=attrs.get("dilations", [1] * nd),
         groups=attrs.get("group", 1),
     )
+    calls = force(gemm, monkeypatch)
     without = conv_kernel.conv(x, w, None, **options)
     with_zero = conv_kernel.conv(x, w, np.zeros(w_shape[0], np.float32), **options)
+    assert calls == {lowering: 2}
     assert without.flags.c_contiguous
     np.testing.assert_array_equal(without, with_zero)

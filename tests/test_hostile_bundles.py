@@ -286,7 +286,15 @@ def test_the_average_pool_divisor_cache_is_bounded():
     pool._avg_divisor.cache_clear()
     for size in range(4, 304):
         x = np.ones((1, 1, size, 5), np.float32)
-        pool.avg_pool(x, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1])
+        pool.avg_pool(
+            x,
+            kernel_shape=[3, 3],
+            strides=[1, 1],
+            pads=[1, 1, 1, 1],
+            dilations=[1, 1],
+            ceil_mode=0,
+            count_include_pad=0,
+        )
     assert pool._avg_divisor.cache_info().currsize <= pool._avg_divisor.cache_info().maxsize < 300
 
 

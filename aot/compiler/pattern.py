@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,6 +215,28 @@ class Match:
         """The value each named sub-pattern bound (names whose pattern took no part are left out)."""
         values = {key: self.value_of(p) for key, p in annotations.items()}
         return {key: v for key, v in values.items() if v is not None}
+
+
+def intermediate_used_outside(
+    m: Match, consumers: Mapping[Value, Sequence[Node]], graph_outputs: Collection[int]
+) -> bool:
+    """True when a value computed inside ``m`` (other than its root) is read outside it or is a graph output.
+
+    Rewriting or fusing such a match would either recompute the value or need a
+    second output. ``consumers`` maps each value to its readers (``Graph.consumers``);
+    ``graph_outputs`` holds the ids of the graph's output values. The one test both
+    fusion checks (``PatternCheckContext``) and idiom rewrites (``passes.idioms``) use.
+    """
+    inside = {id(n) for n in m.nodes}
+    for node in m.nodes:
+        for out in node.outputs:
+            if out is m.root:
+                continue
+            if id(out) in graph_outputs:
+                return True
+            if any(id(user) not in inside for user in consumers.get(out, ())):
+                return True
+    return False
 
 
 def match(pattern: Pattern, value: Value) -> Match | None:

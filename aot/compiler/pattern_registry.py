@@ -45,16 +45,9 @@ class PatternCheckContext:
         Fusing such a match would either recompute the value or need a second
         output; the standard check rejects it, as TVM's do.
         """
-        inside = {id(n) for n in self.nodes}
-        for node in self.nodes:
-            for out in node.outputs:
-                if out is self.root:
-                    continue
-                if id(out) in self.graph_outputs:
-                    return True
-                if any(id(user) not in inside for user in self.consumers.get(out, ())):
-                    return True
-        return False
+        from aot.compiler.pattern import intermediate_used_outside
+
+        return intermediate_used_outside(self.match, self.consumers, self.graph_outputs)
 
     def values(self) -> list[Value]:
         """Every value the matched nodes read or write."""

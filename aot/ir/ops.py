@@ -38,7 +38,6 @@ class OpDef:
     inputs: tuple[str, ...]  # names; "?" suffix = optional, "*" suffix = variadic
     attrs: dict[str, Any]  # name -> default (REQUIRED if none)
     infer_fn: Callable[[InferContext], list[TensorType]]
-    doc: str = ""
 
     def complete_attrs(self, attrs: dict[str, Any], node: str) -> dict[str, Any]:
         unknown = sorted(set(attrs) - set(self.attrs))
@@ -125,12 +124,33 @@ def dim_math(ctx: InferContext, fn: Callable[..., int], *dims: Dim) -> Dim:
     return fn(*dims) if all(isinstance(d, int) for d in dims) else ctx.fresh_dim()
 
 
+# -- op categories ----------------------------------------------------------------------
+# Named once here; passes and backends use these rather than spelling the ops again.
+
+#: Unary elementwise ops without attributes: output type = input type.
+UNARY_OPS = tuple(
+    (
+        "relu relu6 sigmoid tanh erf exp log sqrt reciprocal negative abs floor ceil round sign "
+        "sin cos tan hard_swish softplus softsign copy"
+    ).split()
+)
+#: Broadcasting binary arithmetic: output dtype = the operands'.
+BINARY_OPS = tuple("add subtract multiply divide maximum minimum power prelu".split())
+#: Broadcasting comparisons and logic: bool outputs.
+COMPARISON_OPS = tuple("logical_and logical_or logical_xor equal less less_equal greater greater_equal".split())
+BITWISE_OPS = ("bitwise_and", "bitwise_or", "bitwise_xor")
+#: Reductions over ``axes`` (``None``: all of them), with ``keepdims``.
+REDUCE_OPS = ("reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+ARG_REDUCE_OPS = ("argmax", "argmin")
+SPATIAL_RANKS = (1, 2, 3)
+CONV_OPS = tuple(f"conv{nd}d" for nd in SPATIAL_RANKS)
+CONV_TRANSPOSE_OPS = tuple(f"conv_transpose{nd}d" for nd in SPATIAL_RANKS)
+MAX_POOL_OPS = tuple(f"max_pool{nd}d" for nd in SPATIAL_RANKS)
+AVG_POOL_OPS = tuple(f"avg_pool{nd}d" for nd in SPATIAL_RANKS)
+
 # -- elementwise ------------------------------------------------------------------------
 
-for _name in (
-    "relu relu6 sigmoid tanh erf exp log sqrt reciprocal negative abs floor ceil round sign "
-    "sin cos tan hard_swish softplus softsign copy"
-).split():
+for _name in UNARY_OPS:
     register_op(_name, "x", same)
 register_op("logical_not", "x", same)
 register_op("leaky_relu", "x", same, alpha=0.01)
@@ -142,10 +162,10 @@ register_op("softmax", "x", same, axis=-1)
 register_op("log_softmax", "x", same, axis=-1)
 register_op("cast", "x", lambda c: [c.types[0].with_dtype(c.attrs["to"])], to=REQUIRED)
 
-for _name in "add subtract multiply divide maximum minimum power prelu".split():
+for _name in BINARY_OPS:
     register_op(_name, "a b", elementwise())
 register_op("mod", "a b", elementwise(), fmod=0)
-for _name in "logical_and logical_or logical_xor equal less less_equal greater greater_equal".split():
+for _name in COMPARISON_OPS:
     register_op(_name, "a b", elementwise("bool"))
 
 
@@ -157,7 +177,7 @@ def _where(ctx: InferContext) -> list[TensorType]:
 register_op("where", "condition x y", _where)
 register_op("isnan", "x", lambda c: [c.types[0].with_dtype("bool")])
 register_op("isinf", "x", lambda c: [c.types[0].with_dtype("bool")], detect_positive=1, detect_negative=1)
-for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+for _name in BITWISE_OPS:
     register_op(_name, "a b", elementwise())
 register_op("bitwise_not", "x", same)
 
@@ -279,10 +299,12 @@ def _pool(nd: int, kind: str):
     return infer
 
 
-for _nd in (1, 2, 3):
-    register_op(f"conv{_nd}d", "x w b?", _conv(_nd), strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, groups=1)
+for _nd, _conv_op, _transpose_op, _max_op, _avg_op in zip(
+    SPATIAL_RANKS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS, AVG_POOL_OPS
+):
+    register_op(_conv_op, "x w b?", _conv(_nd), strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, groups=1)
     register_op(
-        f"conv_transpose{_nd}d",
+        _transpose_op,
         "x w b?",
         _conv_transpose(_nd),
         strides=REQUIRED,
@@ -292,8 +314,8 @@ for _nd in (1, 2, 3):
         groups=1,
     )
     _pool_attrs = dict(kernel_shape=REQUIRED, strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, ceil_mode=0)
-    register_op(f"max_pool{_nd}d", "x", _pool(_nd, "max"), **_pool_attrs)
-    register_op(f"avg_pool{_nd}d", "x", _pool(_nd, "avg"), count_include_pad=0, **_pool_attrs)
+    register_op(_max_op, "x", _pool(_nd, "max"), **_pool_attrs)
+    register_op(_avg_op, "x", _pool(_nd, "avg"), count_include_pad=0, **_pool_attrs)
 
 register_op("lrn", "x", same, size=REQUIRED, alpha=1e-4, beta=0.75, bias=1.0)
 register_op("batch_norm", "x scale bias mean var", same, epsilon=1e-5)
@@ -348,7 +370,7 @@ def _reduce(op: str):
     return infer
 
 
-for _name in ("reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+for _name in REDUCE_OPS:
     register_op(_name, "x", _reduce(_name), axes=None, keepdims=1)
 
 
@@ -366,7 +388,7 @@ def _arg_reduce(op: str):
     return infer
 
 
-for _name in ("argmax", "argmin"):
+for _name in ARG_REDUCE_OPS:
     register_op(_name, "x", _arg_reduce(_name), axis=0, keepdims=1, select_last_index=0)
 
 

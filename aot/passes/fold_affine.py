@@ -16,8 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.ir.graph import Graph, Node, Value
-
-CONV_OPS = {"conv1d", "conv2d", "conv3d"}
+from aot.ir.ops import CONV_OPS
 
 
 def _channel_vector(value: Value, channels: int, rank: int) -> np.ndarray | None:

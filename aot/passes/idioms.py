@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aot.compiler.pattern import Match, Pattern, is_const, is_op, match, wildcard
+from aot.compiler.pattern import Match, Pattern, intermediate_used_outside, is_const, is_op, match, wildcard
 from aot.ir.graph import Graph, Value
 from aot.passes.dead_code import eliminate_dead_code
 
@@ -243,18 +243,6 @@ IDIOMS: tuple[Idiom, ...] = (
 )
 
 
-def _self_contained(m: Match, users: dict[int, list], outputs: set[int]) -> bool:
-    """No value inside the match except its root is read from outside it, or is a graph output."""
-    inside = {id(n) for n in m.nodes}
-    for node in m.nodes:
-        for value in node.outputs:
-            if value is m.root:
-                continue
-            if id(value) in outputs or any(id(u) not in inside for u in users.get(id(value), [])):
-                return False
-    return True
-
-
 def recognize_idioms(graph: Graph) -> dict[str, int]:
     """Rewrite every idiom found, in graph order; returns how many of each."""
     found: dict[str, int] = {}
@@ -268,11 +256,7 @@ def recognize_idioms(graph: Graph) -> dict[str, int]:
                 m = match(idiom.pattern, node.outputs[0])
                 if m is None:
                     continue
-                users: dict[int, list] = {}
-                for n in graph.nodes:
-                    for v in n.inputs:
-                        users.setdefault(id(v), []).append(n)
-                if not _self_contained(m, users, {id(v) for v in graph.outputs}):
+                if intermediate_used_outside(m, graph.consumers(), {id(v) for v in graph.outputs}):
                     continue
                 replacement = idiom.rewrite(m, graph)
                 if replacement is None:

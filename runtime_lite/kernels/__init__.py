@@ -5,6 +5,9 @@ execute host plans, and the compiler calls the same functions to fold constants,
 so a constant-folded value and a run-time value cannot disagree.
 
 A kernel takes its input arrays positionally and its attributes as keywords.
+Attributes have no defaults here: those live only in the compiler's op registry
+(``aot/ir/ops.py``), which writes every attribute into a bundle, so a bundle that
+leaves one out is refused when it loads (tests/test_op_facts.py keeps the two agreeing).
 Two flags let the compiler's memory planner reason about buffers:
 
 * ``inplace``: operand indices whose buffer may be passed as ``out=`` when that

@@ -27,7 +27,7 @@ def relu6(x, *, out=None):
 
 
 @kernel("leaky_relu", inplace=(0,))
-def leaky_relu(x, *, alpha=0.01, out=None):
+def leaky_relu(x, *, alpha, out=None):
     negative = x * np.asarray(alpha, x.dtype)
     if 0 <= alpha <= 1:  # then max(x, alpha*x) is exactly leaky relu
         return np.maximum(x, negative, out=out)
@@ -41,7 +41,7 @@ def prelu(x, slope):
 
 
 @kernel("elu")
-def elu(x, *, alpha=1.0):
+def elu(x, *, alpha):
     negative = np.expm1(np.minimum(x, 0)) * np.asarray(alpha, x.dtype)
     return np.where(x > 0, x, negative).astype(x.dtype, copy=False)
 
@@ -63,7 +63,7 @@ def tanh(x, *, out=None):
 
 
 @kernel("hard_sigmoid", inplace=(0,))
-def hard_sigmoid(x, *, alpha=0.2, beta=0.5, out=None):
+def hard_sigmoid(x, *, alpha, beta, out=None):
     y = np.multiply(x, np.asarray(alpha, x.dtype), out=out)
     y += np.asarray(beta, x.dtype)
     return clamp(y, 0, 1, out=y)
@@ -201,7 +201,7 @@ def erf(x):
 
 
 @kernel("gelu", inplace=(0,))
-def gelu(x, *, approximate="none", out=None):
+def gelu(x, *, approximate, out=None):
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + np.asarray(0.044715, x.dtype) * x * x * x)
         return np.multiply(np.asarray(0.5, x.dtype) * x, 1 + np.tanh(inner), out=out).astype(x.dtype, copy=False)
@@ -212,7 +212,7 @@ def gelu(x, *, approximate="none", out=None):
 
 
 @kernel("softmax")
-def softmax(x, *, axis=-1):
+def softmax(x, *, axis):
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     np.exp(y, out=y)
     y /= y.sum(axis=axis, keepdims=True)
@@ -220,7 +220,7 @@ def softmax(x, *, axis=-1):
 
 
 @kernel("log_softmax")
-def log_softmax(x, *, axis=-1):
+def log_softmax(x, *, axis):
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     y -= np.log(np.exp(y).sum(axis=axis, keepdims=True))
     return y

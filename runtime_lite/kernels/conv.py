@@ -1,18 +1,32 @@
 """N-d convolution and transposed convolution lowered to GEMM.
 
-Layout is NCHW (N, C, *spatial) with OIHW weights, as ONNX defines them. Two
-lowerings, picked per call from the shapes:
+Layout is NCHW (N, C, *spatial) with OIHW weights, as ONNX defines them. ``conv``
+picks one of seven lowerings per call from the shapes, the first that applies:
 
-* pointwise (1x1, no padding): the input already is the GEMM operand,
-  ``W[O, C] @ X[C, H*W]`` with no copy at stride 1;
-* everything else: im2col through an ``as_strided`` window view (one copy) and a
-  matmul batched over groups. Depthwise convolutions on large maps take this path a
-  block of channels at a time: measured on ShuffleNet's shapes, a (1 x 9) @ (9 x H*W)
-  matmul per channel is about twice as fast as summing nine shifted, scaled views.
+1. ``_depthwise_channels_last``: depthwise 2-d with at most
+   ``CHANNELS_LAST_DEPTHWISE_PIXELS`` output pixels, one multiply-add per kernel tap
+   over an (N, H, W, C) copy;
+2. ``_shifted_gemms``: stride-1 2-d, one group, at most ``SHIFTED_GEMM_MAX_OUTPUTS``
+   output channels, not 1x1: one GEMM per kernel tap on a shifted view of the padded
+   input, no im2col;
+3. ``_fold_batch``: one group, a batch, small output maps (``BATCH_FOLD_PIXELS``,
+   ``BATCH_FOLD_POINTWISE_PIXELS`` for 1x1) and the batch's im2col within
+   ``BATCH_FOLD_BYTES``: the batch folded into the columns of one GEMM;
+4. ``_pointwise``: 1x1 kernels, grouped or not: the (strided) input already is the
+   GEMM operand, ``W[O, C] @ X[C, H*W]``, no copy;
+5. ``_depthwise_blocks``: depthwise on larger maps: im2col and per-channel products,
+   a block of channels at a time on gemm.py's threads;
+6. ``_blocked_im2col``: one group and an im2col matrix over ``BLOCKED_IM2COL_BYTES``:
+   im2col + GEMM a block of output rows at a time, so the copy stays in cache;
+7. ``_im2col``: everything else: im2col through an ``as_strided`` window view (one
+   copy) and a matmul batched over groups.
 
-Single-group GEMMs go through gemm.py, which spreads them over the BLAS threads.
+Lowerings 3 to 7 read the input padded once by ``pad_spatial``; 1 and 2 pad their own
+layouts. Single-group GEMMs go through gemm.py, which spreads them over the BLAS
+threads. Transposed convolution has one lowering: a GEMM per group, then col2im as
+one strided scatter-add per kernel tap.
 
-Python loops only ever run over kernel offsets, never over pixels.
+Python loops only ever run over kernel taps and blocks, never over pixels.
 """
 
 from __future__ import annotations
@@ -253,6 +267,23 @@ def _grouped_gemm(w: np.ndarray, cols: np.ndarray, groups: int) -> np.ndarray:
     return np.matmul(w.reshape(groups, o // groups, -1), cols)
 
 
+def _pointwise(x, w, strides, groups: int) -> np.ndarray:
+    """1x1 convolution (padded input): grouped or not, the input already is the GEMM operand, no copy."""
+    if any(s != 1 for s in strides):
+        x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
+    n, c = x.shape[:2]
+    return _grouped_gemm(w, x.reshape(n, groups, c // groups, -1), groups)
+
+
+def _im2col(x, w, kernel_shape, strides, dilations, groups: int, pixels: int) -> np.ndarray:
+    """im2col (padded input) through a window view, one copy, then a matmul batched over groups."""
+    n, c = x.shape[:2]
+    k = (c // groups) * math.prod(kernel_shape)
+    check_allocation([n, groups * k, pixels], x.dtype, "conv im2col")
+    windows = window_view(x, kernel_shape, strides, dilations)
+    return _grouped_gemm(w, windows.reshape(n, groups, k, pixels), groups)
+
+
 def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outputs: int) -> None:
     """Ranks, channel counts and bias of a (transposed) convolution, before anything is read."""
     if w.ndim < 3 or x.ndim != w.ndim:
@@ -266,7 +297,7 @@ def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outp
 
 
 @kernel("conv1d", "conv2d", "conv3d", check=check_conv_attrs)
-def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
+def conv(x, w, b=None, *, strides, pads, dilations, groups):
     _check_operands("conv", x, w, b, groups, w.shape[1] if w.ndim > 1 else 0, w.shape[0])
     n, c = x.shape[:2]
     o = w.shape[0]
@@ -303,18 +334,13 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
     ):
         return _fold_batch(x, w, b, kernel_shape, strides, dilations, out_shape)
     if pointwise:
-        if any(s != 1 for s in strides):
-            x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
-        # grouped or not, the input already is the GEMM operand: (n, groups, C/g, pixels), no copy
-        y = _grouped_gemm(w, x.reshape(n, groups, k, -1), groups)
+        y = _pointwise(x, w, strides, groups)
     elif groups == c == o:
         y = _depthwise_blocks(x, w, kernel_shape, strides, dilations, pixels)
     elif groups == 1 and n * k * pixels * x.itemsize > BLOCKED_IM2COL_BYTES:
         y = _blocked_im2col(x, w.reshape(o, k), kernel_shape, strides, dilations, out_shape)
     else:
-        check_allocation([n, groups * k, pixels], x.dtype, "conv im2col")
-        windows = window_view(x, kernel_shape, strides, dilations)
-        y = _grouped_gemm(w, windows.reshape(n, groups, k, pixels), groups)
+        y = _im2col(x, w, kernel_shape, strides, dilations, groups, pixels)
     y = y.reshape((n, o) + out_shape)
     if b is not None:
         y += b.reshape((o,) + (1,) * nd)
@@ -322,7 +348,7 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups=1):
 
 
 @kernel("conv_transpose1d", "conv_transpose2d", "conv_transpose3d", check=check_conv_transpose_attrs)
-def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups=1):
+def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups):
     """Transposed convolution as GEMM then col2im: scatter-add one strided view per kernel tap."""
     _check_operands("conv_transpose", x, w, b, groups, w.shape[0] // max(groups, 1), w.shape[1] * groups)
     n, c = x.shape[:2]

@@ -99,7 +99,7 @@ def divide(a, b, *, out=None):
 
 
 @kernel("mod")
-def mod(a, b, *, fmod=0):
+def mod(a, b, *, fmod):
     return (np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype, copy=False)
 
 
@@ -118,7 +118,7 @@ def where(condition, x, y):
 
 
 @kernel("clip", inplace=(0,))
-def clip(x, *, min=None, max=None, out=None):  # noqa: A002 - ONNX's attribute names
+def clip(x, *, min, max, out=None):  # noqa: A002 - ONNX's attribute names
     if min is None and max is None:
         return x  # in place, ``out`` is ``x`` itself
     return clamp(x, min, max, out)

@@ -46,7 +46,7 @@ def _index_depth(data: np.ndarray, indices: np.ndarray, batch_dims: int, op: str
 
 
 @kernel("gather_nd")
-def gather_nd(data, indices, *, batch_dims=0):
+def gather_nd(data, indices, *, batch_dims):
     """ONNX GatherND: each row of ``indices``' last axis addresses a slice of ``data`` (after the batch axes)."""
     depth = _index_depth(data, indices, batch_dims, "gather_nd")
     batch_shape = data.shape[:batch_dims]
@@ -69,7 +69,7 @@ def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str)
 
 
 @kernel("scatter_nd")
-def scatter_nd(data, indices, updates, *, reduction="none"):
+def scatter_nd(data, indices, updates, *, reduction):
     """ONNX ScatterND: a copy of ``data`` with the slices ``indices`` addresses replaced (or reduced) by ``updates``."""
     depth = _index_depth(data, indices, 0, "scatter_nd")
     want = indices.shape[:-1] + data.shape[depth:]
@@ -81,7 +81,7 @@ def scatter_nd(data, indices, updates, *, reduction="none"):
 
 
 @kernel("scatter_elements")
-def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
+def scatter_elements(data, indices, updates, *, axis, reduction):
     """ONNX ScatterElements: ``out[..., indices[i, j, ...], ...] = updates[i, j, ...]`` along ``axis``."""
     if not data.ndim == indices.ndim == updates.ndim or indices.shape != updates.shape:
         raise ValueError(
@@ -102,7 +102,7 @@ def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
 
 
 @kernel("cumsum")
-def cumsum(x, *, axis, exclusive=0, reverse=0):
+def cumsum(x, *, axis, exclusive, reverse):
     """ONNX CumSum in the input's dtype; ``exclusive`` shifts by one so each sum leaves out its own element."""
     if reverse:
         x = np.flip(x, axis)
@@ -118,7 +118,7 @@ def cumsum(x, *, axis, exclusive=0, reverse=0):
 
 
 @kernel("trilu")
-def trilu(x, *, upper=1, k=0):
+def trilu(x, *, upper, k):
     """ONNX Trilu: keep the upper (or lower) triangle of the last two axes from diagonal ``k``, zero the rest."""
     if x.ndim < 2:
         raise ValueError(f"trilu: needs rank >= 2, got {list(x.shape)}")
@@ -126,7 +126,7 @@ def trilu(x, *, upper=1, k=0):
 
 
 @kernel("topk")
-def topk(x, *, k, axis=-1, largest=1, sorted=1):  # noqa: A002 - ONNX's attribute name
+def topk(x, *, k, axis, largest, sorted):  # noqa: A002 - ONNX's attribute name
     """ONNX TopK: the ``k`` largest (or smallest) along ``axis`` and their int64 indices.
 
     Equal values keep the lower index first, as ONNX requires. A full stable sort

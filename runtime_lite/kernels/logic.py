@@ -37,7 +37,7 @@ def isnan(x):
 
 
 @kernel("isinf")
-def isinf(x, *, detect_positive=1, detect_negative=1):
+def isinf(x, *, detect_positive, detect_negative):
     if detect_positive and detect_negative:
         return np.isinf(x)
     if detect_positive:

@@ -1,9 +1,10 @@
-"""Inference-time batch and layer normalisation."""
+"""Inference-time normalisation: batch, layer and instance norm, and local response normalisation (LRN)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
 from runtime_lite.kernels.elementwise import check_broadcast
 
@@ -17,7 +18,7 @@ def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:
 
 
 @kernel("batch_norm", inplace=(0,))
-def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
+def batch_norm(x, scale, bias, mean, var, *, epsilon, out=None):
     """Per-channel affine ``x * s + t`` with ``s = scale / sqrt(var + eps)``, channels on axis 1."""
     check_channel_params("batch_norm", x, scale, bias, mean, var)
     shape = (-1,) + (1,) * (x.ndim - 2)
@@ -29,7 +30,7 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon=1e-5, out=None):
 
 
 @kernel("layer_norm")
-def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
+def layer_norm(x, scale, bias=None, *, axis, epsilon):
     """ONNX LayerNormalization: normalise over axes [axis, rank), statistics in float32 or wider."""
     check_broadcast(x, scale, *(() if bias is None else (bias,)))
     axes = tuple(range(axis % x.ndim, x.ndim))
@@ -45,7 +46,7 @@ def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5):
 
 
 @kernel("instance_norm")
-def instance_norm(x, scale, bias, *, epsilon=1e-5):
+def instance_norm(x, scale, bias, *, epsilon):
     check_channel_params("instance_norm", x, scale, bias)
     axes = tuple(range(2, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
@@ -53,3 +54,26 @@ def instance_norm(x, scale, bias, *, epsilon=1e-5):
     shape = (-1,) + (1,) * (x.ndim - 2)
     y = (x - mean) / np.sqrt(var + np.asarray(epsilon, x.dtype))
     return (y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)
+
+
+def _check_lrn_attrs(attrs: dict) -> None:
+    size = attrs.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16:
+        raise ValueError(f"attribute size must be an integer in [1, 65536], got {describe(size)}")
+
+
+@kernel("lrn", check=_check_lrn_attrs)
+def lrn(x, *, size, alpha, beta, bias):
+    """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    if x.ndim < 2:
+        raise ValueError(f"lrn: input must be (N, C, ...), got {list(x.shape)}")
+    before = (size - 1) // 2
+    after = size - 1 - before
+    c = x.shape[1]
+    square = np.square(x)
+    padded = np.pad(square, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    window = np.zeros_like(square)
+    for i in range(size):
+        window += padded[:, i : i + c]
+    denom = np.power(np.asarray(bias, x.dtype) + np.asarray(alpha / size, x.dtype) * window, np.asarray(beta, x.dtype))
+    return x / denom

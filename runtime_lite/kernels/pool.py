@@ -1,4 +1,4 @@
-"""Max and average pooling (N-d, with dilation and ceil mode) and LRN.
+"""Max and average pooling (N-d, with dilation and ceil mode).
 
 Pooling works on blocks of whole (n, c) planes, about ``POOL_BLOCK_BYTES`` at a
 time, so every pass over a block stays in cache (at batch 8 the old whole-tensor
@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 
-from runtime_lite.errors import describe
 from runtime_lite.kernels import kernel
 from runtime_lite.kernels.geometry import check_pool_attrs, spatial_geometry
 from runtime_lite.limits import check_allocation
@@ -108,7 +107,7 @@ def _lowest(dtype: np.dtype):
 
 
 @kernel("max_pool1d", "max_pool2d", "max_pool3d", check=check_pool_attrs)
-def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0):
+def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode):
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     return window_reduce(x, np.maximum, _lowest(x.dtype), kernel_shape, strides, dilations, out_shape, widths)
 
@@ -137,7 +136,7 @@ def _avg_divisor(in_shape, out_shape, kernel_shape, strides, pads, dilations, co
 
 
 @kernel("avg_pool1d", "avg_pool2d", "avg_pool3d", check=check_pool_attrs)
-def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_include_pad=0):
+def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode, count_include_pad):
     in_shape = x.shape[2:]
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     y = window_reduce(x, np.add, 0, kernel_shape, strides, dilations, out_shape, widths)
@@ -152,26 +151,3 @@ def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode=0, count_in
         x.dtype,
     )
     return y
-
-
-def _check_lrn_attrs(attrs: dict) -> None:
-    size = attrs.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 1 << 16:
-        raise ValueError(f"attribute size must be an integer in [1, 65536], got {describe(size)}")
-
-
-@kernel("lrn", check=_check_lrn_attrs)
-def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
-    """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
-    if x.ndim < 2:
-        raise ValueError(f"lrn: input must be (N, C, ...), got {list(x.shape)}")
-    before = (size - 1) // 2
-    after = size - 1 - before
-    c = x.shape[1]
-    square = np.square(x)
-    padded = np.pad(square, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
-    window = np.zeros_like(square)
-    for i in range(size):
-        window += padded[:, i : i + c]
-    denom = np.power(np.asarray(bias, x.dtype) + np.asarray(alpha / size, x.dtype) * window, np.asarray(beta, x.dtype))
-    return x / denom

@@ -19,7 +19,7 @@ def _along(param: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:
 
 
 @kernel("quantize")
-def quantize(x, scale, zero_point=None, *, axis=1, dtype="uint8"):
+def quantize(x, scale, zero_point=None, *, axis, dtype):
     """y = saturate(round_half_even(x / scale) + zero_point)."""
     info = np.iinfo(dtype)
     q = np.rint(x / _along(scale, axis, x.shape).astype(x.dtype, copy=False))
@@ -29,7 +29,7 @@ def quantize(x, scale, zero_point=None, *, axis=1, dtype="uint8"):
 
 
 @kernel("dequantize")
-def dequantize(x, scale, zero_point=None, *, axis=1):
+def dequantize(x, scale, zero_point=None, *, axis):
     """y = (x - zero_point) * scale, in the scale's float type."""
     wide = x.astype(np.int32 if x.dtype.itemsize < 4 else np.int64)
     if zero_point is not None:

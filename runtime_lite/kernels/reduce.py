@@ -8,7 +8,7 @@ from runtime_lite.kernels import kernel
 
 
 def _reduction(reduce):
-    def run(x, *, axes=None, keepdims=1):
+    def run(x, *, axes, keepdims):
         axis = None if axes is None else tuple(axes)
         return np.asarray(reduce(x, axis=axis, keepdims=bool(keepdims))).astype(x.dtype, copy=False)
 
@@ -28,7 +28,7 @@ for _name, _reduce in {
 def _arg_reduce(find):
     """ArgMax / ArgMin as ONNX defines them: int64 indices, the first (or last) of equal extremes."""
 
-    def run(x, *, axis=0, keepdims=1, select_last_index=0):
+    def run(x, *, axis, keepdims, select_last_index):
         if select_last_index:
             index = x.shape[axis] - 1 - find(np.flip(x, axis=axis), axis=axis)
         else:

@@ -95,11 +95,11 @@ def _check_resize_attrs(attrs: dict) -> None:
 def resize(
     x,
     *,
-    mode="nearest",
-    scales=None,
-    sizes=None,
-    coordinate_transformation_mode="half_pixel",
-    nearest_mode="round_prefer_floor",
+    mode,
+    scales,
+    sizes,
+    coordinate_transformation_mode,
+    nearest_mode,
 ):
     """Exactly one of ``scales`` / ``sizes`` (one entry per axis) describes the output."""
     if len(scales if sizes is None else sizes) != x.ndim:

@@ -39,14 +39,14 @@ def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
 
 
 @kernel("reshape", view=True)
-def reshape(x, target=None, *, shape=None, allowzero=0):
+def reshape(x, target=None, *, shape, allowzero):
     if target is not None:
         shape = target.tolist()
     return x.reshape(resolve_reshape(x.shape, shape, allowzero))
 
 
 @kernel("flatten", view=True)
-def flatten(x, *, axis=1):
+def flatten(x, *, axis):
     axis %= x.ndim if x.ndim else 1
     lead = 1
     for d in x.shape[:axis]:
@@ -55,12 +55,12 @@ def flatten(x, *, axis=1):
 
 
 @kernel("transpose", view=True)
-def transpose(x, *, perm=None):
+def transpose(x, *, perm):
     return np.transpose(x, perm)
 
 
 @kernel("squeeze", view=True)
-def squeeze(x, *, axes=None):
+def squeeze(x, *, axes):
     return np.squeeze(x, axis=None if axes is None else tuple(axes))
 
 
@@ -70,7 +70,7 @@ def unsqueeze(x, *, axes):
 
 
 @kernel("expand")
-def expand(x, target=None, *, shape=None):
+def expand(x, target=None, *, shape):
     """ONNX Expand broadcasts both ways; the result is copied so it is writable and owned."""
     out = np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand"))
     check_allocation(out, x.dtype, "expand output")
@@ -130,7 +130,7 @@ def dynamic_slice(x, starts, ends, *, axes, steps):
 
 
 @kernel("pad")
-def pad(x, *, pads, mode="constant", value=0.0):
+def pad(x, *, pads, mode, value):
     """ONNX Pad over every axis; negative pads crop."""
     rank = x.ndim
     if len(pads) != 2 * rank or not all(isinstance(p, int) and not isinstance(p, bool) for p in pads):
@@ -149,7 +149,7 @@ def pad(x, *, pads, mode="constant", value=0.0):
 
 
 @kernel("gather")
-def gather(data, indices, *, axis=0):
+def gather(data, indices, *, axis):
     if data.ndim:
         axis = axis % data.ndim if -data.ndim <= axis < data.ndim else axis  # np.take rejects the rest
         check_allocation(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype, "gather output")
@@ -157,18 +157,18 @@ def gather(data, indices, *, axis=0):
 
 
 @kernel("gather_elements")
-def gather_elements(data, indices, *, axis=0):
+def gather_elements(data, indices, *, axis):
     indices = np.where(indices < 0, indices + data.shape[axis], indices)
     return np.take_along_axis(data, indices, axis=axis)
 
 
 @kernel("shape")
-def shape(x, *, start=0, end=None):
+def shape(x, *, start, end):
     return np.array(x.shape[start:end], dtype=np.int64)
 
 
 @kernel("constant_of_shape")
-def constant_of_shape(target, *, value=0.0, dtype="float32"):
+def constant_of_shape(target, *, value, dtype):
     shape = _dims(target, "constant_of_shape")
     check_allocation(shape, np.dtype(dtype), "constant_of_shape output")
     return np.full(shape, value, dtype=dtype)

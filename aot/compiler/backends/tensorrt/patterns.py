@@ -13,21 +13,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aot.compiler.backends.tensorrt.recipe import EXPORTS
 from aot.compiler.pattern import is_const, is_op, wildcard
 from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
 from aot.ir.graph import Value
+from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS
 
 FLOAT_DTYPES = frozenset({"float32", "float16"})
 QUANTIZED_DTYPES = frozenset({"int8"})
 MAX_RANK = 8
 
-UNARY = (
-    "relu relu6 sigmoid tanh leaky_relu elu gelu hard_sigmoid hard_swish softplus softsign "
-    "erf exp log sqrt reciprocal abs negative floor ceil sin cos clip"
-).split()
-BINARY = "add subtract multiply divide maximum minimum power prelu".split()
-REDUCTIONS = "reduce_mean reduce_sum reduce_max reduce_min reduce_prod".split()
-SHAPE_OPS = "concat split slice flatten transpose squeeze unsqueeze".split()
+#: Ops with a pattern of their own below: weights fixed at build time, or attribute values checked.
+OWN_PATTERN_OPS = frozenset(
+    {
+        *CONV_OPS,
+        *CONV_TRANSPOSE_OPS,
+        *MAX_POOL_OPS,
+        *AVG_POOL_OPS,
+        *("softmax", "log_softmax", "reshape", "pad", "batch_norm", "instance_norm", "resize"),
+        *("quantize", "dequantize"),
+    }
+)
+#: Every other op the recipe writer can lower: a single-op pattern with the plain check. TensorRT
+#: admits exactly what ``recipe.EXPORTS`` writes, so the two cannot drift apart.
+PLAIN_OPS = tuple(sorted(set(EXPORTS) - OWN_PATTERN_OPS))
 RESIZE_MODES = frozenset({"nearest", "linear"})
 PAD_MODES = frozenset({"constant", "reflect", "edge"})
 
@@ -87,27 +96,21 @@ def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
 def tensorrt_patterns() -> list[FusionPattern]:
     """TensorRT's patterns (single ops: their order does not matter)."""
     patterns = []
-    for nd in (1, 2, 3):
-        for conv in (f"conv{nd}d", f"conv_transpose{nd}d"):
-            # TensorRT wants weights and bias fixed at build time: they go into the engine.
-            patterns.append(
-                _pattern(conv, is_op(conv)(wildcard(), is_const()) | is_op(conv)(wildcard(), is_const(), is_const()))
-            )
-        for pool in (f"max_pool{nd}d", f"avg_pool{nd}d"):
-            patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))
+    for conv in (*CONV_OPS, *CONV_TRANSPOSE_OPS):
+        # TensorRT wants weights and bias fixed at build time: they go into the engine.
+        patterns.append(
+            _pattern(conv, is_op(conv)(wildcard(), is_const()) | is_op(conv)(wildcard(), is_const(), is_const()))
+        )
+    for pool in (*MAX_POOL_OPS, *AVG_POOL_OPS):
+        patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))
     patterns += [
-        _pattern("matmul", is_op("matmul")),
-        _pattern("dense", is_op("dense")),
-        *(_pattern(op, is_op(op)) for op in UNARY + BINARY + REDUCTIONS),
+        *(_pattern(op, is_op(op)) for op in PLAIN_OPS),
         _pattern("softmax", is_op("softmax", "log_softmax")),
-        *(_pattern(op, is_op(op)) for op in SHAPE_OPS),
         # A target shape known only at run time needs shape tensors TensorRT's profile cannot bound.
         _pattern("reshape", is_op("reshape")(wildcard())),
         _pattern("pad", is_op("pad"), _all(_tensors, _attr(lambda a: a["mode"] in PAD_MODES))),
         _pattern("batch_norm", is_op("batch_norm")(wildcard(), is_const(), is_const(), is_const(), is_const())),
         _pattern("instance_norm", is_op("instance_norm")(wildcard(), is_const(), is_const())),
-        _pattern("layer_norm", is_op("layer_norm")),
-        _pattern("lrn", is_op("lrn")),
         _pattern("resize", is_op("resize"), _all(_tensors, _attr(lambda a: a["mode"] in RESIZE_MODES))),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _quantized),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _quantized),

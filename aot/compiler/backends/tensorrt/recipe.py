@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 
 from aot.errors import BuildError
 from aot.ir.graph import Graph, Node, Value
+from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS, REDUCE_OPS
 
 OPSET = 17
 PRECISIONS = ("fp32", "fp16")
@@ -124,14 +125,14 @@ for _op, _onnx in {**UNARY, **BINARY}.items():
     EXPORTS[_op] = _simple(_onnx)
 
 
-@exports("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+@exports(*CONV_OPS, *CONV_TRANSPOSE_OPS)
 def _conv(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     op_type = "ConvTranspose" if node.op.startswith("conv_transpose") else "Conv"
     kernel_shape = list(node.inputs[1].type.shape[2:])
     w.emit(op_type, ins, outs, kernel_shape=kernel_shape, **_renamed(node.attrs))
 
 
-@exports("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d")
+@exports(*MAX_POOL_OPS, *AVG_POOL_OPS)
 def _pool(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     attrs = dict(node.attrs)
     if node.op.startswith("avg"):
@@ -180,7 +181,7 @@ def _gelu(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Mul", [w.emit("Mul", [ins[0], half]), w.emit("Add", [curve, one])], outs)
 
 
-@exports("reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum")
+@exports(*REDUCE_OPS)
 def _reduce(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     op_type = {"reduce_mean": "ReduceMean", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin",
                "reduce_prod": "ReduceProd", "reduce_sum": "ReduceSum"}[node.op]  # fmt: skip
