@@ -59,7 +59,7 @@ def test_host_only_bundle_says_so(small_model, tmp_path):
     "args, message",
     [
         (["missing.aotb"], "cannot read bundle"),
-        (["BUNDLE", "--graph", "out.png"], "written as .svg or .html"),
+        (["BUNDLE", "--graph", "out.png"], "written as .svg, .html or .onnx"),
         (["BUNDLE", "--graph", "no/such/dir/out.svg"], "cannot write drawing"),
         (["GARBAGE"], "not an aot bundle"),
     ],
@@ -73,3 +73,25 @@ def test_bad_arguments_fail_with_one_line(npu_bundle, tmp_path, args, message):
     assert result.returncode != 0
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_graph_as_onnx_for_netron_annotates_every_node(npu_bundle, tmp_path):
+    import onnx
+
+    path, result = npu_bundle
+    exported = tmp_path / "graph.onnx"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(exported))
+    model = onnx.load(exported)
+    onnx.checker.check_model(model)  # a well-formed ONNX file Netron opens
+    attrs = {n.name: {a.name: a.s.decode() for a in n.attribute} for n in model.graph.node}
+    assert len(attrs) == len(result.partitioned.nodes)
+    for region in result.partitioned.regions:
+        for node in region.nodes:
+            assert attrs[node.name]["backend"] == "npu" and attrs[node.name]["region"] == region.id
+    in_regions = {n.name for r in result.partitioned.regions for n in r.nodes}
+    assert all(a["backend"] == "host" for name, a in attrs.items() if name not in in_regions)
+    produced = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    assert all(i in produced for n in model.graph.node for i in n.input)  # the data flow is wired
+    assert [o.name for o in model.graph.output] == ["probs"]
+    refused = run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.png"), check=False)
+    assert refused.returncode != 0 and "written as .svg, .html or .onnx" in refused.stderr
