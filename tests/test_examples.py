@@ -18,7 +18,21 @@ def test_quickstart_runs_and_matches_the_reference(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: runtime_lite matches the reference" in result.stdout
     assert "built" in result.stdout and "probabilities: float32[2, 10]" in result.stdout
-    assert (tmp_path / "small_cnn.aotb").exists() and (tmp_path / "outputs" / "probabilities.npy").exists()
+    for target in ("host", "npu"):
+        assert (tmp_path / f"small_cnn-{target}.aotb").exists()
+        assert (tmp_path / f"outputs-{target}" / "probabilities.npy").exists()
+    assert "$ aot-build " in result.stdout and "$ runtime-lite run " in result.stdout  # as a user types them
+    assert "npu: 7 ops in 2 regions" in result.stdout and "'runs_on': 'npu'" in result.stdout
+
+
+def test_quickstart_removes_its_temporary_directory(tmp_path):
+    import os
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")], capture_output=True,
+                            text=True, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_shipped_example_model_is_reproducible():
