@@ -5,6 +5,7 @@ them back with ``from_record(record, field)``. Layouts are in docs/bundle-format
 (host plan, constants) and docs/npu.md (the NPU graph and its dispatch records);
 TensorRT's compile_specs and fallback plan are in runtime_lite/backends/tensorrt/spec.py.
 
+* :class:`BlobRecord`, :class:`HostConstant`: the header's ``blobs`` and ``constants`` tables;
 * :class:`PlanRecord`: the host plan's top level (``header.plan``, a TensorRT fallback's ``plan``);
 * :class:`Instruction`: one plan instruction. Its fields are declared here for the
   writer and for the reader's slow path; runtime_lite/plan.py reads well-formed
@@ -27,6 +28,7 @@ from runtime_lite.bundle import expect
 from runtime_lite.errors import BundleError, describe
 from runtime_lite.schema import (
     BOOL,
+    BYTES,
     INT,
     LIST,
     MAP,
@@ -71,6 +73,31 @@ class PlanRecord(Record):
     #: (slot, index into the constants) pairs, preloaded before every run
     constants: tuple[tuple[int, int], ...] = declare(ListOf(ListOf(INT, 2, "a [slot, constant] pair")))
     instructions: list = declare(LIST)
+
+
+# -- the header's blob and constant tables ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlobRecord(Record):
+    """Where one blob's payload lies: ``offset`` from the data section's start (64-aligned), its size and sha256."""
+
+    offset: int = declare(INT)
+    size: int = declare(INT)
+    sha256: bytes = declare(BYTES)
+
+    def check(self, field: str) -> None:
+        if self.offset < 0 or self.size < 0 or self.offset % fmt.ALIGNMENT or len(self.sha256) != 32:
+            raise BundleError(f"bundle field '{field}' has a bad offset {self.offset}, size {self.size} or digest")
+
+
+@dataclass(frozen=True)
+class HostConstant(Record):
+    """A constant of the host plan (``header.constants``): a little-endian C-order array filling blob ``blob``."""
+
+    dtype: np.dtype = declare(Dtype())
+    shape: tuple[int, ...] = declare(Shape())
+    blob: int = declare(INT)
 
 
 # -- constants in a backend's weights payload --------------------------------------------------

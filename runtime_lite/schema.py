@@ -44,7 +44,8 @@ class Scalar(Kind):
         return expect(value, self.kind, field)
 
 
-INT, STR, BOOL, MAP, LIST = Scalar(int), Scalar(str), Scalar(bool), Scalar(dict), Scalar(list)
+INT, STR, BOOL, BYTES = Scalar(int), Scalar(str), Scalar(bool), Scalar(bytes)
+MAP, LIST = Scalar(dict), Scalar(list)
 
 
 class ListOf(Kind):

@@ -13,6 +13,7 @@ from aot.ir.graph import Graph, Value
 from aot.packager.writer import BlobTable
 from runtime_lite import format as fmt
 from runtime_lite.dtypes import to_numpy_dtype
+from runtime_lite.records import HostConstant
 from runtime_lite.signature import TensorSpec
 from runtime_lite.version import __version__
 
@@ -50,7 +51,7 @@ def make_header(
         array = np.asarray(array, order="C")
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        constants.append({"dtype": array.dtype.name, "shape": list(array.shape), "blob": blobs.add(array)})
+        constants.append(HostConstant(array.dtype, tuple(array.shape), blobs.add(array)).to_record())
     features = [fmt.HOST_PLAN] + ([fmt.CALL_MODULE] if modules else [])
     return {
         "required_features": features,
