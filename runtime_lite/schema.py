@@ -17,11 +17,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime_lite import format as fmt
 from runtime_lite.bundle import expect, expect_dtype, expect_shape
+from runtime_lite.dtypes import SUPPORTED_DTYPES
 from runtime_lite.errors import BundleError, describe
 from runtime_lite.signature import TensorSpec, parse_specs
 
 REQUIRED: Any = dataclasses.MISSING
+#: What ``Kind.quick`` returns for a value it does not vouch for: ``parse`` then checks it, naming the field.
+SLOW: Any = object()
 
 
 class Kind:
@@ -29,6 +33,10 @@ class Kind:
 
     def parse(self, value: Any, field: str) -> Any:
         raise NotImplementedError
+
+    def quick(self, value: Any) -> Any:
+        """The parsed value when ``value`` is plainly well-formed (no field path is built), else SLOW."""
+        return SLOW
 
     def dump(self, value: Any) -> Any:
         return value
@@ -42,6 +50,9 @@ class Scalar(Kind):
 
     def parse(self, value: Any, field: str) -> Any:
         return expect(value, self.kind, field)
+
+    def quick(self, value: Any) -> Any:
+        return value if type(value) is self.kind else SLOW
 
 
 INT, STR, BOOL, BYTES = Scalar(int), Scalar(str), Scalar(bool), Scalar(bytes)
@@ -62,6 +73,16 @@ class ListOf(Kind):
             return tuple(value)
         parse = self.item.parse
         return tuple(parse(v, f"{field}[{i}]") for i, v in enumerate(value))
+
+    def quick(self, value: Any) -> Any:
+        if (
+            type(value) is list
+            and self.item is INT
+            and (self.length is None or len(value) == self.length)
+            and all(type(v) is int for v in value)
+        ):
+            return tuple(value)
+        return SLOW
 
     def dump(self, value: Any) -> list:
         dump = self.item.dump
@@ -103,6 +124,16 @@ class Shape(Kind):
     def parse(self, value: Any, field: str) -> tuple:
         return expect_shape(value, field, allow_symbols=self.allow_symbols)
 
+    def quick(self, value: Any) -> Any:
+        if type(value) is not list or len(value) > fmt.MAX_RANK:
+            return SLOW
+        elements = 1
+        for d in value:
+            if type(d) is not int or not 0 <= d <= fmt.MAX_ELEMENTS:
+                return SLOW
+            elements *= d
+        return tuple(value) if elements <= fmt.MAX_ELEMENTS else SLOW
+
     def dump(self, value: Any) -> list:
         return [int(d) if not isinstance(d, str) else d for d in value]
 
@@ -112,6 +143,9 @@ class Dtype(Kind):
 
     def parse(self, value: Any, field: str) -> np.dtype:
         return expect_dtype(value, field)
+
+    def quick(self, value: Any) -> Any:
+        return SUPPORTED_DTYPES.get(value, SLOW) if type(value) is str else SLOW
 
     def dump(self, value: Any) -> str:
         return np.dtype(value).name
@@ -166,6 +200,9 @@ def declare(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+_ABSENT: Any = object()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Field:
     name: str
@@ -208,15 +245,19 @@ class Record:
     @classmethod
     def from_record(cls, record: Any, field: str) -> Any:
         """The record, every declared field checked; BundleError naming the first bad one."""
-        expect(record, dict, field)
+        if type(record) is not dict:
+            expect(record, dict, field)
         if cls.FORMAT is not None:
             cls.check_format(record, field)
         values = {}
         for f in cls.schema():
-            if f.key in record:
-                values[f.name] = f.kind.parse(record[f.key], f"{field}.{f.key}")
-            elif not f.optional:
-                raise BundleError(f"bundle field '{field}.{f.key}' is missing")
+            value = record.get(f.key, _ABSENT)
+            if value is _ABSENT:
+                if not f.optional:
+                    raise BundleError(f"bundle field '{field}.{f.key}' is missing")
+                continue
+            parsed = f.kind.quick(value)
+            values[f.name] = f.kind.parse(value, f"{field}.{f.key}") if parsed is SLOW else parsed
         try:
             parsed = cls(**values)
         except BundleError:

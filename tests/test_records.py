@@ -119,3 +119,19 @@ def test_format_tags_are_spelled_only_in_runtime_lite_format():
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and tag.fullmatch(node.value)
     ]
     assert spelled == ["runtime_lite/format.py"] * 4
+
+
+def test_a_quick_check_never_accepts_what_the_full_check_refuses():
+    from runtime_lite.schema import INT, SLOW, STR, Dtype, ListOf, Shape
+
+    values = [0, 7, -1, True, 1.0, "float32", "object", "", None, [], [1, 2], [True, 2], [-1], [1 << 40, 2],
+              [1 << 41], [0, 1 << 41], [1] * 33, ["N", 3], {"a": 1}]  # fmt: skip
+    for kind in (INT, STR, Dtype(), Shape(), Shape(allow_symbols=True), ListOf(INT), ListOf(INT, 2)):
+        for value in values:
+            quick = kind.quick(value)
+            try:
+                full = kind.parse(value, "f")
+            except runtime_lite.BundleError:
+                assert quick is SLOW, (kind, value)
+            else:
+                assert quick is SLOW or quick == full, (kind, value)
