@@ -243,27 +243,53 @@ class Record:
         return fields
 
     @classmethod
+    def _reader(cls) -> tuple[tuple, bool]:
+        """Per field (key, name, quick, parse, optional, fresh default), and whether instances may be made
+        without ``__init__`` (no ``__post_init__``, every dataclass field declared): reading a record is
+        on every load's path, so the per-field work is looked up once per class."""
+        reader = cls.__dict__.get("_reader_plan")
+        if reader is None:
+            steps = []
+            for f in dataclasses.fields(cls):
+                if "kind" not in f.metadata:
+                    continue
+                kind = f.metadata["kind"]
+                factory = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+                steps.append((f.metadata["key"] or f.name, f.name, kind.quick, kind.parse, f.metadata["optional"],
+                              factory, f.default))  # fmt: skip
+            direct = not hasattr(cls, "__post_init__") and len(steps) == len(dataclasses.fields(cls))
+            reader = cls._reader_plan = (tuple(steps), direct)
+        return reader
+
+    @classmethod
     def from_record(cls, record: Any, field: str) -> Any:
         """The record, every declared field checked; BundleError naming the first bad one."""
         if type(record) is not dict:
             expect(record, dict, field)
         if cls.FORMAT is not None:
             cls.check_format(record, field)
+        steps, direct = cls._reader()
         values = {}
-        for f in cls.schema():
-            value = record.get(f.key, _ABSENT)
+        for key, name, quick, parse, optional, factory, default in steps:
+            value = record.get(key, _ABSENT)
             if value is _ABSENT:
-                if not f.optional:
-                    raise BundleError(f"bundle field '{field}.{f.key}' is missing")
+                if not optional:
+                    raise BundleError(f"bundle field '{field}.{key}' is missing")
+                if direct:
+                    values[name] = factory() if factory is not None else default
                 continue
-            parsed = f.kind.quick(value)
-            values[f.name] = f.kind.parse(value, f"{field}.{f.key}") if parsed is SLOW else parsed
-        try:
-            parsed = cls(**values)
-        except BundleError:
-            raise
-        except (ValueError, TypeError) as e:  # a dataclass's own invariants (__post_init__)
-            raise BundleError(f"bundle field '{field}': {e}") from None
+            parsed = quick(value)
+            values[name] = parse(value, f"{field}.{key}") if parsed is SLOW else parsed
+        if direct:  # what the dataclass's __init__ would do, without its per-field object.__setattr__
+            parsed = object.__new__(cls)
+            parsed.__dict__.update(values)
+        else:
+            try:
+                parsed = cls(**values)
+            except BundleError:
+                raise
+            except (ValueError, TypeError) as e:  # a dataclass's own invariants (__post_init__)
+                raise BundleError(f"bundle field '{field}': {e}") from None
         parsed.check(field)
         return parsed
 
