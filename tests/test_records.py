@@ -135,3 +135,30 @@ def test_a_quick_check_never_accepts_what_the_full_check_refuses():
                 assert quick is SLOW, (kind, value)
             else:
                 assert quick is SLOW or quick == full, (kind, value)
+
+
+def test_tensorrt_errors_name_the_field_from_the_module_record():
+    from runtime_lite.backends.tensorrt import TensorRTBackend
+
+    result = build(conv_relu(), targets=["tensorrt"], min_region_size=1)
+    module = result.header["modules"][0]
+    payloads = {key: memoryview(bytes(result.blobs.payloads[blob])) for key, blob in module["payloads"].items()}
+    specs = module["compile_specs"]
+    assert TensorRTSpecs.from_record(specs, "s").to_record() == specs
+    init = TensorRTBackend().init
+    with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'tensorrt.compile_specs.settings.precision'"):
+        init(payloads, {**specs, "settings": {**specs["settings"], "precision": 16}})
+    tags = dict.fromkeys(("tensorrt", "cuda", "gpu", "compute_capability", "platform"), "x")
+    with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'tensorrt.compile_specs.engines\[0\].payload'"):
+        init(payloads, {**specs, "engines": [{"payload": "engine/9", "tags": tags}]})
+    fallback = msgpack.unpackb(bytes(payloads["fallback"]))
+    assert FallbackRecord.from_record(fallback, "f").to_record() == fallback
+    fallback["constants"][0]["nbytes"] += 4
+    hostile = {**payloads, "fallback": memoryview(msgpack.packb(fallback))}
+    with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'tensorrt.fallback.constants\[0\].nbytes' = "):
+        init(hostile, specs)
+    fallback["constants"][0]["nbytes"] -= 4
+    fallback["plan"]["instructions"][0]["in"] = [99]
+    hostile = {**payloads, "fallback": memoryview(msgpack.packb(fallback))}
+    with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'tensorrt.fallback.plan.instructions\[0\].in"):
+        init(hostile, specs)

@@ -52,7 +52,7 @@ FALLBACK_FIELD = "tensorrt.fallback"
 def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
     """The region's host plan, its constants viewed in place in the ``fallback_weights`` payload."""
     if "fallback" not in payloads:
-        raise BundleError(f"tensorrt module {module_id!r} has no 'fallback' payload")
+        raise BundleError(f"bundle field 'tensorrt.payloads': module {module_id!r} has no 'fallback' payload")
     raw = decode_record(bytes(payloads["fallback"]), f"bundle field '{FALLBACK_FIELD}'")
     record = FallbackRecord.from_record(raw, FALLBACK_FIELD)
     weights = payloads.get("fallback_weights")
@@ -81,7 +81,7 @@ class TensorRTModule:
         self.outputs: tuple[TensorSpec, ...] = record.outputs
         self.settings: BuildSettings = record.settings
         if "recipe" not in payloads:
-            raise BundleError(f"tensorrt module {self.id!r} has no 'recipe' payload")
+            raise BundleError(f"bundle field 'tensorrt.payloads': module {self.id!r} has no 'recipe' payload")
         self.recipe = payloads["recipe"]
         self.engines = _engines(record.engines, payloads)
         self.fallback = _fallback_plan(payloads, self.id)
