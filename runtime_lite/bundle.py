@@ -215,25 +215,23 @@ def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) ->
     Disjoint ranges bound verification by the file size: overlapping records could
     make the reader hash one region of the file again and again.
     """
+    from runtime_lite.records import BlobRecord  # records.py builds on this module's checks
+
     records = expect_key(header, "blobs", list, "header")
     data_size = len(buf) - data_start
     ranges: list[tuple[int, int, int]] = []
     digests: list[bytes] = []
-    for i, record in enumerate(records):
+    for i, raw in enumerate(records):
         field = f"blobs[{i}]"
-        expect(record, dict, field)
-        offset = expect_key(record, "offset", int, field)
-        size = expect_key(record, "size", int, field)
-        digest = expect_key(record, "sha256", bytes, field)
-        if offset < 0 or size < 0 or offset % fmt.ALIGNMENT or len(digest) != 32:
-            raise BundleError(f"bundle field '{field}' has a bad offset {offset}, size {size} or digest")
+        record = BlobRecord.from_record(raw, field)
+        offset, size = record.offset, record.size
         if offset + size > data_size:
             raise BundleError(
                 f"bundle field '{field}' points past the end of the file "
                 f"(needs {offset + size} data bytes, file has {data_size}); the bundle is truncated"
             )
         ranges.append((offset, size, i))
-        digests.append(digest)
+        digests.append(record.sha256)
     end, previous = 0, None
     for offset, size, i in sorted(ranges):
         if offset < end:
@@ -266,13 +264,14 @@ def _verify_blobs(blobs: list[memoryview], digests: list[bytes]) -> None:
 
 
 def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
+    from runtime_lite.records import HostConstant  # records.py builds on this module's checks
+
     constants = []
-    for i, record in enumerate(expect_key(header, "constants", list, "header")):
+    for i, raw in enumerate(expect_key(header, "constants", list, "header")):
         field = f"constants[{i}]"
-        expect(record, dict, field)
-        dtype = expect_dtype(expect_key(record, "dtype", str, field), f"{field}.dtype")
-        shape = expect_shape(expect_key(record, "shape", list, field), f"{field}.shape", allow_symbols=False)
-        blob = blobs[expect_index(expect_key(record, "blob", int, field), len(blobs), f"{field}.blob")]
+        record = HostConstant.from_record(raw, field)
+        dtype, shape = record.dtype, record.shape
+        blob = blobs[expect_index(record.blob, len(blobs), f"{field}.blob")]
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if count * dtype.itemsize != len(blob):
             raise BundleError(

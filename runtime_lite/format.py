@@ -20,8 +20,15 @@ FORMAT_MAJOR = 1
 FORMAT_MINOR = 0
 #: Blob payloads start at multiples of this, so numpy can view them in place (≥ any dtype).
 ALIGNMENT = 64
+#: Format tags, each defined here only. The first two are header features (``required_features``);
+#: the host-plan tag also marks a TensorRT module's fallback plan record.
+HOST_PLAN = "host-plan/1"
+CALL_MODULE = "call-module/1"
+#: The NPU's ``graph`` payload and the TensorRT ``compile_specs`` record.
+NPU_GRAPH = "npu-graph/1"
+TENSORRT_RECIPE = "tensorrt-recipe/1"
 #: Features this reader implements. A bundle lists the ones it needs; any other name is refused.
-KNOWN_FEATURES = frozenset({"host-plan/1", "call-module/1"})
+KNOWN_FEATURES = frozenset({HOST_PLAN, CALL_MODULE})
 
 #: Upper bounds the reader enforces before trusting anything the header declares.
 MAX_HEADER_BYTES = 64 * 1024 * 1024

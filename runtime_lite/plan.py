@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.bundle import expect, expect_dtype, expect_index, expect_key
+from runtime_lite.bundle import expect_dtype, expect_index
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.kernels import KERNELS
 from runtime_lite.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
+from runtime_lite.records import Instruction, PlanRecord
 
 Step = Callable[[list], None]
 
@@ -36,17 +37,6 @@ class BoundModule:
     context: Any = None
 
 
-@dataclass(frozen=True)
-class Instruction:
-    op: str
-    name: str
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    attrs: dict[str, Any]
-    inplace: int | None
-    free: tuple[int, ...]
-
-
 @functools.cache
 def _signature(fn) -> inspect.Signature:
     return inspect.signature(fn)
@@ -55,8 +45,12 @@ def _signature(fn) -> inspect.Signature:
 _MISSING = object()
 
 
-def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
-    """The instruction a well-formed record describes; anything else goes the slow way, which names the field."""
+def _parse_instruction(record: Any, index: int, num_slots: int, where: str = "plan") -> Instruction:
+    """The instruction a well-formed record describes; anything else goes the slow way, which names the field.
+
+    This fast path reads the fields ``Instruction`` declares (runtime_lite/records.py)
+    by hand: a plan has tens of thousands of instructions.
+    """
     if type(record) is dict:
         op, name, attrs = record.get("op"), record.get("name", _MISSING), record.get("attrs", {})
         ins, outs, free = record.get("in", []), record.get("out", []), record.get("free", [])
@@ -73,29 +67,25 @@ def _parse_instruction(record: Any, index: int, num_slots: int) -> Instruction:
         ):
             name = f"#{index}" if name is _MISSING else name
             return Instruction(op, name, tuple(ins), tuple(outs), attrs, inplace, tuple(free))
-    return _parse_instruction_naming_the_field(record, index, num_slots)
+    return _parse_instruction_naming_the_field(record, index, num_slots, where)
 
 
 def _slot_list(values: Any, num_slots: int) -> bool:
     return type(values) is list and all(type(v) is int and 0 <= v < num_slots for v in values)
 
 
-def _parse_instruction_naming_the_field(record: Any, index: int, num_slots: int) -> Instruction:
-    field = f"plan.instructions[{index}]"
-    expect(record, dict, field)
-    op = expect_key(record, "op", str, field)
-    name = expect(record.get("name", f"#{index}"), str, f"{field}.name")
-    slots = {}
-    for key in ("in", "out", "free"):
-        values = expect(record.get(key, []), list, f"{field}.{key}")
-        slots[key] = tuple(expect_index(v, num_slots, f"{field}.{key}[{i}]") for i, v in enumerate(values))
-    attrs = expect(record.get("attrs", {}), dict, f"{field}.attrs")
-    inplace = record.get("inplace")
-    if inplace is not None:
-        expect_index(inplace, len(slots["in"]), f"{field}.inplace")
-    if not slots["out"]:
-        raise BundleError(f"bundle field '{field}.out' is empty: instruction {name!r} ({op}) produces nothing")
-    return Instruction(op, name, slots["in"], slots["out"], attrs, inplace, slots["free"])
+def _parse_instruction_naming_the_field(record: Any, index: int, num_slots: int, where: str = "plan") -> Instruction:
+    field = f"{where}.instructions[{index}]"
+    ins = Instruction.from_record(record, field)
+    for key, slots in (("in", ins.inputs), ("out", ins.outputs), ("free", ins.free)):
+        for i, v in enumerate(slots):
+            expect_index(v, num_slots, f"{field}.{key}[{i}]")
+    if ins.inplace is not None:
+        expect_index(ins.inplace, len(ins.inputs), f"{field}.inplace")
+    name = f"#{index}" if ins.name is None else ins.name
+    if not ins.outputs:
+        raise BundleError(f"bundle field '{field}.out' is empty: instruction {name!r} ({ins.op}) produces nothing")
+    return Instruction(ins.op, name, ins.inputs, ins.outputs, ins.attrs, ins.inplace, ins.free)
 
 
 CALL_MODULE = "call_module"
@@ -246,15 +236,17 @@ def _make_step(fn: Callable, ins: Instruction) -> Step:
 class HostPlan:
     """A loaded, validated host plan, ready to execute."""
 
-    def __init__(self, record: Any, constants: list[np.ndarray], modules: list[BoundModule] = ()):
-        expect(record, dict, "plan")
-        num_slots = expect_key(record, "num_slots", int, "plan")
-        raw_instructions = expect_key(record, "instructions", list, "plan")
+    def __init__(
+        self, record: Any, constants: list[np.ndarray], modules: list[BoundModule] = (), *, field: str = "plan"
+    ):
+        """``record``: a plan record (or its PlanRecord); ``field``: where it is in the bundle, for errors."""
+        plan = record if isinstance(record, PlanRecord) else PlanRecord.from_record(record, field)
+        num_slots, raw_instructions = plan.num_slots, plan.instructions
         # Every useful slot is written by an input, a constant or an instruction: more is a lie
         # that would only make the per-run table (allocated on every call) absurdly large.
         writable = (
-            len(expect_key(record, "inputs", list, "plan"))
-            + len(expect_key(record, "constants", list, "plan"))
+            len(plan.inputs)
+            + len(plan.constants)
             + sum(
                 len(r.get("out", [])) if isinstance(r, dict) and isinstance(r.get("out", []), list) else 0
                 for r in raw_instructions
@@ -262,25 +254,19 @@ class HostPlan:
         )
         if not 0 <= num_slots <= writable:
             raise BundleError(
-                f"bundle field 'plan.num_slots' = {num_slots} exceeds the {writable} slots the plan can write"
+                f"bundle field '{field}.num_slots' = {num_slots} exceeds the {writable} slots the plan can write"
             )
         self.num_slots = num_slots
-        self.input_slots = tuple(
-            expect_index(v, num_slots, f"plan.inputs[{i}]")
-            for i, v in enumerate(expect_key(record, "inputs", list, "plan"))
-        )
+        self.input_slots = tuple(expect_index(v, num_slots, f"{field}.inputs[{i}]") for i, v in enumerate(plan.inputs))
         self.output_slots = tuple(
-            expect_index(v, num_slots, f"plan.outputs[{i}]")
-            for i, v in enumerate(expect_key(record, "outputs", list, "plan"))
+            expect_index(v, num_slots, f"{field}.outputs[{i}]") for i, v in enumerate(plan.outputs)
         )
         template: list[Any] = [None] * num_slots
         defined = set(self.input_slots)
-        for i, pair in enumerate(expect_key(record, "constants", list, "plan")):
-            field = f"plan.constants[{i}]"
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise BundleError(f"bundle field '{field}' must be a [slot, constant] pair")
-            slot = expect_index(pair[0], num_slots, f"{field}[0]")
-            template[slot] = constants[expect_index(pair[1], len(constants), f"{field}[1]")]
+        for i, (slot, constant) in enumerate(plan.constants):
+            where = f"{field}.constants[{i}]"
+            expect_index(slot, num_slots, f"{where}[0]")
+            template[slot] = constants[expect_index(constant, len(constants), f"{where}[1]")]
             defined.add(slot)
         self._template = template
         self.instructions: list[Instruction] = []
@@ -288,10 +274,11 @@ class HostPlan:
         # instruction index -> (backend call, backend name), for traced runs
         self._calls: dict[int, tuple[Callable, str]] = {}
         modules = list(modules)
-        origins = _Origins(num_slots, self.input_slots, [pair[0] for pair in record["constants"]])
+        origins = _Origins(num_slots, self.input_slots, [pair[0] for pair in plan.constants])
+        where = field
         for i, raw in enumerate(raw_instructions):
-            field = f"plan.instructions[{i}]"
-            ins = _parse_instruction(raw, i, num_slots)
+            field = f"{where}.instructions[{i}]"
+            ins = _parse_instruction(raw, i, num_slots, where)
             for slot in ins.inputs:
                 if slot not in defined:
                     raise BundleError(
@@ -317,7 +304,7 @@ class HostPlan:
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
                 raise BundleError(
-                    f"bundle field 'plan.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
+                    f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
 
     def execute(

@@ -33,6 +33,10 @@ class TensorSpec:
     def __str__(self) -> str:
         return f"{self.name}: {self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
 
+    def to_record(self) -> dict[str, Any]:
+        """The record ``parse_specs`` reads (the bundle signature, a TensorRT module's inputs/outputs)."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": np.dtype(self.dtype).name}
+
 
 def parse_specs(records: Any, field: str) -> tuple[TensorSpec, ...]:
     expect(records, list, field)

@@ -211,12 +211,17 @@ def test_const_outside_the_weights_payload():
     graph["nodes"][1] = {
         "op": "const",
         "name": "w",
-        "attrs": {"shape": [[16, 3, 3, 3]], "dtype": ["float32"], "offset": 64},
+        "attrs": {"shape": [[16, 3, 3, 3]], "dtype": ["float32"], "offset": 64, "nbytes": 1728},
     }
     graph["arg_nodes"] = [0]
     with pytest.raises(runtime_lite.BundleError, match="outside the weights payload"):
         NpuBackend().init(
             BackendContext(), {"graph": memoryview(json.dumps(graph).encode()), "weights": memoryview(b"\0" * 100)}, {}
+        )
+    graph["nodes"][1]["attrs"]["nbytes"] = 64  # the constant record's size must be its shape's
+    with pytest.raises(runtime_lite.BundleError, match=r"'npu.graph.nodes\[1\].attrs.nbytes' = 64, but float32"):
+        NpuBackend().init(
+            BackendContext(), {"graph": memoryview(json.dumps(graph).encode()), "weights": memoryview(b"\0" * 4096)}, {}
         )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from aot.compiler.backends import get_compiler_backend
-from aot.compiler.host_plan import HostPlan, lower_to_host_plan
+from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
@@ -36,7 +36,7 @@ class BuildResult:
     """A compiled model, ready to be written as a bundle."""
 
     graph: Graph
-    plan: HostPlan
+    plan: LoweredPlan
     header: dict[str, Any]
     blobs: BlobTable
     targets: list[str]

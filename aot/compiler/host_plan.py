@@ -1,7 +1,8 @@
 """Lower a graph to the host executable plan (the ``plan`` record of a bundle).
 
-The plan is a flat instruction list over numbered slots; see runtime_lite/plan.py
-for how it runs and docs/bundle-format.md for the record layout.
+The plan is a flat instruction list over numbered slots, written as the records
+runtime_lite declares (``PlanRecord``, ``Instruction`` in runtime_lite/records.py);
+runtime_lite/plan.py runs it and docs/bundle-format.md gives the layout.
 """
 
 from __future__ import annotations
@@ -14,13 +15,21 @@ import numpy as np
 from aot.compiler.memory_plan import MemoryPlan, buffer_flags, plan_memory
 from aot.errors import BuildError
 from aot.ir.graph import Graph
+from runtime_lite.records import Instruction, PlanRecord
 
 
 @dataclass
-class HostPlan:
-    record: dict[str, Any]
+class LoweredPlan:
+    """A graph lowered to a plan: the record the bundle stores, the constants it indexes, the memory plan."""
+
+    plan: PlanRecord
     constants: list[np.ndarray]
     memory: MemoryPlan
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The ``plan`` record, as written into a bundle."""
+        return self.plan.to_record()
 
 
 def plain(value: Any, where: str) -> Any:
@@ -64,30 +73,28 @@ def copy_aliased_outputs(graph: Graph) -> int:
     return copies
 
 
-def lower_to_host_plan(graph: Graph) -> HostPlan:
+def lower_to_host_plan(graph: Graph) -> LoweredPlan:
     copy_aliased_outputs(graph)
     memory = plan_memory(graph)
     constant_values = graph.constants()
     slot = memory.slot_of
-    instructions = []
-    for node in graph.nodes:
-        record: dict[str, Any] = {
-            "op": node.op,
-            "name": node.name,
-            "in": [slot[id(v)] for v in node.inputs],
-            "out": [slot[id(v)] for v in node.outputs],
-            "attrs": {k: plain(v, f"{node.op} '{node.name}'.{k}") for k, v in node.attrs.items()},
-        }
-        if id(node) in memory.inplace:
-            record["inplace"] = memory.inplace[id(node)]
-        if memory.frees.get(id(node)):
-            record["free"] = memory.frees[id(node)]
-        instructions.append(record)
-    plan = {
-        "num_slots": memory.num_slots,
-        "inputs": [slot[id(v)] for v in graph.inputs],
-        "outputs": [slot[id(v)] for v in graph.outputs],
-        "constants": [[slot[id(v)], i] for i, v in enumerate(constant_values)],
-        "instructions": instructions,
-    }
-    return HostPlan(plan, [v.data for v in constant_values], memory)
+    instructions = [
+        Instruction(
+            op=node.op,
+            name=node.name,
+            inputs=tuple(slot[id(v)] for v in node.inputs),
+            outputs=tuple(slot[id(v)] for v in node.outputs),
+            attrs={k: plain(v, f"{node.op} '{node.name}'.{k}") for k, v in node.attrs.items()},
+            inplace=memory.inplace.get(id(node)),
+            free=tuple(memory.frees.get(id(node)) or ()),
+        ).to_record()
+        for node in graph.nodes
+    ]
+    plan = PlanRecord(
+        num_slots=memory.num_slots,
+        inputs=tuple(slot[id(v)] for v in graph.inputs),
+        outputs=tuple(slot[id(v)] for v in graph.outputs),
+        constants=tuple((slot[id(v)], i) for i, v in enumerate(constant_values)),
+        instructions=instructions,
+    )
+    return LoweredPlan(plan, [v.data for v in constant_values], memory)

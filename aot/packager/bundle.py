@@ -7,14 +7,28 @@ from typing import Any
 
 import numpy as np
 
-from aot.compiler.host_plan import HostPlan
+from aot.compiler.host_plan import LoweredPlan
+from aot.errors import BuildError
 from aot.ir.graph import Graph, Value
 from aot.packager.writer import BlobTable
+from runtime_lite import format as fmt
+from runtime_lite.dtypes import to_numpy_dtype
+from runtime_lite.records import HostConstant
+from runtime_lite.signature import TensorSpec
 from runtime_lite.version import __version__
 
 
+def spec_of(value: Value) -> TensorSpec:
+    """The value's name, shape and dtype, as the signature and a TensorRT module's specs declare them."""
+    try:
+        dtype = to_numpy_dtype(value.type.dtype)
+    except ValueError as e:
+        raise BuildError(f"'{value.name}': {e}; a bundle cannot store it") from None
+    return TensorSpec(value.name, tuple(value.type.shape), dtype)
+
+
 def tensor_spec(value: Value) -> dict[str, Any]:
-    return {"name": value.name, "shape": list(value.type.shape), "dtype": value.type.dtype}
+    return spec_of(value).to_record()
 
 
 def producer_versions() -> dict[str, str]:
@@ -30,15 +44,15 @@ def producer_versions() -> dict[str, str]:
 
 
 def make_header(
-    graph: Graph, plan: HostPlan, blobs: BlobTable, modules: list[dict[str, Any]] | None = None
+    graph: Graph, plan: LoweredPlan, blobs: BlobTable, modules: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     constants = []
     for array in plan.constants:
         array = np.asarray(array, order="C")
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        constants.append({"dtype": array.dtype.name, "shape": list(array.shape), "blob": blobs.add(array)})
-    features = ["host-plan/1"] + (["call-module/1"] if modules else [])
+        constants.append(HostConstant(array.dtype, tuple(array.shape), blobs.add(array)).to_record())
+    features = [fmt.HOST_PLAN] + ([fmt.CALL_MODULE] if modules else [])
     return {
         "required_features": features,
         "producer": producer_versions(),

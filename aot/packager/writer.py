@@ -22,6 +22,7 @@ from runtime_lite import files
 from runtime_lite import format as fmt
 from runtime_lite.errors import BundleError
 from runtime_lite.module import check_bundle
+from runtime_lite.records import BlobRecord
 
 MAX_BLOB_BYTES = (1 << 32) - 1  # a msgpack bin32 length
 
@@ -69,7 +70,7 @@ def _layout(blobs: BlobTable) -> list[dict[str, Any]]:
     records, position = [], 0
     for payload, digest in zip(blobs.payloads, blobs.digests):
         position += len(_padding(position, 5, required=False)) + 5  # pad, then the bin32 header
-        records.append({"offset": position, "size": len(payload), "sha256": digest})
+        records.append(BlobRecord(position, len(payload), digest).to_record())
         position += len(payload)
     return records
 

@@ -20,14 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import Backend, BackendContext, IncompatiblePayload, register_backend
-from runtime_lite.backends.weights import view_constant
-from runtime_lite.bundle import MAX_DECODED_ITEMS, expect, expect_dtype, expect_index, expect_key, expect_shape
-from runtime_lite.errors import BundleError, describe
+from runtime_lite import format as fmt
+from runtime_lite.backends import Backend, BackendContext, register_backend
+from runtime_lite.bundle import MAX_DECODED_ITEMS, expect_index
+from runtime_lite.errors import BundleError
 from runtime_lite.limits import BudgetExceeded, current_budget
 from runtime_lite.plan import bind_kernel
+from runtime_lite.records import BodyOp, ConstantRecord, NpuGraph, NpuKernel
 
-FORMAT = "npu-graph/1"
+FORMAT = fmt.NPU_GRAPH
+#: Where this reader's BundleErrors point: ``bundle field 'npu.graph.nodes[2].op' ...``.
+FIELD = "npu.graph"
 logger = logging.getLogger("runtime_lite.npu")
 
 
@@ -52,41 +55,16 @@ class _Arg:
     dtype: np.dtype
 
 
-def _ref(ref: Any, field: str, limit: int) -> int:
-    """A TVM-style node entry ``[node, output, version]``; every NPU node has one output."""
-    if not isinstance(ref, list) or len(ref) != 3 or ref[1:] != [0, 0]:
-        raise BundleError(f"npu payload field '{field}' must be [node, 0, 0], got {describe(ref)}")
-    return expect_index(ref[0], limit, f"npu payload {field}[0]")
-
-
-def _tensor(attrs: dict, field: str) -> tuple[tuple[int, ...], np.dtype]:
-    shapes = expect_key(attrs, "shape", list, field)
-    dtypes = expect_key(attrs, "dtype", list, field)
-    if len(shapes) != 1 or len(dtypes) != 1:
-        raise BundleError(f"npu payload field '{field}' must describe exactly one output")
-    return expect_shape(shapes[0], f"{field}.shape[0]", allow_symbols=False), expect_dtype(
-        dtypes[0], f"{field}.dtype[0]"
-    )
-
-
-def _compile_body(body: Any, num_args: int, field: str) -> Callable[[list[np.ndarray]], np.ndarray]:
+def _compile_body(body: tuple[BodyOp, ...], num_args: int, field: str) -> Callable[[list[np.ndarray]], np.ndarray]:
     """A kernel node's fused ops as one function of its inputs."""
-    expect(body, list, f"{field}.body")
-    if not body:
-        raise BundleError(f"npu payload field '{field}.body' is empty")
     steps = []
-    for j, op_record in enumerate(body):
+    for j, op in enumerate(body):
         where = f"{field}.body[{j}]"
-        expect(op_record, dict, where)
-        op = expect_key(op_record, "op", str, where)
         refs = []
-        for k, ref in enumerate(expect(op_record.get("inputs", []), list, f"{where}.inputs")):
-            if not (isinstance(ref, list) and len(ref) == 2 and ref[0] in ("arg", "op")):
-                raise BundleError(f"npu payload field '{where}.inputs[{k}]' must be ['arg', i] or ['op', j]")
-            limit = num_args if ref[0] == "arg" else j
-            refs.append((ref[0] == "op", expect_index(ref[1], limit, f"npu payload {where}.inputs[{k}][1]")))
-        attrs = expect(op_record.get("attrs", {}), dict, f"{where}.attrs")
-        steps.append((bind_kernel(op, len(refs), attrs, f"npu payload {where}", f"body op {j}"), tuple(refs)))
+        for k, (source, index) in enumerate(op.inputs):
+            limit = num_args if source == "arg" else j
+            refs.append((source == "op", expect_index(index, limit, f"{where}.inputs[{k}][1]")))
+        steps.append((bind_kernel(op.op, len(refs), op.attrs, where, f"body op {j}"), tuple(refs)))
 
     if len(steps) == 1:
         fn, refs = steps[0]
@@ -103,123 +81,58 @@ def _compile_body(body: Any, num_args: int, field: str) -> Callable[[list[np.nda
     return run
 
 
-def _dispatch_record(record: Any, field: str) -> dict[str, Any]:
-    """The compiler's dispatch decisions for one kernel, checked: they reach logs and profiles."""
-    expect(record, dict, field)
-    expect(record.get("engine", ""), str, f"{field}.engine")
-    for key in ("ops", "on_chip"):
-        for i, op in enumerate(expect(record.get(key, []), list, f"{field}.{key}")):
-            expect(op, str, f"{field}.{key}[{i}]")
-    expect(record.get("fused", False), bool, f"{field}.fused")
-    for key in ("reads", "writes"):
-        for i, tensor in enumerate(expect(record.get(key, []), list, f"{field}.{key}")):
-            expect(tensor, dict, f"{field}.{key}[{i}]")
-            expect(tensor.get("tier", "?"), str, f"{field}.{key}[{i}].tier")
-            expect(tensor.get("spilled_from", ""), str, f"{field}.{key}[{i}].spilled_from")
-    tile = record.get("tile")
-    if tile is not None:
-        expect(tile, list, f"{field}.tile")
-        if len(tile) != 2:
-            raise BundleError(f"npu payload field '{field}.tile' must be [rows, cols]")
-        for i, t in enumerate(tile):
-            expect(t, int, f"{field}.tile[{i}]")
-    for key in ("tiles", "cycles", "macs"):
-        expect(record.get(key, 0), int, f"{field}.{key}")
-    return record
-
-
-def _describe(name: str, record: dict[str, Any]) -> str:
-    tiers = ",".join(r.get("tier", "?") for r in record.get("reads", []))
-    out = ",".join(
-        r.get("tier", "?") + (f"(spilled from {r['spilled_from']})" if "spilled_from" in r else "")
-        for r in record.get("writes", [])
-    )
-    tile = record.get("tile")
-    tiles = f"{record.get('tiles', 1)}x{tile[0]}x{tile[1]}" if tile else "none"
-    fused = "+".join(record.get("ops", [])) if record.get("fused") else "no"
-    return (
-        f"dispatch {name}: engine={record.get('engine')} reads={tiers} writes={out} tiles={tiles} "
-        f"fused={fused} cycles={record.get('cycles')}"
-    )
-
-
 class NpuProgram:
     """One region, validated and compiled: what ``init`` returns and ``execute`` runs."""
 
     def __init__(self, graph: Any, weights: memoryview | None):
-        expect(graph, dict, "npu payload")
-        fmt = expect_key(graph, "format", str, "npu payload")
-        if fmt != FORMAT:
-            raise IncompatiblePayload(f"payload format {fmt!r}; this runtime_lite runs {FORMAT!r}")
-        self.region = expect(graph.get("region", "npu"), str, "npu payload.region")
-        nodes = expect_key(graph, "nodes", list, "npu payload")
+        record = NpuGraph.from_record(graph, FIELD)  # every declared field checked; IncompatiblePayload first
+        self.region = record.region
+        nodes = record.nodes
         template: list[Any] = [None] * len(nodes)
-        kinds: list[str] = []
         for i, node in enumerate(nodes):
-            field = f"nodes[{i}]"
-            expect(node, dict, f"npu payload {field}")
-            kind = expect_key(node, "op", str, f"npu payload {field}")
-            if kind not in ("input", "const", "kernel"):
-                raise BundleError(f"npu payload field '{field}.op' = {kind!r} is not input, const or kernel")
-            kinds.append(kind)
-            attrs = expect_key(node, "attrs", dict, f"npu payload {field}")
-            if kind == "const":
-                template[i] = self._constant(attrs, weights, f"npu payload {field}.attrs")
-        self.args = tuple(
-            self._arg(nodes, kinds, ref, i) for i, ref in enumerate(expect_key(graph, "arg_nodes", list, "npu payload"))
-        )
-        if sorted(a.index for a in self.args) != [i for i, k in enumerate(kinds) if k == "input"]:
-            raise BundleError("npu payload field 'arg_nodes' must list every input node exactly once")
-        heads = expect_key(graph, "heads", list, "npu payload")
-        self.heads = tuple(_ref(h, f"heads[{i}]", len(nodes)) for i, h in enumerate(heads))
+            if isinstance(node.attrs, ConstantRecord):
+                template[i] = node.attrs.view(weights, f"{FIELD}.nodes[{i}].attrs")
+        args = []
+        for i, index in enumerate(record.arg_nodes):
+            node = nodes[expect_index(index, len(nodes), f"{FIELD}.arg_nodes[{i}]")]
+            if node.op != "input":
+                raise BundleError(f"bundle field '{FIELD}.arg_nodes[{i}]' points at a {node.op} node, not an input")
+            args.append(_Arg(index, node.name, node.attrs.shape, node.attrs.dtype))
+        self.args = tuple(args)
+        if sorted(a.index for a in self.args) != [i for i, n in enumerate(nodes) if n.op == "input"]:
+            raise BundleError(f"bundle field '{FIELD}.arg_nodes' must list every input node exactly once")
+        self.heads = tuple(expect_index(h, len(nodes), f"{FIELD}.heads[{i}][0]") for i, h in enumerate(record.heads))
         self.template = template
-        self.kernels = self._compile_kernels(nodes, kinds)
+        self.kernels = self._compile_kernels(nodes)
         self.peak_bytes = self._peak_bytes()
 
-    @staticmethod
-    def _constant(attrs: dict, weights: memoryview | None, field: str) -> np.ndarray:
-        shape, dtype = _tensor(attrs, field)
-        return view_constant(weights, shape, dtype, expect_key(attrs, "offset", int, field), field)
-
-    @staticmethod
-    def _arg(nodes: list, kinds: list[str], ref: Any, i: int) -> _Arg:
-        index = expect_index(ref, len(nodes), f"npu payload arg_nodes[{i}]")
-        if kinds[index] != "input":
-            raise BundleError(f"npu payload field 'arg_nodes[{i}]' points at a {kinds[index]} node, not an input")
-        shape, dtype = _tensor(nodes[index]["attrs"], f"nodes[{index}].attrs")
-        return _Arg(index, expect_key(nodes[index], "name", str, f"npu payload nodes[{index}]"), shape, dtype)
-
-    def _compile_kernels(self, nodes: list, kinds: list[str]) -> tuple[_Kernel, ...]:
+    def _compile_kernels(self, nodes: tuple) -> tuple[_Kernel, ...]:
         last_use: dict[int, int] = {}
-        parsed = []
         for i, node in enumerate(nodes):
-            if kinds[i] != "kernel":
-                continue
-            field = f"nodes[{i}]"
-            inputs = tuple(
-                _ref(r, f"{field}.inputs[{k}]", i)  # only earlier nodes: the graph cannot loop
-                for k, r in enumerate(expect(node.get("inputs", []), list, f"npu payload {field}.inputs"))
-            )
-            for src in inputs:
+            if node.inputs and node.op != "kernel":
+                raise BundleError(f"bundle field '{FIELD}.nodes[{i}].inputs': only a kernel node reads other nodes")
+            for k, src in enumerate(node.inputs):
+                # only earlier nodes: the graph cannot loop
+                expect_index(src, i, f"{FIELD}.nodes[{i}].inputs[{k}][0]")
                 last_use[src] = i
-            parsed.append((i, field, node, inputs))
-        keep = set(self.heads) | {i for i, k in enumerate(kinds) if k != "kernel"}
+        keep = set(self.heads) | {i for i, n in enumerate(nodes) if n.op != "kernel"}
         kernels = []
-        for i, field, node, inputs in parsed:
-            attrs = node["attrs"]
-            name = expect_key(node, "name", str, f"npu payload {field}")
-            shape, dtype = _tensor(attrs, f"{field}.attrs")  # both enforced on every run
-            run = _compile_body(attrs.get("body"), len(inputs), f"npu payload {field}.attrs")
-            record = _dispatch_record(attrs.get("dispatch", {}), f"npu payload {field}.attrs.dispatch")
-            event = {  # the record's own keys first: it cannot override what a profile relies on
-                **record,
+        for i, node in enumerate(nodes):
+            attrs = node.attrs
+            if not isinstance(attrs, NpuKernel):
+                continue
+            run = _compile_body(attrs.body, len(node.inputs), f"{FIELD}.nodes[{i}].attrs")
+            event = {  # the record's own fields first: it cannot override what a profile relies on
+                **attrs.dispatch.to_record(),
                 "backend": "npu",
                 "module": self.region,
-                "node": name,
-                "composite": expect(attrs.get("composite", ""), str, f"npu payload {field}.attrs.composite"),
+                "node": node.name,
+                "composite": attrs.composite,
             }
-            frees = tuple(sorted({s for s in inputs if last_use.get(s) == i and s not in keep}))
-            kernels.append(_Kernel(i, name, inputs, run, shape, dtype, frees, event, _describe(name, record)))
+            frees = tuple(sorted({s for s in node.inputs if last_use.get(s) == i and s not in keep}))
+            message = attrs.dispatch.describe(node.name)
+            # shape and dtype are enforced on every run
+            kernels.append(_Kernel(i, node.name, node.inputs, run, attrs.shape, attrs.dtype, frees, event, message))
         return tuple(kernels)
 
     def _peak_bytes(self) -> int:

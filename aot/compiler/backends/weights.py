@@ -1,8 +1,8 @@
 """Constants packed into one payload blob, for backends whose payload carries its weights.
 
 Each array starts on a 64-byte boundary inside the blob (the blob itself is
-aligned in the bundle), little-endian, so the run side maps it with
-``runtime_lite.backends.weights.view_constant`` without copying.
+aligned in the bundle), little-endian, and is described by a ``ConstantRecord``
+(runtime_lite/records.py), which the run side reads back and views without copying.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from runtime_lite.records import ConstantRecord
 
 ALIGN = 64
 
@@ -23,8 +25,8 @@ def append_constant(blob: bytearray, data: Any) -> tuple[int, int]:
     return offset, array.nbytes
 
 
-def constant_record(blob: bytearray, data: Any) -> dict[str, Any]:
-    """Append ``data`` and describe it the way ``view_constant`` reads it back."""
+def constant_record(blob: bytearray, data: Any) -> ConstantRecord:
+    """Append ``data`` and describe it with the record the run side reads back."""
     array = np.asarray(data)
-    offset, nbytes = append_constant(blob, array)
-    return {"shape": list(array.shape), "dtype": array.dtype.name, "offset": offset, "nbytes": nbytes}
+    offset, _ = append_constant(blob, array)
+    return ConstantRecord.of(array, offset)

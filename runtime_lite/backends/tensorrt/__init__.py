@@ -27,24 +27,27 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import Backend, BackendContext, IncompatiblePayload, Where, register_backend
+from runtime_lite.backends import Backend, BackendContext, Where, register_backend
 from runtime_lite.backends.tensorrt.spec import (
-    FORMAT,
     BuildSettings,
     DeviceSignature,
+    EngineRecord,
+    FallbackRecord,
+    TensorRTSpecs,
     engine_fits,
     profiles,
 )
-from runtime_lite.backends.weights import view_constant
-from runtime_lite.bundle import decode_record, expect, expect_dtype, expect_key, expect_shape
+from runtime_lite.bundle import decode_record
 from runtime_lite.errors import BundleError
 from runtime_lite.options import Option, boolean, env_flag, path
 from runtime_lite.plan import HostPlan
-from runtime_lite.signature import TensorSpec, parse_specs
+from runtime_lite.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.tensorrt")
 
-ENGINE_TAGS = ("tensorrt", "cuda", "gpu", "compute_capability", "platform")
+#: Where this reader's BundleErrors point: ``bundle field 'tensorrt.compile_specs.inputs[0]' ...``.
+SPECS_FIELD = "tensorrt.compile_specs"
+FALLBACK_FIELD = "tensorrt.fallback"
 
 #: What a deployment may allow at load: ``load(path, backend_options={"tensorrt": {...}})``.
 LOAD_OPTIONS = (
@@ -67,66 +70,44 @@ LOAD_OPTIONS = (
 def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
     """The region's host plan, its constants viewed in place in the ``fallback_weights`` payload."""
     if "fallback" not in payloads:
-        raise BundleError(f"tensorrt module {module_id!r} has no 'fallback' payload")
-    try:
-        record = decode_record(bytes(payloads["fallback"]))
-    except Exception as e:
-        raise BundleError(f"tensorrt payload 'fallback' is not valid msgpack ({type(e).__name__})") from None
-    expect(record, dict, "tensorrt payload fallback")
+        raise BundleError(f"bundle field 'tensorrt.payloads': module {module_id!r} has no 'fallback' payload")
+    raw = decode_record(bytes(payloads["fallback"]), f"bundle field '{FALLBACK_FIELD}'")
+    record = FallbackRecord.from_record(raw, FALLBACK_FIELD)
     weights = payloads.get("fallback_weights")
-    constants = []
-    for i, c in enumerate(expect_key(record, "constants", list, "tensorrt payload fallback")):
-        field = f"tensorrt payload fallback.constants[{i}]"
-        expect(c, dict, field)
-        shape = expect_shape(expect_key(c, "shape", list, field), f"{field}.shape", allow_symbols=False)
-        dtype = expect_dtype(expect_key(c, "dtype", str, field), f"{field}.dtype")
-        constants.append(view_constant(weights, shape, dtype, expect_key(c, "offset", int, field), field))
-    return HostPlan(expect_key(record, "plan", dict, "tensorrt payload fallback"), constants)
+    constants = [c.view(weights, f"{FALLBACK_FIELD}.constants[{i}]") for i, c in enumerate(record.constants)]
+    return HostPlan(record.plan, constants, field=f"{FALLBACK_FIELD}.plan")
 
 
-def _engines(specs: dict[str, Any], payloads: dict[str, memoryview]) -> list[tuple[dict[str, Any], memoryview]]:
-    engines = []
-    for i, record in enumerate(expect(specs.get("engines", []), list, "tensorrt compile_specs.engines")):
-        field = f"tensorrt compile_specs.engines[{i}]"
-        expect(record, dict, field)
-        key = expect_key(record, "payload", str, field)
-        if key not in payloads:
-            raise BundleError(f"bundle field '{field}.payload' names payload {key!r}, which the module lacks")
-        tags = expect_key(record, "tags", dict, field)
-        for tag in ENGINE_TAGS:
-            expect_key(tags, tag, str, f"{field}.tags")
-        engines.append((tags, payloads[key]))
-    return engines
+def _engines(engines: tuple[EngineRecord, ...], payloads: dict[str, memoryview]) -> list[tuple[dict, memoryview]]:
+    """(tags, engine blob) of each engine record, whose payload the module must have."""
+    for i, engine in enumerate(engines):
+        if engine.payload not in payloads:
+            raise BundleError(
+                f"bundle field '{SPECS_FIELD}.engines[{i}].payload' names payload {engine.payload!r}, "
+                "which the module lacks"
+            )
+    return [(engine.tags, payloads[engine.payload]) for engine in engines]
 
 
 class TensorRTModule:
     """One TensorRT region, resolved at load to an engine runner or its host plan."""
 
     def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
-        fmt = expect_key(specs, "format", str, "tensorrt compile_specs")
-        if fmt != FORMAT:
-            raise IncompatiblePayload(f"payload format {fmt!r}; this runtime_lite runs {FORMAT!r}")
-        self.id = expect(specs.get("region", "tensorrt"), str, "tensorrt compile_specs.region")
-        self.inputs: tuple[TensorSpec, ...] = parse_specs(
-            expect_key(specs, "inputs", list, "tensorrt compile_specs"), "tensorrt compile_specs.inputs"
-        )
-        self.outputs: tuple[TensorSpec, ...] = parse_specs(
-            expect_key(specs, "outputs", list, "tensorrt compile_specs"), "tensorrt compile_specs.outputs"
-        )
-        for i, spec in enumerate(self.inputs):
-            if any(isinstance(d, str) for d in spec.shape[1:]):
-                raise BundleError(
-                    f"bundle field 'tensorrt compile_specs.inputs[{i}].shape' = {list(spec.shape)}: "
-                    "only the batch dim (dim 0) of a TensorRT input may be symbolic"
-                )
-        self.settings = BuildSettings.from_record(specs.get("settings"), "tensorrt compile_specs.settings")
+        record = TensorRTSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
+        self.id = record.region
+        self.inputs: tuple[TensorSpec, ...] = record.inputs
+        self.outputs: tuple[TensorSpec, ...] = record.outputs
+        self.settings: BuildSettings = record.settings
         if "recipe" not in payloads:
-            raise BundleError(f"tensorrt module {self.id!r} has no 'recipe' payload")
+            raise BundleError(f"bundle field 'tensorrt.payloads': module {self.id!r} has no 'recipe' payload")
         self.recipe = payloads["recipe"]
-        self.engines = _engines(specs, payloads)
+        self.engines = _engines(record.engines, payloads)
         self.fallback = _fallback_plan(payloads, self.id)
         if len(self.fallback.input_slots) != len(self.inputs) or len(self.fallback.output_slots) != len(self.outputs):
-            raise BundleError(f"tensorrt module {self.id!r}: its fallback plan does not match its inputs/outputs")
+            raise BundleError(
+                f"bundle field '{FALLBACK_FIELD}.plan': module {self.id!r}'s fallback plan does not match "
+                "its inputs/outputs"
+            )
         self.runner, self.placement = self._resolve(options)
         #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
         self.runs_on = "tensorrt" if self.runner is not None else "host"

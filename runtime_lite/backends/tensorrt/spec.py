@@ -12,28 +12,36 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime_lite.bundle import expect, expect_key
+from runtime_lite import format as fmt
+from runtime_lite.bundle import expect
 from runtime_lite.errors import BundleError
+from runtime_lite.records import ConstantRecord, PlanRecord
+from runtime_lite.schema import BOOL, INT, MAP, STR, ListOf, Nested, Nullable, Record, TensorSpecs, declare
 from runtime_lite.signature import TensorSpec
 
-FORMAT = "tensorrt-recipe/1"
+FORMAT = fmt.TENSORRT_RECIPE
 PRECISIONS = ("fp32", "fp16")
 #: TensorRT's hardware-compatibility levels: "none" ties an engine to one compute capability.
 HARDWARE_LEVELS = ("none", "ampere_plus")
 DEFAULT_WORKSPACE = 1 << 30
+#: Tags every engine record carries: what ``engine_fits`` compares with the device.
+ENGINE_TAGS = ("tensorrt", "cuda", "gpu", "compute_capability", "platform")
 
 
 @dataclass(frozen=True)
-class BuildSettings:
-    """The knobs of an engine build besides the recipe itself."""
+class BuildSettings(Record):
+    """The knobs of an engine build besides the recipe itself (``compile_specs.settings``).
 
-    precision: str = "fp32"
-    workspace: int = DEFAULT_WORKSPACE
+    A record names every setting but ``batch``: the defaults are for code, never for a bundle.
+    """
+
+    precision: str = declare(STR, default="fp32", optional=False)
+    workspace: int = declare(INT, default=DEFAULT_WORKSPACE, optional=False)
     #: (min, opt, max) of a symbolic batch dimension; None: the default range (1, 1, 32).
-    batch: tuple[int, int, int] | None = None
-    hardware_compatibility: str = "none"
+    batch: tuple[int, int, int] | None = declare(Nullable(ListOf(INT, 3, "[min, opt, max] integers")), default=None)
+    hardware_compatibility: str = declare(STR, default="none", optional=False)
     #: Version-compatible engines embed host code; loading one is a trust decision made at load.
-    version_compatible: bool = False
+    version_compatible: bool = declare(BOOL, default=False, optional=False)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -53,35 +61,56 @@ class BuildSettings:
     def batch_range(self) -> tuple[int, int, int]:
         return self.batch or (1, 1, 32)
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "workspace": self.workspace,
-            "batch": list(self.batch) if self.batch else None,
-            "hardware_compatibility": self.hardware_compatibility,
-            "version_compatible": self.version_compatible,
-        }
 
-    @classmethod
-    def from_record(cls, record: Any, field: str) -> BuildSettings:
-        expect(record, dict, field)
-        batch = record.get("batch")
-        if batch is not None:
-            expect(batch, list, f"{field}.batch")
-            if len(batch) != 3 or not all(isinstance(b, int) and not isinstance(b, bool) for b in batch):
-                raise BundleError(f"bundle field '{field}.batch' must be [min, opt, max] integers")
-        try:
-            return cls(
-                precision=expect_key(record, "precision", str, field),
-                workspace=expect_key(record, "workspace", int, field),
-                batch=tuple(batch) if batch else None,
-                hardware_compatibility=expect_key(record, "hardware_compatibility", str, field),
-                version_compatible=expect_key(record, "version_compatible", bool, field),
-            )
-        except ValueError as e:
-            if isinstance(e, BundleError):
-                raise
-            raise BundleError(f"bundle field '{field}': {e}") from None
+@dataclass(frozen=True)
+class EngineRecord(Record):
+    """An engine shipped in the bundle: the payload holding it and the tags it was built for."""
+
+    payload: str = declare(STR)
+    #: ENGINE_TAGS and the build's settings, profiles and cache key (``engine_tags_for``)
+    tags: dict[str, Any] = declare(MAP)
+
+    def check(self, field: str) -> None:
+        for tag in ENGINE_TAGS:
+            if tag not in self.tags:
+                raise BundleError(f"bundle field '{field}.tags.{tag}' is missing")
+            expect(self.tags[tag], str, f"{field}.tags.{tag}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorRTSpecs(Record):
+    """A TensorRT module's ``compile_specs``: its region's signature, build settings and engines."""
+
+    FORMAT = fmt.TENSORRT_RECIPE
+
+    format: str = declare(STR, default=fmt.TENSORRT_RECIPE)
+    region: str = declare(STR, default="tensorrt")
+    inputs: tuple[TensorSpec, ...] = declare(TensorSpecs())
+    outputs: tuple[TensorSpec, ...] = declare(TensorSpecs())
+    settings: BuildSettings = declare(Nested(BuildSettings))
+    engines: tuple[EngineRecord, ...] = declare(ListOf(Nested(EngineRecord)), default=())
+
+    def check(self, field: str) -> None:
+        for i, spec in enumerate(self.inputs):
+            if any(isinstance(d, str) for d in spec.shape[1:]):
+                raise BundleError(
+                    f"bundle field '{field}.inputs[{i}].shape' = {list(spec.shape)}: "
+                    "only the batch dim (dim 0) of a TensorRT input may be symbolic"
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackRecord(Record):
+    """A TensorRT module's ``fallback`` payload (msgpack): the region's host plan, run where no engine fits.
+
+    Its constants are arrays in the ``fallback_weights`` payload.
+    """
+
+    FORMAT = fmt.HOST_PLAN
+
+    format: str = declare(STR, default=fmt.HOST_PLAN)
+    plan: PlanRecord = declare(Nested(PlanRecord))
+    constants: tuple[ConstantRecord, ...] = declare(ListOf(Nested(ConstantRecord)))
 
 
 def profiles(inputs: tuple[TensorSpec, ...] | list[TensorSpec], settings: BuildSettings) -> dict[str, list[list[int]]]:

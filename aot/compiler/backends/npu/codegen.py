@@ -1,6 +1,6 @@
 """NPU codegen: a region becomes a JSON graph in TVM's JSON-runtime layout, plus dispatch records.
 
-    {"format": "npu-graph/1", "profile": {...},
+    {"format": "npu-graph/1", "region": "npu_0",
      "nodes": [{"op": "input", "name": "x", "attrs": {"shape": [[1,3,32,32]], "dtype": ["float32"]}},
                {"op": "const", "name": "w", "attrs": {"shape": ..., "dtype": ..., "offset": 0, "nbytes": 1728}},
                {"op": "kernel", "name": "conv", "inputs": [[0, 0, 0], [1, 0, 0]],
@@ -8,8 +8,10 @@
                           "body": [{"op": "conv2d", "inputs": [["arg", 0], ["arg", 1]], "attrs": {...}},
                                    {"op": "relu", "inputs": [["op", 0]], "attrs": {}}],
                           "dispatch": {"engine": "CONV", "fused": true, "tile": [32, 32], ...}}}],
-     "arg_nodes": [0], "heads": [[2, 0, 0]], "node_row_ptr": [0, 1, 2, 3]}
+     "arg_nodes": [0], "heads": [[2, 0, 0]]}
 
+The records are runtime_lite's (``NpuGraph`` and the rest, runtime_lite/records.py),
+so the writer and the reader share one declaration of every field.
 One kernel node per composite: that is one NPU dispatch. Its ``body`` lists the
 canonical ops it fuses, which the run side executes with the host's kernels.
 Constants are ``input`` nodes when the host owns the weights (``bind_constants``
@@ -19,22 +21,24 @@ off, the NPU's default) and ``const`` nodes backed by the ``weights`` payload ot
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
-from aot.compiler.backends.weights import append_constant
+from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import plain
 from aot.compiler.partition import Region, boundary
 from aot.errors import BuildError
 from aot.ir.graph import Value
+from runtime_lite import format as fmt
+from runtime_lite.dtypes import to_numpy_dtype
+from runtime_lite.records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
 
-FORMAT = "npu-graph/1"
+FORMAT = fmt.NPU_GRAPH
 
 
-def _tensor_attrs(value: Value) -> dict[str, Any]:
-    return {"shape": [list(value.type.shape)], "dtype": [value.type.dtype]}
+def _tensor(value: Value) -> NpuTensor:
+    return NpuTensor(tuple(value.type.shape), to_numpy_dtype(value.type.dtype))
 
 
 def _kernel_plans(region: Region) -> list[KernelPlan]:
@@ -56,59 +60,44 @@ def npu_codegen(region: Region, options: DeviceProfile | None = None) -> ModuleA
     """``options``: the device profile to plan dispatches for (default: the reference NPU)."""
     profile = options or DEFAULT_PROFILE
     kernels = _kernel_plans(region)
-    nodes: list[dict[str, Any]] = []
+    nodes: list[NpuNode] = []
     index: dict[int, int] = {}  # id(value) -> JSON node producing it
     arg_nodes = []
     for value in region.inputs:
         index[id(value)] = len(nodes)
         arg_nodes.append(len(nodes))
-        nodes.append({"op": "input", "name": value.name, "attrs": _tensor_attrs(value)})
+        nodes.append(NpuNode(op="input", name=value.name, attrs=_tensor(value)))
 
     weights = bytearray()
     for k in kernels:
         for value in k.inputs:
             if value.is_constant and id(value) not in index:
-                offset, nbytes = append_constant(weights, value.data)
                 index[id(value)] = len(nodes)
-                nodes.append(
-                    {
-                        "op": "const",
-                        "name": value.name,
-                        "attrs": {**_tensor_attrs(value), "offset": offset, "nbytes": nbytes},
-                    }
-                )
+                nodes.append(NpuNode(op="const", name=value.name, attrs=constant_record(weights, value.data)))
 
     dispatch = plan_dispatch(kernels, region.inputs, region.outputs, profile)
     for k, record in zip(kernels, dispatch):
         local = {id(n.outputs[0]): j for j, n in enumerate(k.nodes)}
         args = {id(v): j for j, v in enumerate(k.inputs)}
-        body = [
-            {
-                "op": n.op,
-                "inputs": [["op", local[id(v)]] if id(v) in local else ["arg", args[id(v)]] for v in n.inputs],
-                "attrs": {key: plain(val, f"{n.op} '{n.name}'.{key}") for key, val in n.attrs.items()},
-            }
+        body = tuple(
+            BodyOp(
+                op=n.op,
+                inputs=tuple(("op", local[id(v)]) if id(v) in local else ("arg", args[id(v)]) for v in n.inputs),
+                attrs={key: plain(val, f"{n.op} '{n.name}'.{key}") for key, val in n.attrs.items()},
+            )
             for n in k.nodes
-        ]
-        index[id(k.output)] = len(nodes)
-        nodes.append(
-            {
-                "op": "kernel",
-                "name": k.name,
-                "inputs": [[index[id(v)], 0, 0] for v in k.inputs],
-                "attrs": {"composite": k.composite, **_tensor_attrs(k.output), "body": body, "dispatch": record},
-            }
         )
-    graph = {
-        "format": FORMAT,
-        "region": region.id,
-        "profile": profile.to_record(),
-        "nodes": nodes,
-        "arg_nodes": arg_nodes,
-        "heads": [[index[id(v)], 0, 0] for v in region.outputs],
-        "node_row_ptr": list(range(len(nodes) + 1)),
-    }
-    payloads = {"graph": json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()}
+        output = _tensor(k.output)
+        index[id(k.output)] = len(nodes)
+        kernel = NpuKernel(composite=k.composite, shape=output.shape, dtype=output.dtype, body=body, dispatch=record)
+        nodes.append(NpuNode(op="kernel", name=k.name, inputs=tuple(index[id(v)] for v in k.inputs), attrs=kernel))
+    graph = NpuGraph(
+        region=region.id,
+        nodes=tuple(nodes),
+        arg_nodes=tuple(arg_nodes),
+        heads=tuple(index[id(v)] for v in region.outputs),
+    )
+    payloads = {"graph": json.dumps(graph.to_record(), sort_keys=True, separators=(",", ":")).encode()}
     if weights:
         payloads["weights"] = bytes(weights)
     return ModuleArtifact(payloads, {"format": FORMAT})

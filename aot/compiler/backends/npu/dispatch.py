@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from aot.compiler.backends.npu.device import DeviceProfile
 from aot.ir.graph import Node, Value
+from runtime_lite.records import DispatchRecord, TensorPlacement
 
 
 @dataclass
@@ -69,7 +69,7 @@ class _TierAllocator:
         self.used = [0] * len(profile.tiers)
         self.where: dict[int, tuple[int, int]] = {}  # id(value) -> (tier index, bytes)
 
-    def place(self, value: Value) -> dict[str, Any]:
+    def place(self, value: Value) -> TensorPlacement:
         nbytes = value.type.nbytes
         tiers = self.profile.tiers
         preferred = next((i for i, t in enumerate(tiers) if nbytes <= t.bytes), len(tiers) - 1)
@@ -80,12 +80,9 @@ class _TierAllocator:
         self.where[id(value)] = (chosen, nbytes)
         return self.describe(value, spilled_from=tiers[preferred].name if chosen != preferred else None)
 
-    def describe(self, value: Value, spilled_from: str | None = None) -> dict[str, Any]:
+    def describe(self, value: Value, spilled_from: str | None = None) -> TensorPlacement:
         tier, nbytes = self.where[id(value)]
-        record = {"tensor": value.name, "bytes": nbytes, "tier": self.profile.tiers[tier].name}
-        if spilled_from:
-            record["spilled_from"] = spilled_from
-        return record
+        return TensorPlacement(value.name, nbytes, self.profile.tiers[tier].name, spilled_from or None)
 
     def release(self, value: Value) -> None:
         tier, nbytes = self.where.pop(id(value))
@@ -97,7 +94,7 @@ class _TierAllocator:
 
 def plan_dispatch(
     kernels: list[KernelPlan], region_inputs: list[Value], region_outputs: list[Value], profile: DeviceProfile
-) -> list[dict[str, Any]]:
+) -> list[DispatchRecord]:
     """One dispatch record per kernel, in execution order."""
     last_use: dict[int, int] = {}
     for i, k in enumerate(kernels):
@@ -124,18 +121,18 @@ def plan_dispatch(
             compute = math.ceil(max(k.output.type.numel, *(v.type.numel for v in k.inputs)) / profile.vector_lanes)
         traffic = sum(math.ceil(v.type.nbytes / alloc.bandwidth(v)) for v in k.inputs)
         traffic += math.ceil(k.output.type.nbytes / alloc.bandwidth(k.output))
-        record = {
-            "engine": engine,
-            "ops": [n.op for n in k.nodes],
-            "fused": len(k.nodes) > 1,
-            "reads": reads,
-            "writes": [write],
-            "on_chip": [o.name for n in k.nodes[:-1] for o in n.outputs],
-            "tile": tile,
-            "tiles": tiles,
-            "macs": macs,
-            "cycles": compute + traffic,
-        }
+        record = DispatchRecord(
+            engine=engine,
+            ops=tuple(n.op for n in k.nodes),
+            fused=len(k.nodes) > 1,
+            reads=tuple(reads),
+            writes=(write,),
+            on_chip=tuple(o.name for n in k.nodes[:-1] for o in n.outputs),
+            tile=tuple(tile) if tile else None,
+            tiles=tiles,
+            macs=macs,
+            cycles=compute + traffic,
+        )
         records.append(record)
         for v in {id(v): v for v in k.inputs}.values():
             if last_use.get(id(v)) == i and id(v) not in kept and id(v) in alloc.where:

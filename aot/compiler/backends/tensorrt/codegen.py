@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 import msgpack
 
@@ -25,10 +25,17 @@ from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.partition import Region
 from aot.errors import BuildError
-from aot.packager.bundle import tensor_spec
+from aot.packager.bundle import spec_of
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache
-from runtime_lite.backends.tensorrt.spec import FORMAT, BuildSettings, engine_tags_for, profiles
-from runtime_lite.signature import parse_specs
+from runtime_lite.backends.tensorrt.spec import (
+    BuildSettings,
+    EngineRecord,
+    FallbackRecord,
+    TensorRTSpecs,
+    engine_tags_for,
+    profiles,
+)
+from runtime_lite.signature import TensorSpec
 
 
 @dataclass
@@ -45,14 +52,14 @@ class TensorRTOptions:
 
 
 def _fallback(graph) -> tuple[bytes, bytes]:
-    plan = lower_to_host_plan(graph)
+    lowered = lower_to_host_plan(graph)
     weights = bytearray()
-    constants = [constant_record(weights, array) for array in plan.constants]
-    record = {"format": "host-plan/1", "plan": plan.record, "constants": constants}
+    constants = tuple(constant_record(weights, array) for array in lowered.constants)
+    record = FallbackRecord(plan=lowered.plan, constants=constants).to_record()
     return msgpack.packb(record, use_bin_type=True), bytes(weights)
 
 
-def _engine(recipe: bytes, region_id: str, specs: list[dict], options: TensorRTOptions, notes: list[str]):
+def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], options: TensorRTOptions, notes: list[str]):
     """(tags, engine bytes) built or found in the cache for this machine's GPU, or None with a note."""
     from runtime_lite.backends.tensorrt.builder import EngineBuildError, cached_engine
     from runtime_lite.backends.tensorrt.gpu import GpuUnavailable, probe
@@ -62,7 +69,7 @@ def _engine(recipe: bytes, region_id: str, specs: list[dict], options: TensorRTO
     except GpuUnavailable as e:
         notes.append(f"tensorrt: no engine built for {region_id} ({e}); it is built or run on the host at load")
         return None
-    profile = profiles(parse_specs(specs, "inputs"), options.settings)
+    profile = profiles(inputs, options.settings)
     try:
         key, data, _ = cached_engine(
             options.cache, recipe, options.settings, profile, device,
@@ -79,27 +86,22 @@ def tensorrt_codegen(region: Region, options: TensorRTOptions | None = None) -> 
         raise BuildError(f"tensorrt engines must be 'auto' or 'never', got {options.engines!r}")
     graph = region.as_graph()
     recipe = write_recipe(graph, options.settings.precision).SerializeToString()
-    inputs = [tensor_spec(v) for v in graph.inputs]
-    outputs = [tensor_spec(v) for v in graph.outputs]
+    inputs = tuple(spec_of(v) for v in graph.inputs)
+    outputs = tuple(spec_of(v) for v in graph.outputs)
     fallback, weights = _fallback(graph)
     payloads = {"recipe": recipe, "fallback": fallback}
     if weights:
         payloads["fallback_weights"] = weights
     notes: list[str] = []
-    if options.settings.batch and not any(spec["shape"] and isinstance(spec["shape"][0], str) for spec in inputs):
+    if options.settings.batch and not any(spec.shape and isinstance(spec.shape[0], str) for spec in inputs):
         notes.append(f"tensorrt: --batch has no effect on {region.id}: its inputs have a fixed batch dimension")
-    engines: list[dict[str, Any]] = []
+    engines: list[EngineRecord] = []
     built = _engine(recipe, region.id, inputs, options, notes) if options.engines == "auto" else None
     if built is not None:
         tags, data = built
         payloads["engine/0"] = data
-        engines.append({"payload": "engine/0", "tags": tags})
-    specs = {
-        "format": FORMAT,
-        "region": region.id,
-        "inputs": inputs,
-        "outputs": outputs,
-        "settings": options.settings.to_record(),
-        "engines": engines,
-    }
-    return ModuleArtifact(payloads, specs, notes)
+        engines.append(EngineRecord(payload="engine/0", tags=tags))
+    specs = TensorRTSpecs(
+        region=region.id, inputs=inputs, outputs=outputs, settings=options.settings, engines=tuple(engines)
+    )
+    return ModuleArtifact(payloads, specs.to_record(), notes)
