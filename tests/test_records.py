@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ from aot.compiler import build
 from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from runtime_lite import format as fmt
-from runtime_lite.backends import IncompatiblePayload
+from runtime_lite.backends import BackendContext, IncompatiblePayload, context_for
 from runtime_lite.backends.npu import NpuBackend
 from runtime_lite.backends.tensorrt.spec import BuildSettings, EngineRecord, FallbackRecord, TensorRTSpecs
 from runtime_lite.plan import _parse_instruction, _parse_instruction_naming_the_field
@@ -88,7 +89,7 @@ def test_npu_errors_name_the_field_from_the_graph():
     graph = _npu_graph()
     del graph["nodes"][2]["attrs"]["dispatch"]["engine"]
     with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'npu.graph.nodes\[2\].attrs.dispatch.engine'"):
-        NpuBackend().init({"graph": memoryview(json.dumps(graph).encode())}, {})
+        NpuBackend().init(BackendContext(), {"graph": memoryview(json.dumps(graph).encode())}, {})
 
 
 def test_old_npu_graphs_with_tvm_fields_still_load():
@@ -96,7 +97,7 @@ def test_old_npu_graphs_with_tvm_fields_still_load():
     assert "node_row_ptr" not in graph and "profile" not in graph
     graph["node_row_ptr"] = list(range(len(graph["nodes"]) + 1))
     graph["profile"] = {"name": "reference"}
-    program = NpuBackend().init({"graph": memoryview(json.dumps(graph).encode())}, {})
+    program = NpuBackend().init(BackendContext(), {"graph": memoryview(json.dumps(graph).encode())}, {})
     assert len(program.kernels) == 1
 
 
@@ -145,7 +146,8 @@ def test_tensorrt_errors_name_the_field_from_the_module_record():
     payloads = {key: memoryview(bytes(result.blobs.payloads[blob])) for key, blob in module["payloads"].items()}
     specs = module["compile_specs"]
     assert TensorRTSpecs.from_record(specs, "s").to_record() == specs
-    init = TensorRTBackend().init
+    backend = TensorRTBackend()
+    init = functools.partial(backend.init, context_for(backend, {}))
     with pytest.raises(runtime_lite.BundleError, match=r"^bundle field 'tensorrt.compile_specs.settings.precision'"):
         init(payloads, {**specs, "settings": {**specs["settings"], "precision": 16}})
     tags = dict.fromkeys(("tensorrt", "cuda", "gpu", "compute_capability", "platform"), "x")
