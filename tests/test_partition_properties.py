@@ -167,3 +167,15 @@ def test_npu_bundle_equals_host_only(dag, veto, seed):
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_merged_group_that_carries_a_path_across_the_window_blocks_the_merge():
+    """Found by the property above: n0+n7 (pb) merged first; then n3+n15+n16 (pa) must not merge, since
+    n3 -> n7 ~ n0 -> n2 -> n16 leaves the pa group through the pb group, whose ranks straddle the window."""
+    dag = (1, [("add", [0, 0]), ("relu", [0]), ("subtract", [0, 1]), ("relu", [0]), ("relu", [0]), ("relu", [0]),
+               ("relu", [0]), ("add", [1, 4]), ("relu", [0]), ("add", [0, 0]), ("add", [0, 0]), ("relu", [0]),
+               ("add", [0, 0]), ("add", [0, 0]), ("add", [0, 0]), ("add", [0, 4]), ("add", [3, 16])], [])  # fmt: skip
+    pg = fuse_ops_by_pattern(build_graph(*dag), single_op_patterns("pa", {"relu", "add"}, {"n7", "n1", "n2", "n0"}))
+    pg = fuse_ops_by_pattern(pg, single_op_patterns("pb", {"relu", "add"}, set()))
+    pg = merge_composite_functions(pg)
+    assert contracted_order(pg) is not None, str(pg)

@@ -287,6 +287,8 @@ class _UnitGraph:
         self.members: dict[int, list[int]] = {u: [u] for u in range(self.size)}
         self.max_rank = list(self.rank)
         self.min_rank = list(self.rank)
+        #: Groups of more than one unit: the only places a path can jump between ranks.
+        self.multi: set[int] = set()
 
     def _toposort(self, first: list[int]) -> list[int]:
         indegree = [len(p) for p in self.preds]
@@ -320,6 +322,8 @@ class _UnitGraph:
         self.members[a].extend(self.members.pop(b))
         self.max_rank[a] = max(self.max_rank[a], self.max_rank[b])
         self.min_rank[a] = min(self.min_rank[a], self.min_rank[b])
+        self.multi.discard(b)
+        self.multi.add(a)
 
     def _reaches_via_outside(self, src: int, dst: int) -> bool:
         """A path from group ``src`` to group ``dst`` through at least one group that is neither.
@@ -327,12 +331,33 @@ class _UnitGraph:
         Groups are contracted: a path may enter a group at one unit and leave it
         from another, so reaching any unit of a group continues from all of them.
         The search starts from the smaller end (forward from ``src`` or backward
-        from ``dst``) and never leaves the rank window between them, so merging a
-        small composite into a large region costs what the composite touches.
+        from ``dst``) and stays inside the rank window between them, so merging a
+        small composite into a large region costs what the composite touches. A
+        merged group can carry a path across the window's edge (in at a late unit,
+        out at an early one), so the window is first widened by every group that
+        straddles it (``_widen``); without that the search missed such paths and
+        merged regions into a cycle.
         """
+        ends = (src, dst)
         if len(self.members[src]) <= len(self.members[dst]):
-            return self._search(src, dst, self.succs, lambda g: self.min_rank[g] > self.max_rank[dst])
-        return self._search(dst, src, self.preds, lambda g: self.max_rank[g] < self.min_rank[src])
+            ceiling = self._widen(self.max_rank[dst], ends, upward=True)
+            return self._search(src, dst, self.succs, lambda g: self.min_rank[g] > ceiling)
+        floor = self._widen(self.min_rank[src], ends, upward=False)
+        return self._search(dst, src, self.preds, lambda g: self.max_rank[g] < floor)
+
+    def _widen(self, edge: int, ends: tuple[int, int], upward: bool) -> int:
+        """The window's edge moved past every merged group a path could use to cross it."""
+        changed = True
+        while changed:
+            changed = False
+            for g in self.multi:
+                if g in ends:
+                    continue
+                if upward and self.min_rank[g] <= edge < self.max_rank[g]:
+                    edge, changed = self.max_rank[g], True
+                elif not upward and self.min_rank[g] < edge <= self.max_rank[g]:
+                    edge, changed = self.min_rank[g], True
+        return edge
 
     def _search(self, start: int, goal: int, edges: list[set[int]], beyond: Callable[[int], bool]) -> bool:
         stack = [s for u in self.members[start] for s in edges[u]]
