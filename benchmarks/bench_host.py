@@ -37,7 +37,7 @@ from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2  # noqa: E402
 from aot.testing.zoo import zoo_input  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import command_line, write_section  # noqa: E402
+from report import command_line, publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -273,11 +273,7 @@ def main() -> None:
         print(f"cold start {args.cold_model}: runtime_lite {lite:.3f} s, onnxruntime {onnx_rt:.3f} s", flush=True)
         import_cost = bench_import(args.cold_runs * 2)
     report = render(rows, (args.cold_model, lite, onnx_rt), import_cost, command)
-    if args.no_write:
-        print(report)
-    else:
-        write_section("host", report)
-        print(f"wrote the host section of {ROOT / 'BENCHMARKS.md'}")
+    publish("host", report, args.no_write)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_host  # noqa: E402
 from modern_models import MODELS, onnx_path  # noqa: E402
-from report import command_line, write_section  # noqa: E402
+from report import command_line, publish  # noqa: E402
 
 import aot  # noqa: E402
 import runtime_lite  # noqa: E402
@@ -212,11 +212,7 @@ def main() -> None:
             for op, ms, count in row.get("profile", []):
                 print(f"    {op:24s} {ms:8.2f} ms  x{count}  (best of 5 per instruction)")
     report = render(rows, failures, command_line("bench_modern.py"), args.runs)
-    if args.no_write:
-        print(report)
-    else:
-        write_section("modern", report)
-        print(f"wrote the modern section of {bench_host.ROOT / 'BENCHMARKS.md'}")
+    publish("modern", report, args.no_write)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from aot.testing.zoo import zoo_input  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_host import machine, onnxruntime_session  # noqa: E402
-from report import command_line, write_section  # noqa: E402
+from report import command_line, publish  # noqa: E402
 
 
 def alternate3(fns, rounds: int) -> list[float]:
@@ -170,11 +170,7 @@ def main() -> None:
             print(f"{name:14s} on npu {r['offloaded']:.0%} in {r['regions']} regions  host {r['host_ms']:.1f} ms  "
                   f"npu {r['npu_ms']:.1f} ms  ratio {r['npu_ms'] / r['host_ms']:.2f}  exact {r['exact']}", flush=True)  # fmt: skip
     report = render(rows, bench_partition_scaling(), command)
-    if args.no_write:
-        print(report)
-    else:
-        write_section("npu", report)
-        print("wrote the npu section of BENCHMARKS.md")
+    publish("npu", report, args.no_write)
 
 
 if __name__ == "__main__":

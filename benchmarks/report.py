@@ -23,6 +23,15 @@ def write_section(name: str, text: str, path: Path = PATH) -> None:
     path.write_text(updated)
 
 
+def publish(name: str, text: str, no_write: bool) -> None:
+    """Print the report with ``--no-write``; otherwise write it as section ``name`` and say so."""
+    if no_write:
+        print(text)
+    else:
+        write_section(name, text)
+        print(f"wrote the {name} section of {PATH}")
+
+
 def command_line(script: str) -> str:
     """How this run was invoked, for the report (``--no-write`` only changes where it goes)."""
     return " ".join([f"python benchmarks/{script}"] + [a for a in sys.argv[1:] if a != "--no-write"])

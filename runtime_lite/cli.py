@@ -114,8 +114,7 @@ def _backends(args: argparse.Namespace) -> int:
         state = "available" if backend.is_available() else "not available on this host"
         print(f"{name} ({state})")
         for option in backend.load_options:
-            default = option.default() if callable(option.default) else option.default
-            print(f"  --backend-option {name}.{option.name}=...  {option.help} [now: {default}]")
+            print(f"  --backend-option {name}.{option.name}=...  {option.help} [now: {option.default_value()}]")
     return 0
 
 

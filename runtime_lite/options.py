@@ -36,9 +36,13 @@ class Option:
     flag: str | None = None
     flag_value: Any = None
 
+    def default_value(self) -> Any:
+        """The default as it stands now (a callable default is read at this moment)."""
+        return self.default() if callable(self.default) else self.default
+
     def resolve(self, given: Any, owner: str) -> Any:
         if given is _UNSET:
-            return self.default() if callable(self.default) else self.default
+            return self.default_value()
         if not isinstance(given, str):
             return given
         try:

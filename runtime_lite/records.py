@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite import format as fmt
+from runtime_lite.backends.weights import view_constant
 from runtime_lite.bundle import expect
 from runtime_lite.errors import BundleError, describe
 from runtime_lite.schema import (
@@ -126,8 +127,6 @@ class ConstantRecord(Record):
 
     def view(self, weights: memoryview | None, field: str) -> np.ndarray:
         """A read-only view of the array in ``weights``; BundleError if it would reach outside it."""
-        from runtime_lite.backends.weights import view_constant
-
         return view_constant(weights, self.shape, self.dtype, self.offset, field)
 
     # An NPU ``const`` node carries the same record as its attrs, with shape and dtype in the

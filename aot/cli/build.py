@@ -100,15 +100,20 @@ class _BuildCommand(click.Command):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         for backend in _installed_backends():
-            rows = [(f"{backend.name}.{o.name}", o.help + (f" [default: {o.default}]" if o.default is not None else ""))
-                    for o in backend.options]  # fmt: skip
+            rows = [(f"{backend.name}.{o.name}", o.help + (f" [default: {d}]" if (d := o.default_value()) is not None
+                                                             else "")) for o in backend.options]  # fmt: skip
             with formatter.section(f"Backend options of {backend.name} (--backend-option NAME=VALUE)"):
                 formatter.write_dl(rows or [("(none)", "")])
 
 
+def _alias_dest(backend: str, option: Option) -> str:
+    """The click parameter an alias fills: one name per (backend, option)."""
+    return f"alias_{backend}_{option.name}".replace("-", "_")
+
+
 def _with_backend_aliases(command):
     for flag, (backend, option) in reversed(list(_aliases().items())):
-        dest = f"alias_{backend}_{option.name}".replace("-", "_")
+        dest = _alias_dest(backend, option)
         same = f"--backend-option {backend}.{option.name}"
         if option.flag_value is not None:
             command = click.option(flag, dest, is_flag=True, flag_value=option.flag_value, default=None,
@@ -126,7 +131,7 @@ def backend_options_from(assignments: tuple[str, ...], aliases_given: dict[str, 
     except OptionError as e:
         raise BuildError(str(e)) from None
     for flag, (backend, option) in _aliases().items():
-        value = aliases_given.get(f"alias_{backend}_{option.name}".replace("-", "_"))
+        value = aliases_given.get(_alias_dest(backend, option))
         if value is None:
             continue
         if isinstance(value, str):

@@ -13,7 +13,7 @@ import collections
 import re
 
 from aot.compiler.backends import CompilerBackend
-from aot.compiler.partition import PartitionedGraph
+from aot.compiler.partition import PartitionedGraph, Refusal
 from aot.compiler.pattern import root_ops
 
 
@@ -21,10 +21,9 @@ def _counted(ops: list[str]) -> str:
     return ", ".join(f"{op} x{n}" if n > 1 else op for op, n in collections.Counter(ops).most_common())
 
 
-def _kind(reason: str) -> str:
-    """A reason with its pattern, value names and shapes blanked, so alike refusals count together."""
-    reason = reason.split(": ", 1)[-1]
-    return re.sub(r"\[[^\]]*\]", "[...]", re.sub(r"%\S+", "%...", reason))
+def _kind(refusal: Refusal) -> str:
+    """A reason with its value names and shapes blanked, so alike refusals count together."""
+    return re.sub(r"\[[^\]]*\]", "[...]", re.sub(r"%\S+", "%...", refusal.reason))
 
 
 def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[str]:
@@ -36,9 +35,7 @@ def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[
         roots = [root_ops(p.pattern) for p in backend.patterns()]
         takes_any = any(ops is None for ops in roots)
         supported = set().union(*(ops for ops in roots if ops is not None))
-        prefix = f"{backend.name}"
-        refused = [(n, r) for n in on_host for r in pg.refusals.get(id(n), ()) if r.split(".", 1)[0] == prefix
-                   or r.startswith(f"{prefix}:")]  # fmt: skip
+        refused = [(n, r) for n in on_host for r in pg.refusals.get(id(n), ()) if r.backend == backend.name]
         refused_nodes = list({id(n): n for n, _ in refused}.values())
         unsupported = [n.op for n in on_host if not takes_any and n.op not in supported]
         if not refused_nodes and not unsupported:

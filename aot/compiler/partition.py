@@ -25,6 +25,21 @@ from aot.compiler.pattern_registry import FusionPattern
 from aot.ir.graph import Graph, Node, Value
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why an op stayed on the host: who refused it (a pattern, or a backend's region rule) and the reason."""
+
+    source: str
+    reason: str
+
+    @property
+    def backend(self) -> str:
+        return self.source.split(".", 1)[0]
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.reason}"
+
+
 @dataclass
 class Composite:
     """One accepted pattern match: its nodes (graph order) and boundary values."""
@@ -95,18 +110,15 @@ class PartitionedGraph:
         self.outputs: list[Value] = list(graph.outputs)
         #: Graph order of every node; sorts composites and regions and bounds path searches.
         self.position: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
-        #: Why a pattern rooted at a node was refused: id(node) -> ["npu.conv2d: dilation 2 ...", ...].
-        self.refusals: dict[int, list[str]] = {}
+        #: Why a match rooted at a node was refused: id(node) -> [Refusal, ...].
+        self.refusals: dict[int, list[Refusal]] = {}
 
-    def refuse(self, node: Node, reason: str) -> None:
+    def refuse(self, node: Node, source: str, reason: str) -> None:
+        """Record that ``source`` (a pattern name, or a backend for region-level refusals) left ``node``."""
+        refusal = Refusal(source, reason)
         reasons = self.refusals.setdefault(id(node), [])
-        if reason not in reasons:
-            reasons.append(reason)
-
-    def why_on_host(self) -> dict[str, list[str]]:
-        """For each op left on the host that a target's pattern matched: why each match was refused."""
-        offloaded = {id(n) for r in self.regions for n in r.nodes}
-        return {n.name: self.refusals[id(n)] for n in self.nodes if id(n) in self.refusals and id(n) not in offloaded}
+        if refusal not in reasons:
+            reasons.append(refusal)
 
     @functools.cached_property
     def consumers(self) -> dict[Value, list[Node]]:
@@ -216,11 +228,11 @@ def fuse_ops_by_pattern(
                 continue
             members = sorted(found.nodes, key=lambda n: position[id(n)])
             if not _is_convex(members, consumers, position):
-                pg.refuse(node, f"{fp.name}: a path leaves the match and comes back (fusing it would make a cycle)")
+                pg.refuse(node, fp.name, "a path leaves the match and comes back (fusing it would make a cycle)")
                 continue
             refusal = fp.refusal(found, consumers, graph_outputs)
             if refusal is not None:
-                pg.refuse(node, f"{fp.name}: {refusal}")
+                pg.refuse(node, fp.name, refusal)
                 continue
             inputs, outputs = boundary(members, pg.outputs, consumers, bind_constants)
             composite = Composite(fp.name, members, inputs, outputs, found.annotated(fp.annotations), bind_constants)
@@ -427,7 +439,7 @@ def drop_small_regions(pg: PartitionedGraph, min_region_size: dict[str, int] | i
     dropped = [r for r in pg.regions if len(r.nodes) < minimum(r.backend)]
     for r in dropped:
         for node in r.nodes:
-            pg.refuse(node, f"{r.backend}: its region has {len(r.nodes)} ops, fewer than the {minimum(r.backend)} "
+            pg.refuse(node, r.backend, f"its region has {len(r.nodes)} ops, fewer than the {minimum(r.backend)} "
                       f"{r.backend} offloads (--min-region-size)")  # fmt: skip
     if dropped:
         gone = {id(c) for r in dropped for c in r.composites}
@@ -471,6 +483,7 @@ def partition(
 __all__ = [
     "Composite",
     "PartitionedGraph",
+    "Refusal",
     "Region",
     "boundary",
     "drop_small_regions",

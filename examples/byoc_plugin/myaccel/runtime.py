@@ -27,12 +27,15 @@ def _field(record: Any, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _ints(record: dict, key: str, n: int, where: str, low: int) -> list[int]:
+def _small_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < 1 << 16
+
+
+def _ints(record: dict, key: str, n: int | None, where: str, low: int) -> list[int]:
+    """A list of ``n`` integers in [low, 65536) (any length when ``n`` is None)."""
     values = _field(record, key, list, where)
-    if len(values) != n or not all(
-        isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 16 for v in values
-    ):
-        raise BundleError(f"bundle field 'myaccel {where}.{key}' must be {n} integers in [{low}, 65536)")
+    if (n is not None and len(values) != n) or not all(_small_int(v, low) for v in values):
+        raise BundleError(f"bundle field 'myaccel {where}.{key}' must be {n or 'some'} integers in [{low}, 65536)")
     return values
 
 
@@ -65,7 +68,9 @@ class _Conv:
             raise BundleError(f"bundle field 'myaccel {where}.weight' must be 4-d (O, C/groups, KH, KW)")
         self.strides = _ints(step, "strides", 2, where, 1)
         self.pads = _ints(step, "pads", 4, where, 0)
-        self.groups = _ints({"g": [step.get("groups")]}, "g", 1, where, 1)[0]
+        self.groups = step.get("groups")
+        if not _small_int(self.groups, 1):
+            raise BundleError(f"bundle field 'myaccel {where}.groups' must be an integer in [1, 65536)")
         if self.w.shape[0] % self.groups:
             raise BundleError(f"bundle field 'myaccel {where}.groups' does not divide the weight's outputs")
         self.bias = None if step.get("bias") is None else _array(step["bias"], weights, f"{where}.bias")
@@ -115,8 +120,8 @@ class Program:
         self.num_values = _field(program, "num_values", int, "program")
         if not 0 < self.num_values <= 1 << 16:
             raise BundleError("bundle field 'myaccel program.num_values' is out of range")
-        self.inputs = _ints(program, "inputs", len(program.get("inputs") or []), "program", 0)
-        self.outputs = _ints(program, "outputs", len(program.get("outputs") or []), "program", 0)
+        self.inputs = _ints(program, "inputs", None, "program", 0)
+        self.outputs = _ints(program, "outputs", None, "program", 0)
         self.steps = []
         defined = set(self.inputs)
         for i, step in enumerate(_field(program, "steps", list, "program")):
