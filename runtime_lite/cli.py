@@ -177,6 +177,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _warm(args: argparse.Namespace) -> int:
     """Build or check, ahead of traffic, every engine this host needs; a CPU host only reports its fallback."""
+    if args.cache_dir.exists() and not args.cache_dir.is_dir():
+        raise RuntimeLiteError(f"--cache-dir '{args.cache_dir}' is not a directory")
     options = split_assignments(args.backend_option)
     tensorrt = options.setdefault("tensorrt", {})
     tensorrt.setdefault("cache_dir", str(args.cache_dir))
@@ -187,8 +189,7 @@ def _warm(args: argparse.Namespace) -> int:
     print(f"{args.bundle}: warmed in {(time.perf_counter() - start):.1f} s, engine cache {args.cache_dir}")
     compiled = 0
     for module_id, placed in placement.items():
-        detail = f" ({placed['detail']})" if placed.get("detail") else ""
-        print(f"  module {module_id} ({placed['backend']}) runs on {placed['runs_on']}{detail}")
+        print(f"  module {module_id} ({placed['backend']}): {placed.get('detail') or 'runs on ' + placed['runs_on']}")
         compiled += placed["backend"] != "host" and placed["runs_on"] == placed["backend"]
     if not compiled:
         print("  nothing to warm on this host: no module runs on an accelerator here (the host plan serves)")

@@ -146,6 +146,8 @@ def reload(config: ServeConfig, loader: Callable | None = None) -> None:
 def stop(config: ServeConfig) -> None:
     """Drain and remove the application; shut down Ray only if this command started it."""
     ray, serve = _import_ray()
+    if not ray.is_initialized():
+        return  # start() failed before Ray: Serve's own shutdown would start a Ray instance just to stop it
     try:
         if config.address:
             serve.delete(config.app_name)
@@ -177,6 +179,8 @@ def describe(config: ServeConfig) -> list[str]:
 
 def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
     """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
+    _import_ray()  # a missing extra or a broken bundle is one line before anything starts
+    config.user_config()
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 
     def on_signal(signum: int, _frame: Any) -> None:
