@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -192,3 +194,58 @@ def test_graph_as_onnx_for_netron_annotates_every_node(npu_bundle, tmp_path):
     assert [o.name for o in model.graph.output] == ["probs"]
     refused = run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.png"), check=False)
     assert refused.returncode != 0 and "written as .svg, .html or .onnx" in refused.stderr
+
+
+def _chromium(exe: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium, offline and quiet, logging the page's console to stderr."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--hide-scrollbars", "--force-color-profile=srgb",
+             "--enable-logging=stderr", "--v=0", "--window-size=1400,900"]  # fmt: skip
+    done = subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console  # the page logs nothing: no exception, no error
+    return done
+
+
+def _pixels(png) -> tuple[tuple[int, int], collections.Counter]:
+    """The image's size and how many pixels have each (r, g, b) colour."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(png) as image:
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint32)
+    packed = (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+    values, counts = np.unique(packed, return_counts=True)
+    colors = collections.Counter(
+        {(int(v) >> 16, (int(v) >> 8) & 255, int(v) & 255): int(n) for v, n in zip(values, counts)}
+    )
+    return (rgb.shape[1], rgb.shape[0]), colors
+
+
+def test_html_view_renders_and_runs_in_chromium(npu_bundle, tmp_path, dot):
+    chromium = require_program("chromium", "chromium", "chromium-browser", "google-chrome")
+    path, result = npu_bundle
+    page = tmp_path / "graph.html"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(page))
+    text = page.read_text()
+    assert set(re.findall(r"https?://[^\s\"'<>]+", text)) <= {"http://www.w3.org/2000/svg"}  # nothing fetched
+    regions = len(result.partitioned.regions)
+
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri() + "#collapse=all").stdout
+    assert 'data-viewer="ready"' in dom and not re.search("<html[^>]*data-js-error", dom)  # the script ran, no error
+    assert re.search(r'<g id="pan" transform="translate\([-\d.e]+,[-\d.e]+\) scale\([\d.e]+\)"', dom)
+    assert f'data-collapsed="{regions}"' in dom  # every region folded into one box
+
+    npu, host, white = (0xF6, 0xB2, 0x6B), (0xCF, 0xD8, 0xE3), (0xFF, 0xFF, 0xFF)
+    expanded, collapsed = tmp_path / "expanded.png", tmp_path / "collapsed.png"
+    _chromium(chromium, tmp_path, f"--screenshot={expanded}", page.as_uri())
+    _chromium(chromium, tmp_path, f"--screenshot={collapsed}", page.as_uri() + "#collapse=all")
+    size, colors = _pixels(expanded)
+    assert size == (1400, 900)
+    total = size[0] * size[1]
+    assert colors[white] < 0.9 * total and len(colors) > 100  # not blank: a drawing, text, a side panel
+    assert colors[npu] > 2000 and colors[host] > 300  # npu_0's ops and the host's flatten, filled
+    _, folded = _pixels(collapsed)
+    assert folded[npu] > 1.5 * colors[npu]  # npu_0 drawn as one filled box
