@@ -94,7 +94,8 @@ def test_deep_graphs_are_folded_into_columns_of_sane_aspect(name, tmp_path, dot)
     build(load_zoo_model(name, random_weights=False), targets=["npu"], name=name).save(path)
     drawing = tmp_path / "graph.svg"
     run("-m", "aot.cli.inspect", str(path), "--graph", str(drawing))
-    root = _svg(drawing.read_text())
+    text = drawing.read_text()
+    root = _svg(text)
     width, height = float(root.get("width")), float(root.get("height"))
     assert 0.5 < width / height < 2.5, (width, height)  # one column was 494 x 23632 px for DenseNet-121
     view = load_view(path)
@@ -105,6 +106,9 @@ def test_deep_graphs_are_folded_into_columns_of_sane_aspect(name, tmp_path, dot)
     assert all(n >= 2 for n in links.values())  # every connector has its partner in a later column
     cut = {p.get("data-from") for p in root.iter(f"{SVG}path") if p.get("data-to", "").startswith("o")}
     assert len(cut) == len(links)
+    again = tmp_path / "again.svg"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(again))
+    assert again.read_text() == text  # the same drawing every time
     one_column = tmp_path / "one.svg"
     run("-m", "aot.cli.inspect", str(path), "--graph", str(one_column), "--columns", "1")
     root = _svg(one_column.read_text())
