@@ -60,7 +60,7 @@ INSTALL_HINT = (
 )
 NODE_H, REGION_H, PORT_H = 22, 36, 20  # px; one Graphviz point is drawn as one px
 MARGIN, TITLE_H, COLUMN_GAP, LEGEND_W, LEGEND_ROW = 16, 30, 36, 250, 17
-TARGET_RATIO = 1.2  # fold until a column is at most about this much taller than the drawing is wide
+TARGET_RATIO = 1.2  # fold a deep graph into columns until the drawing is about this much taller than wide
 MAX_LIVE_AT_CUT = 3  # never cut where more values than this stay live
 DOT_TIMEOUT_S = 300
 
@@ -98,7 +98,7 @@ class Palette:
         return cls(backends, regions)
 
     def fill(self, backend: str, region: str | None) -> str:
-        return self.regions[region] if region in self.regions else self.backends[backend]
+        return self.regions[region] if region in self.regions else self.backends.get(backend, "#cccccc")
 
 
 def _label_width(text: str, px_per_char: float = 6.6) -> float:
@@ -116,7 +116,6 @@ class _Unit:
     region: str | None
     inputs: list[int]
     is_output: bool = False
-    node: int | None = None  # index into view.nodes
     sublabel: str = ""
 
 
@@ -136,6 +135,7 @@ class Cluster:
     y: float
     w: float
     h: float
+    label: str = ""
     part: int = 0  # which piece of a region split across columns
     parts: int = 1
 
@@ -216,7 +216,7 @@ def _units(view: BundleView, palette: Palette, collapse_regions: bool) -> list[_
         kind = "input" if node.backend == "input" else "op"
         inputs = list(dict.fromkeys(unit_of[j] for j in node.inputs))
         units.append(_Unit(node.name if kind == "input" else node.op, title, palette.fill(node.backend, node.region),
-                           kind, node.region, inputs, node.is_output, i))  # fmt: skip
+                           kind, node.region, inputs, node.is_output))  # fmt: skip
     return units
 
 
@@ -224,8 +224,8 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _dot_source(name: str, units: list[_Unit], members: list[int], ports: list[tuple[str, str, list[str], list[str]]],
-                region_ops: dict[str, int]) -> str:  # fmt: skip
+def _dot_source(name: str, units: list[_Unit], members: list[int],
+                ports: list[tuple[str, str, list[str], list[str]]]) -> str:  # fmt: skip
     """One graph for dot: the units ``members`` (indices), regions as clusters, plus connector ``ports``
     given as (key, label, sources, targets)."""
     inside = set(members)
@@ -239,7 +239,8 @@ def _dot_source(name: str, units: list[_Unit], members: list[int], ports: list[t
         if units[u].region is not None and units[u].kind != "region":
             clusters.setdefault(units[u].region, []).append(u)
     for region, us in clusters.items():
-        label = f"{region} · {region_ops.get(region, 0)} ops"
+        starts = next(u for u, unit in enumerate(units) if unit.region == region) == us[0]
+        label = region if starts else f"{region} (cont.)"
         lines.append(f"subgraph {_q('cluster_' + region)} {{ label={_q(label)}; labeljust=l; margin=6; "
                      + " ".join(f"n{u};" for u in us) + " }")  # fmt: skip
     for u in members:
@@ -269,7 +270,8 @@ def _read_layout(graph: dict, dx: float, dy: float, layout: Layout, clusters: li
     for o in objects.values():
         if "nodes" in o and o["name"].startswith("cluster_"):
             x0, y0, x1, y1 = _floats(o["bb"])
-            clusters.append(Cluster(o["name"][len("cluster_") :], dx + x0, dy + gh - y1, x1 - x0, y1 - y0))
+            region = o["name"][len("cluster_") :]
+            clusters.append(Cluster(region, dx + x0, dy + gh - y1, x1 - x0, y1 - y0, o.get("label", region)))
         elif "pos" in o:
             x, y = _floats(o["pos"])
             w, h = float(o["width"]) * 72, float(o["height"]) * 72
@@ -359,8 +361,7 @@ def layout_view(view: BundleView, *, collapse_regions: bool = False, columns: in
     """
     palette = palette or Palette.of(view)
     units = _units(view, palette, collapse_regions)
-    region_ops = {r.id: len(r.ops) for r in view.regions}
-    single, _ = _lay_out(units, [], region_ops)
+    single, _ = _lay_out(units, [])
     height, width = single.height, single.width
     if columns == 1 or (columns is None and (height <= 1.5 * TARGET_RATIO * width or len(units) < 40)):
         return single, units, {}
@@ -371,7 +372,7 @@ def layout_view(view: BundleView, *, collapse_regions: bool = False, columns: in
         cuts = _choose_cuts(units, ys, height, n)
         if not cuts:
             break
-        best = _lay_out(units, cuts, region_ops)
+        best = _lay_out(units, cuts)
         ratio = best[0].height / best[0].width
         if columns is not None or 1 / 1.5 < ratio / TARGET_RATIO < 1.5:
             break
@@ -382,8 +383,7 @@ def layout_view(view: BundleView, *, collapse_regions: bool = False, columns: in
     return best[0], units, best[1]
 
 
-def _lay_out(units: list[_Unit], cuts: list[int], region_ops: dict[str, int]
-             ) -> tuple[Layout, dict[str, tuple[str, str, str]]]:  # fmt: skip
+def _lay_out(units: list[_Unit], cuts: list[int]) -> tuple[Layout, dict[str, tuple[str, str, str]]]:
     """One dot graph per column (units ``cuts[c-1]:cuts[c]``), placed side by side; the layout and its connectors."""
     bounds = [0, *cuts, len(units)]
     column_of = [0] * len(units)
@@ -408,7 +408,7 @@ def _lay_out(units: list[_Unit], cuts: list[int], region_ops: dict[str, int]
             label = f"{link} ← {column_of[u] + 1}"
             per_column[c].append((f"i{u}_{c}", label, [], [f"n{v}" for v in consumers]))
             ports[f"i{u}_{c}"] = (label, f"{link}: {what} ({made.label}) from column {column_of[u] + 1}", link)
-    sources = [_dot_source(f"column{c + 1}", units, list(range(bounds[c], bounds[c + 1])), per_column[c], region_ops)
+    sources = [_dot_source(f"column{c + 1}", units, list(range(bounds[c], bounds[c + 1])), per_column[c])
                for c in range(len(per_column))]  # fmt: skip
     layout = Layout(0, 0)
     x = 0.0
@@ -469,7 +469,7 @@ def render_svg(view: BundleView, *, collapse_regions: bool = False, columns: int
             f'<rect x="{c.x:.1f}" y="{c.y:.1f}" width="{c.w:.1f}" height="{c.h:.1f}" rx="6" fill="{color}" '
             f'fill-opacity="0.22" stroke="{color}" stroke-width="2"/>'
             f'<text class="cluster-label" x="{c.x + 6:.1f}" y="{c.y + 12:.1f}" font-size="10" font-weight="bold" '
-            f'fill="#333">{html.escape(c.region)}{" (cont.)" if c.part else ""}</text></g>'
+            f'fill="#333">{html.escape(c.label)}</text></g>'
         )
     parts.append('</g><g class="edges" fill="none" stroke="#777" stroke-width="1.1">')
     for e in layout.edges:
