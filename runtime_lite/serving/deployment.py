@@ -123,7 +123,14 @@ class RuntimeLiteDeployment:
             if kept is not None and kept.module.digest == entry.get("digest") and _same_batching(kept, config):
                 models[entry["name"]] = kept  # unchanged: keep the loaded module and its batcher
                 continue
-            module = self.loader(entry, config)
+            try:
+                module = self.loader(entry, config)
+            except Exception as e:
+                if kept is None:
+                    raise  # nothing to serve instead: the deployment fails, and `serve` says why
+                log.error("model %s: keeping version %s, the new bundle did not load: %s", kept.name, kept.version, e)
+                models[entry["name"]] = kept
+                continue
             model = served_model(entry["name"], module, int(config.get("max_batch_size", 1)), direct_infer(module))
             if model.batching:
                 batched_infer(model, float(config.get("batch_wait_ms", 5.0)), self.metrics)

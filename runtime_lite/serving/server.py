@@ -32,6 +32,8 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 class ModelSource:
     name: str
     path: Path
+    #: More JSON fields for the replica's loader (the default loader needs none).
+    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,7 +58,8 @@ class ServeConfig:
         """What every replica loads: the ``reconfigure`` argument (JSON only: it crosses to the cluster)."""
         return {
             "models": [
-                {"name": m.name, "path": str(m.path.resolve()), "digest": bundle_digest(m.path)} for m in self.models
+                {**m.extra, "name": m.name, "path": str(m.path.resolve()), "digest": bundle_digest(m.path)}
+                for m in self.models
             ],
             "max_batch_size": self.max_batch_size,
             "batch_wait_ms": self.batch_wait_ms,
