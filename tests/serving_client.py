@@ -158,6 +158,11 @@ def run_load(
                     if attempt < retries and str(e.status()).startswith("5"):
                         continue
                     break
+                except Exception as e:  # a socket error or timeout: counted, never a silently dead worker
+                    with lock:
+                        result.statuses[type(e).__name__] += 1
+                        result.messages[str(e)[:160]] += 1
+                    break
                 elapsed = time.perf_counter() - start
                 outputs = {o["name"]: answer.as_numpy(o["name"]) for o in answer.get_response()["outputs"]}
                 good = check(i, outputs)
