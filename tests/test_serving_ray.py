@@ -119,7 +119,7 @@ def test_batching_under_load_answers_every_request_with_its_rows(served, modules
         if singles is not None and total > singles:
             break
         time.sleep(2)
-    assert total > singles, f"no run of more than one row in the metrics: {mlp}\n{served.output()[-3000:]}"
+    assert singles is not None and total > singles, f"no run of more than one row in the metrics: {mlp}\n{served.output()[-3000:]}"
     requests = scrape(served.metrics_port, "ray_runtime_lite_requests")
     assert sum(v for k, v in requests.items() if 'model="mlp"' in k and 'status="200"' in k) >= 400
 
