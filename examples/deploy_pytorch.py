@@ -1,6 +1,6 @@
 """Deploy a PyTorch model: the final section of TVM's BYOC tutorial, with aot and runtime_lite.
 
-    pip install 'aot[torch]'            # torch==2.13.0, CPU build
+    pip install ./runtime_lite '.[torch]'   # from the repository root; torch==2.13.0, CPU build: README
     python examples/deploy_pytorch.py [--out DIR]
 
 1. export the tutorial's SmallConvNet with torch.export (the weights come in as constants);

@@ -8,6 +8,7 @@ host fallback) are built here, run there in a new process, and the outputs compa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import venv
@@ -43,12 +44,14 @@ def test_runtime_alone_runs_a_bundle_in_a_fresh_venv(tmp_path):
     source = tmp_path / "src" / "runtime_lite"
     shutil.copytree(ROOT / "runtime_lite", source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     env_dir = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a checkout on it would shadow the venv's copy
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", str(source)],
         capture_output=True,
         text=True,
+        env=env,
     )
     assert install.returncode == 0, install.stderr[-2000:]
 
@@ -67,13 +70,13 @@ def test_runtime_alone_runs_a_bundle_in_a_fresh_venv(tmp_path):
             args += [name, str(tmp_path / "input.npy")]
         work = tmp_path / f"work-{target}"
         work.mkdir()
-        result = subprocess.run([str(python), "-c", SCRIPT, *args], capture_output=True, text=True, cwd=work)
+        result = subprocess.run([str(python), "-c", SCRIPT, *args], capture_output=True, text=True, cwd=work, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         assert str(env_dir) in result.stdout  # the venv's own copy ran, not this checkout
         np.testing.assert_array_equal(np.load(work / "out.npy"), runtime_lite.load(bundle).run(feeds)[0])
         bench = subprocess.run(  # the console script the runtime-only package installs
             [str(env_dir / "bin" / "runtime-lite"), "bench", str(bundle), "--random-inputs", "--iterations", "2",
-             "--json"], capture_output=True, text=True,
+             "--json"], capture_output=True, text=True, env=env,
         )  # fmt: skip
         assert bench.returncode == 0, bench.stderr[-2000:]
         assert json.loads(bench.stdout)["iterations"] == 2

@@ -5,7 +5,7 @@
     graph = aot.frontend.from_exported_program(program)
     aot.build(program, targets=["npu"]).save("model.aotb")   # the same, in one step
 
-torch is an optional dependency (``pip install 'aot[torch]'``), imported only here.
+torch is an optional dependency (aot's ``torch`` extra, ``torch==2.13.0``), imported only here.
 """
 
 from aot.frontend.torch.importer import from_exported_program, load_exported_program

@@ -33,7 +33,7 @@ def _torch():
     try:
         import torch
     except ImportError:
-        raise ModelError("reading PyTorch programs needs torch: pip install 'aot[torch]' (torch==2.13.0)") from None
+        raise ModelError("reading PyTorch programs needs torch: pip install torch==2.13.0 (aot[torch])") from None
     return torch
 
 
