@@ -173,6 +173,9 @@ CASES: dict[str, tuple[Fn, tuple]] = {
                 + F.avg_pool2d(x, 3, 2, 1)
                 + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)
                 + F.adaptive_avg_pool2d(x, 4)
+                + F.adaptive_avg_pool2d(x, (3, 5)).sum((2, 3), keepdim=True)  # overlapping bins
+                + F.adaptive_avg_pool2d(x[:, :, :1, :1], 6).mean()  # AlexNet on a small image: 1x1 to 6x6
+                + F.adaptive_avg_pool1d(x[:, 0], 3).mean()
             )
         ),
         (r(1, 3, 8, 8),),

@@ -393,12 +393,34 @@ def _adaptive_avg_pool(ctx):
     spatial = x.type.shape[2:]
     if all(o == 1 for o in out):
         return ctx.emit("reduce_mean", x, axes=list(range(2, 2 + nd)), keepdims=1)
-    if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, out)):
-        raise ctx.unsupported(f"output size {out} does not divide the input's spatial dims {list(spatial)}")
-    kernel = [s // o for s, o in zip(spatial, out)]
-    return ctx.emit(
-        f"avg_pool{nd}d", x, kernel_shape=kernel, strides=kernel, pads=[0] * (2 * nd), dilations=[1] * nd,
-    )  # fmt: skip
+    if not all(isinstance(s, int) for s in spatial):
+        raise ctx.unsupported(f"output size {out} over symbolic spatial dims {list(spatial)}")
+    if all(s % o == 0 for s, o in zip(spatial, out)):
+        kernel = [s // o for s, o in zip(spatial, out)]
+        return ctx.emit(
+            f"avg_pool{nd}d", x, kernel_shape=kernel, strides=kernel, pads=[0] * (2 * nd), dilations=[1] * nd,
+        )  # fmt: skip
+    for axis, (size, bins) in enumerate(zip(spatial, out), start=2):  # bins that overlap, or more bins than inputs
+        if size != bins:
+            x = _average_bins(ctx, x, axis, size, bins)
+    return x
+
+
+def _average_bins(ctx: AtenContext, x: Value, axis: int, size: int, bins: int) -> Value:
+    """Adaptive average pooling along one axis as a matmul: bin i averages [floor(i*n/b), ceil((i+1)*n/b)).
+
+    A box's mean is the mean over each of its axes in turn, so pooling is one such product per axis.
+    """
+    weights = np.zeros((size, bins), np.float64)
+    for i in range(bins):
+        start, end = (i * size) // bins, -(-(i + 1) * size // bins)
+        weights[start:end, i] = 1 / (end - start)
+    last = x.type.rank - 1
+    perm = list(range(x.type.rank))
+    perm[axis], perm[last] = last, axis
+    moved = x if axis == last else ctx.emit("transpose", x, perm=perm)
+    pooled = ctx.emit("matmul", moved, ctx.constant(weights, x.type.dtype))
+    return pooled if axis == last else ctx.emit("transpose", pooled, perm=perm)
 
 
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
