@@ -129,11 +129,15 @@ def test_verbose_before_or_after_the_command_logs_decisions(tmp_path):
         assert "runtime_lite.tensorrt: tensorrt region" in result.stderr, result.stderr
 
 
-def test_console_script_is_declared_in_both_packages():
-    for pyproject in (ROOT / "pyproject.toml", ROOT / "runtime_lite" / "pyproject.toml"):
-        text = pyproject.read_text()
-        scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-        assert 'runtime-lite = "runtime_lite.cli:entry_point"' in scripts, pyproject
+def test_console_script_belongs_to_runtime_lite_only():
+    """aot depends on runtime-lite; declaring the script in aot too would delete it when aot is uninstalled."""
+
+    def scripts(pyproject):
+        return pyproject.read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+
+    line = 'runtime-lite = "runtime_lite.cli:entry_point"'
+    assert line in scripts(ROOT / "runtime_lite" / "pyproject.toml")
+    assert line not in scripts(ROOT / "pyproject.toml")
 
 
 def test_warm_on_a_host_without_tensorrt_reports_the_fallback_and_exits_0(tmp_path):
