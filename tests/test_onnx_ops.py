@@ -312,6 +312,44 @@ case("matmul_2d")(lambda: binary("MatMul", rand(3, 5), rand(5, 4, seed=1)))
 case("matmul_batched_broadcast")(lambda: binary("MatMul", rand(2, 1, 3, 5), rand(4, 5, 6, seed=1)))
 case("matmul_vector")(lambda: binary("MatMul", rand(5), rand(2, 5, 3, seed=1)))
 
+
+def einsum(equation, *operands, shapes=None):
+    names = [f"x{i}" for i in range(len(operands))]
+    feeds = dict(zip(names, operands))
+    model = make_model([node("Einsum", names, equation=equation)], feeds, ["y"], opset=12, input_shapes=shapes)
+    return model, feeds
+
+
+case("einsum_maxvit_scores")(lambda: einsum("bghid,bghjd->bghij", rand(2, 3, 2, 5, 4), rand(2, 3, 2, 6, 4, seed=1)))
+case("einsum_maxvit_values")(
+    lambda: einsum("B G H I J, B G H J D -> B G H I D", rand(1, 2, 2, 5, 6), rand(1, 2, 2, 6, 3))
+)
+case("einsum_merged_groups")(lambda: einsum("abc,cde->abde", rand(2, 3, 4), rand(4, 5, 2, seed=1)))
+case("einsum_batch_and_merged_groups")(lambda: einsum("gab,gbcd->gdac", rand(2, 3, 4), rand(2, 4, 5, 3, seed=1)))
+case("einsum_ellipsis_broadcast")(lambda: einsum("...ij,...jk->...ik", rand(2, 1, 3, 4), rand(1, 5, 4, 2, seed=1)))
+case("einsum_implicit_output")(lambda: einsum("ij,jk", rand(3, 4), rand(4, 2, seed=1)))
+case("einsum_one_operand")(lambda: einsum("ijk->ki", rand(2, 3, 4)))
+case("einsum_summed_apart")(lambda: einsum("ij,k->i", rand(3, 4), rand(5, seed=1)))
+case("einsum_dot")(lambda: einsum("i,i->", rand(6), rand(6, seed=1)))
+case("einsum_outer")(lambda: einsum("i,j->ji", rand(3), rand(4, seed=1)))
+case("einsum_symbolic_attention")(
+    lambda: einsum("bshd,bthd->bhst", rand(2, 5, 3, 4), rand(2, 7, 3, 4, seed=1),
+                   shapes={"x0": ["B", "S", 3, 4], "x1": ["B", "T", 3, 4]})
+)  # fmt: skip
+case("einsum_symbolic_contraction")(
+    lambda: einsum("bsd,bsd->b", rand(2, 5, 4), rand(2, 5, 4, seed=1), shapes={"x0": ["B", "S", 4], "x1": ["B", "S", 4]})
+)  # fmt: skip
+
+
+def test_einsum_with_a_repeated_index_is_refused_with_the_node_named():
+    from aot.errors import UnsupportedOpsError
+
+    model, _ = einsum("ii->i", rand(3, 3))
+    with pytest.raises(UnsupportedOpsError, match=r"Einsum node '.*': equation 'ii->i': a repeated index") as info:
+        build_and_load(model)
+    assert "\n" not in str(info.value)
+
+
 # -- reductions -------------------------------------------------------------------------
 case("reduce_mean_opset13_attr")(lambda: unary("ReduceMean", x=rand(2, 3, 4), axes=[1, -1], keepdims=0))
 case("reduce_max_all")(lambda: unary("ReduceMax", x=rand(2, 3, 4)))

@@ -447,6 +447,96 @@ def _gemm(ctx):
     return ctx.emit("dense", a, w, c)
 
 
+@converter("Einsum")
+@single
+def _einsum(ctx):
+    """Einsum of one or two operands (MaxViT's attention: ``bghid,bghjd->bghij``) as transposes,
+    sums and one batched matmul: letters shared and kept are batch dims, shared and dropped
+    are contracted, the rest are the matmul's rows and columns."""
+    terms, out = _einsum_terms(ctx)
+    if len(terms) == 1:
+        (term,), x = terms, ctx.inputs[0]
+        x = _sum_letters(ctx, x, term, [c for c in term if c not in out])
+        return _to_order(ctx, x, [c for c in term if c in out], out)
+    if len(terms) != 2:
+        raise ctx.unsupported(f"{len(terms)} operands (one or two are supported)")
+    (ta, tb), (a, b) = terms, ctx.inputs[:2]
+    a = _sum_letters(ctx, a, ta, [c for c in ta if c not in out and c not in tb])
+    b = _sum_letters(ctx, b, tb, [c for c in tb if c not in out and c not in ta])
+    ta, tb = [c for c in ta if c in out or c in tb], [c for c in tb if c in out or c in ta]
+    batch = [c for c in out if c in ta and c in tb]
+    left, right = [c for c in out if c in ta and c not in tb], [c for c in out if c in tb and c not in ta]
+    summed = [c for c in ta if c in tb and c not in out]
+    a, b = _to_order(ctx, a, ta, batch + left + summed), _to_order(ctx, b, tb, batch + summed + right)
+    dims = {**dict(zip(batch + summed + right, b.type.shape)), **dict(zip(batch + left + summed, a.type.shape))}
+    nb, single = len(batch), len(left) == len(summed) == len(right) == 1
+    sizes = {name: _product([dims[c] for c in group]) for name, group in (("rows", left), ("inner", summed),
+                                                                            ("cols", right))}  # fmt: skip
+    if single:  # [batch..., i, k] @ [batch..., k, j] as they are, symbolic or not
+        result = ctx.emit("matmul", a, b)
+    elif None not in sizes.values():  # each group merged into one dim, and split again after
+        a = ctx.emit("reshape", a, shape=[0] * nb + [sizes["rows"], sizes["inner"]])
+        b = ctx.emit("reshape", b, shape=[0] * nb + [sizes["inner"], sizes["cols"]])
+        result = ctx.emit("reshape", ctx.emit("matmul", a, b), shape=[0] * nb + [dims[c] for c in left + right])
+    else:  # a symbolic dim in a group: broadcast multiply over (batch, left, right, summed), then sum
+        b = ctx.emit("transpose", b, perm=_summed_last(nb, len(summed), len(right)))
+        result = ctx.emit(
+            "multiply", _unsqueezed(ctx, a, nb + len(left), len(right)), _unsqueezed(ctx, b, nb, len(left))
+        )
+        result = _sum_letters(ctx, result, batch + left + right + summed, summed)
+    return _to_order(ctx, result, batch + left + right, out)
+
+
+def _einsum_terms(ctx: NodeContext) -> tuple[list[list[str]], list[str]]:
+    """The operands' letters and the output's, with ``...`` spelled out as letters of their own."""
+    equation = ctx.attr("equation").replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ctx.inputs):
+        raise ctx.error(f"equation {equation!r} has {len(terms)} operands, the node {len(ctx.inputs)} inputs")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in equation]
+    widths = [x.type.rank - (len(t) - 3) if "..." in t else 0 for t, x in zip(terms, ctx.inputs)]
+    ellipsis = spare[: max(widths, default=0)]
+    letters = [
+        list(t.split("...")[0]) + ellipsis[len(ellipsis) - w :] + list(t.split("...")[1]) if "..." in t else list(t)
+        for t, w in zip(terms, widths)
+    ]  # fmt: skip
+    for t, x in zip(letters, ctx.inputs):
+        if len(t) != x.type.rank:
+            raise ctx.error(f"equation {equation!r}: term {''.join(t)!r} for a rank-{x.type.rank} input")
+        if len(set(t)) != len(t):
+            raise ctx.unsupported(f"equation {equation!r}: a repeated index (a diagonal)")
+    if not arrow:  # implicit output: the ellipsis, then the letters seen once, in order
+        once = sorted(c for c in set(sum(letters, [])) if sum(t.count(c) for t in letters) == 1 and c not in ellipsis)
+        return letters, ellipsis + once
+    return letters, list(out.replace("...", "".join(ellipsis)))
+
+
+def _sum_letters(ctx: NodeContext, x: Value, term: list[str], letters: list[str]) -> Value:
+    if not letters:
+        return x
+    return ctx.emit("reduce_sum", x, axes=[term.index(c) for c in letters], keepdims=0)
+
+
+def _to_order(ctx: NodeContext, x: Value, have: list[str], want: list[str]) -> Value:
+    perm = [have.index(c) for c in want]
+    return x if perm == list(range(len(perm))) else ctx.emit("transpose", x, perm=perm)
+
+
+def _product(dims: list) -> int | None:
+    """The product of dims, None if any is symbolic."""
+    return int(np.prod(dims, dtype=np.int64)) if all(isinstance(d, int) for d in dims) else None
+
+
+def _summed_last(nb: int, ns: int, nr: int) -> list[int]:
+    """b's (batch, summed, right) axes as (batch, right, summed)."""
+    return list(range(nb)) + list(range(nb + ns, nb + ns + nr)) + list(range(nb, nb + ns))
+
+
+def _unsqueezed(ctx: NodeContext, x: Value, at: int, count: int) -> Value:
+    return ctx.emit("unsqueeze", x, axes=list(range(at, at + count))) if count else x
+
+
 # -- reductions -------------------------------------------------------------------------
 
 REDUCE = {
