@@ -15,6 +15,14 @@ error. Text models keep a symbolic batch and sequence length: the host bundle ru
 shapes, so its bundle fixes the example's. Every model runs in its own subprocess (a crash,
 a hang or a memory blow-up costs one row), with ``--timeout`` seconds and models over
 ``--max-params`` parameters listed as not run.
+
+    python benchmarks/model_coverage.py --rows /tmp/rows.jsonl          # resumable: rows kept as JSON lines
+    python benchmarks/model_coverage.py --rows /tmp/rows.jsonl --only swin_t   # rerun one row, table rewritten
+
+With ``--rows`` every finished row is appended to that file; a later run with the same file
+skips the models it already holds (so a stopped sweep resumes) and reruns those named by
+``--only``, whose new row replaces the old. The table is written from every row in the file;
+rows that came from another command than most did say which in the notes.
 """
 
 from __future__ import annotations
@@ -238,6 +246,13 @@ def worker(name: str, full: bool, routes: list[str], max_params: float) -> dict:
 
 # -- the driver -------------------------------------------------------------------------
 def run_worker(name: str, args) -> dict:
+    started = time.perf_counter()
+    row = worker_row(name, args)
+    row.update(seconds=round(time.perf_counter() - started), command=command_line(args.argv))
+    return row
+
+
+def worker_row(name: str, args) -> dict:
     command = [sys.executable, __file__, "--worker", name, "--routes", ",".join(args.routes)]
     command += ["--max-params", str(args.max_params)]
     command += ["--full"] if args.full else []
@@ -253,6 +268,22 @@ def run_worker(name: str, args) -> dict:
     return json.loads(lines[-1])
 
 
+def command_line(argv: list[str]) -> str:
+    return " ".join(["python benchmarks/model_coverage.py", *argv])
+
+
+def load_rows(path: str | None) -> dict[str, dict]:
+    """Rows kept by earlier runs (``--rows``), by model; a later line for a model replaces an earlier one."""
+    if not path or not Path(path).exists():
+        return {}
+    rows = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["model"]] = row
+    return rows
+
+
 def failed_row(name: str, routes: list[str], message: str) -> dict:
     return {"model": name, "cells": {r: {b: {"ok": False, "error": message} for b in BACKENDS} for r in routes}}
 
@@ -266,6 +297,9 @@ def cell_text(cell: dict) -> str:
 
 def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) -> str:
     mode = "--full (torchvision at its own size, HF at real sizes)" if args.full else "small configs"
+    commands = [row.get("command") for row in rows if row.get("command")]
+    command = max(set(commands), key=commands.count) if commands else command_line(args.argv)
+    seconds = sum(row.get("seconds", 0) for row in rows) if commands else seconds
     counts = {
         (r, b): sum(row["cells"].get(r, {}).get(b, {}).get("ok", False) for row in rows)
         for r in args.routes
@@ -274,7 +308,7 @@ def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) ->
     lines = [
         "# Model coverage",
         "",
-        f"Produced by `python benchmarks/model_coverage.py {' '.join(args.argv)}`".replace(" `", "`") + f" ({mode}; "
+        f"Produced by `{command}` ({mode}; "
         f"{len(rows)} models, {seconds / 60:.0f} min on 2 cores). Each cell: ✓ and the worst relative L2 "
         "error against PyTorch over all outputs and sizes tried (tolerance 1e-4), or ✗ and the one-line "
         "error. `tensorrt` runs the host fallback here (no TensorRT on this machine). Text models keep a "
@@ -300,6 +334,7 @@ def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) ->
     for row in notes:
         parts = [f"{row['params'] / 1e6:.1f}M parameters"] if "params" in row else []
         parts += [f"{k}: {v}" for k, v in row.get("notes", {}).items()]
+        parts += [f"this row from `{row['command']}`"] if row.get("command", command) != command else []
         lines.append(f"- {row['model']}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
@@ -312,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "models.md"))
     parser.add_argument("--timeout", type=int, default=900, help="seconds per model")
     parser.add_argument("--max-params", type=float, default=350e6, help="larger models are listed as not run")
+    parser.add_argument("--rows", help="JSON lines file: append each row, skip models already in it (resume)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--worker"]
@@ -319,17 +355,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.worker, args.full, args.routes, args.max_params)))
         return 0
-    names = model_names(args.full)
+    every = model_names(args.full)
+    kept = load_rows(args.rows)
     if args.only:
         wanted = set(args.only.split(","))
-        names = [n for n in names if n in wanted or n.split("/", 1)[1] in wanted]
-    started, rows = time.perf_counter(), []
+        names = [n for n in every if n in wanted or n.split("/", 1)[1] in wanted]
+    else:
+        names = [n for n in every if n not in kept]  # resume: what the rows file does not hold yet
+    started = time.perf_counter()
+
+    def write(pending: list[str]) -> None:
+        rows = [kept[n] for n in every if n in kept]
+        Path(args.out).write_text(markdown(rows, args, time.perf_counter() - started, pending))
+
     for i, name in enumerate(names):
         row = run_worker(name, args)
-        rows.append(row)
+        kept[name] = row
+        if args.rows:
+            with open(args.rows, "a") as f:
+                f.write(json.dumps(row) + "\n")
         summary = "  ".join(f"{r}/{b}: {cell_text(row['cells'][r][b])[:60]}" for r in args.routes for b in BACKENDS)
         print(f"{name}: {summary}", flush=True)
-        Path(args.out).write_text(markdown(rows, args, time.perf_counter() - started, names[i + 1 :]))  # partial
+        write([n for n in every if n not in kept] if args.rows else names[i + 1 :])  # after every row
+    if not names:
+        write([])
     print(f"wrote {args.out}")
     return 0
 

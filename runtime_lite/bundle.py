@@ -36,6 +36,8 @@ class Bundle:
     blobs: list[memoryview]
     constants: list[np.ndarray]
     buffer: BundleBuffer
+    #: sha256 of the header, hex. The header holds every blob's sha256, so this names the whole bundle.
+    digest: str
 
     @property
     def source(self) -> str | None:
@@ -302,4 +304,4 @@ def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = F
             )
     blobs = _read_blobs(header, buffer.view, data_start, verify)
     constants = _read_constants(header, blobs)
-    return Bundle(version, header, blobs, constants, buffer)
+    return Bundle(version, header, blobs, constants, buffer, hashlib.sha256(header_bytes).hexdigest())

@@ -1,4 +1,4 @@
-"""The ``runtime-lite`` / ``python -m runtime_lite`` commands: run, info, bench.
+"""The ``runtime-lite`` / ``python -m runtime_lite`` commands: run, info, bench, serve, warm, backends.
 
 argparse rather than click: the runtime's only dependencies are numpy and msgpack.
 Every failure the user can fix is one line on stderr and exit status 1; an
@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -151,6 +152,50 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from runtime_lite.serving.server import ServeConfig, model_sources, serve_forever
+
+    backend_options = split_assignments(args.backend_option)
+    if args.cache_dir is not None:
+        backend_options.setdefault("tensorrt", {})["cache_dir"] = str(args.cache_dir)
+    config = ServeConfig(
+        models=model_sources(args.bundles, args.name),
+        host=args.host,
+        port=args.port,
+        replicas=args.replicas,
+        max_batch_size=args.max_batch_size,
+        batch_wait_ms=args.batch_wait_ms,
+        max_ongoing_requests=args.max_ongoing_requests,
+        address=args.address,
+        cpus_per_replica=args.cpus_per_replica,
+        threads=args.threads,
+        metrics_port=args.metrics_port,
+        backend_options=backend_options,
+    )
+    return serve_forever(config, announce=lambda line: print(line, flush=True))
+
+
+def _warm(args: argparse.Namespace) -> int:
+    """Build or check, ahead of traffic, every engine this host needs; a CPU host only reports its fallback."""
+    if args.cache_dir.exists() and not args.cache_dir.is_dir():
+        raise RuntimeLiteError(f"--cache-dir '{args.cache_dir}' is not a directory")
+    options = split_assignments(args.backend_option)
+    tensorrt = options.setdefault("tensorrt", {})
+    tensorrt.setdefault("cache_dir", str(args.cache_dir))
+    tensorrt.setdefault("allow_engine_build", "true")
+    start = time.perf_counter()
+    with runtime_lite.load(args.bundle, backend_options=options, require=args.require) as module:
+        placement = module.placement
+    print(f"{args.bundle}: warmed in {(time.perf_counter() - start):.1f} s, engine cache {args.cache_dir}")
+    compiled = 0
+    for module_id, placed in placement.items():
+        print(f"  module {module_id} ({placed['backend']}): {placed.get('detail') or 'runs on ' + placed['runs_on']}")
+        compiled += placed["backend"] != "host" and placed["runs_on"] == placed["backend"]
+    if not compiled:
+        print("  nothing to warm on this host: no module runs on an accelerator here (the host plan serves)")
+    return 0
+
+
 def _reexec_with_threads(argv: list[str], threads: int) -> None:
     """Start this command again with the BLAS thread variables set (they are read when numpy loads)."""
     env = {**os.environ, **{name: str(threads) for name in bench.THREAD_VARIABLES}}
@@ -252,6 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--json", action="store_true", help="print one JSON object (latencies in ms) instead")
     timing.set_defaults(handler=_bench)
 
+    _serve_parser(commands, common)
+    warm = commands.add_parser(
+        "warm", parents=[common], help="fill an engine cache ahead of traffic",
+        description="Load BUNDLE with the engine cache DIR (building engines this host's GPU needs, or "
+        "checking the cached ones), report where each module runs, and exit. On a host without TensorRT "
+        "it reports the host fallback and exits 0.",
+    )  # fmt: skip
+    _bundle_argument(warm)
+    warm.add_argument("--cache-dir", type=Path, required=True, help="the engine cache directory the replicas share")
+    warm.set_defaults(handler=_warm)
+
     listing = commands.add_parser(
         "backends", parents=[common], help="list the backends this runtime can load and their options",
         description="List every backend (built in, or from an installed package's runtime_lite.backends entry "
@@ -259,6 +315,44 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     listing.set_defaults(handler=_backends)
     return parser
+
+
+def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    serve = commands.add_parser(
+        "serve", parents=[common], help="serve bundles over HTTP (Open Inference Protocol v2) on Ray Serve",
+        description="Deploy each BUNDLE on Ray Serve and answer the Open Inference Protocol (v2: Triton, "
+        "KServe, tritonclient) until SIGTERM or Ctrl-C. Without --address a local Ray instance starts; "
+        "SIGHUP reloads bundles whose file changed. Needs: pip install 'runtime-lite[serve]'.",
+    )  # fmt: skip
+    serve.add_argument("bundles", nargs="+", metavar="BUNDLE", help="a bundle path, or NAME=PATH; repeatable")
+    serve.add_argument("--name", help="the model name of a single bundle (default: the file name without .aotb)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
+    serve.add_argument("--port", type=_positive, default=8000, help="HTTP port (default 8000)")
+    serve.add_argument("--replicas", type=_positive, default=1, help="replicas of the server (default 1)")
+    serve.add_argument(
+        "--max-batch-size", type=_positive, default=1, metavar="ROWS",
+        help="dynamic batching: concatenate requests along the bundle's symbolic batch dim up to ROWS rows "
+        "(default 1: off; bundles with a fixed batch never batch)",
+    )  # fmt: skip
+    serve.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill (default 5 ms)")
+    serve.add_argument(
+        "--max-ongoing-requests", type=_positive,
+        help="requests a replica takes at once (default max(8, 2 x max batch size)); the rest queue in Ray",
+    )  # fmt: skip
+    serve.add_argument(
+        "--address", help="an existing Ray cluster: 'auto' or ray://HOST:10001 (default: start a local one)"
+    )
+    serve.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs reserved per replica (default 1)")
+    serve.add_argument("--threads", type=_positive, help="BLAS threads in each replica (default: Ray's, 1 per CPU)")
+    serve.add_argument(
+        "--metrics-port", type=_positive, help="Prometheus port of the local Ray instance (default: Ray picks one)"
+    )
+    serve.add_argument("--cache-dir", type=Path, help="the TensorRT engine cache every replica shares")
+    serve.add_argument(
+        "--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE",
+        help="a backend's own load option for every replica; repeatable",
+    )  # fmt: skip
+    serve.set_defaults(handler=_serve)
 
 
 def _configure_logging(verbosity: int) -> None:

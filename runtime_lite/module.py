@@ -53,6 +53,8 @@ class Module:
         self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
+        #: The bundle's identity (sha256 of its header, which holds every blob's sha256): a version to report.
+        self.digest: str = bundle.digest
         required = normalize_require(require)
         check_required_present(required, [record.backend_name for record in header.modules])
         try:
@@ -241,17 +243,19 @@ class _UninitialisedBackend:
         raise RuntimeError("check_bundle binds the plan only; it never runs a module")
 
 
-def check_bundle(source: BundleSource) -> None:
+def check_bundle(source: BundleSource) -> str:
     """Everything ``load`` checks before backends run, at header cost (no blob hashing, no engine).
 
     The builder calls this on every bundle before it becomes visible, so a
     writer/reader mismatch is a build error naming the field, never a bundle that
-    a deployment refuses. Raises BundleError.
+    a deployment refuses. Raises BundleError; returns the bundle's digest
+    (``Module.digest``), which a server reports as the model version.
     """
     bundle = read_bundle(source, verify=False, map_file=True)  # a path is mapped, not copied
     header = _Header.parse(bundle)
     modules = [BoundModule(r.id, _UninitialisedBackend(r.backend_name), None) for r in header.modules]
     header.bind_plan(bundle, modules)
+    return bundle.digest
 
 
 def load(

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import aot
 import runtime_lite
+from aot.errors import UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN
 
 g = torch.Generator().manual_seed(0)
@@ -39,6 +40,15 @@ class Fn(torch.nn.Module):
 
     def forward(self, *xs):
         return self.fn(self, *xs)
+
+
+def _assigned(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Slice assignment (Swin's attention mask): functionalized to slice_scatter and copy."""
+    y = x.clone()
+    y[:, 1:3] = s
+    y[1:, ::2] = -1.0
+    y[0].copy_(s[:, 0].sum())
+    return y
 
 
 CASES: dict[str, tuple[Fn, tuple]] = {
@@ -163,6 +173,9 @@ CASES: dict[str, tuple[Fn, tuple]] = {
                 + F.avg_pool2d(x, 3, 2, 1)
                 + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)
                 + F.adaptive_avg_pool2d(x, 4)
+                + F.adaptive_avg_pool2d(x, (3, 5)).sum((2, 3), keepdim=True)  # overlapping bins
+                + F.adaptive_avg_pool2d(x[:, :, :1, :1], 6).mean()  # AlexNet on a small image: 1x1 to 6x6
+                + F.adaptive_avg_pool1d(x[:, 0], 3).mean()
             )
         ),
         (r(1, 3, 8, 8),),
@@ -187,6 +200,18 @@ CASES: dict[str, tuple[Fn, tuple]] = {
     "layer_norm": (
         Fn(lambda m, x: F.layer_norm(x, (5,), m.gamma, m.beta) + F.layer_norm(x, (4, 5)), gamma=w(5), beta=w(5)),
         (r(2, 4, 5),),
+    ),  # fmt: skip
+    "pad": (
+        Fn(
+            lambda m, x: (
+                F.pad(x, (1, 2, 0, 1)).sum()
+                + F.pad(x, (-1, 2, 1, -2), value=0.5).sum()
+                + F.pad(x, (2, 1, 1, 2), mode="reflect")
+                + F.pad(x, (2, 1, 1, 2), mode="replicate")
+                + F.pad(x, (2, 1, 1, 2), mode="circular")
+            )
+        ),
+        (r(1, 2, 5, 6),),
     ),  # fmt: skip
     # linear algebra
     "linear_matmul": (
@@ -223,6 +248,21 @@ CASES: dict[str, tuple[Fn, tuple]] = {
         ),
         (r(2, 3, 4),),
     ),  # fmt: skip
+    "vector_norm": (
+        Fn(
+            lambda m, x: (
+                F.normalize(x, dim=-1)
+                + torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True)
+                + torch.linalg.vector_norm(x, ord=float("inf"), dim=1, keepdim=True)
+                + torch.linalg.vector_norm(x, ord=float("-inf"), dim=-1, keepdim=True)
+                + torch.linalg.vector_norm(x, ord=0)
+                + torch.linalg.vector_norm(x, ord=1, dim=0)
+                + torch.linalg.vector_norm(x, ord=3.5, dim=-1, keepdim=True)
+                + torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float64).float()
+            )
+        ),
+        (r(2, 3, 4) * (r(2, 3, 4) > 0),),
+    ),  # fmt: skip
     # shapes and data movement
     "views": (
         Fn(
@@ -255,6 +295,21 @@ CASES: dict[str, tuple[Fn, tuple]] = {
     "slice_select": (
         Fn(lambda m, x: x[:, 1:3] + x[:, -2:] + x[:, ::2] + x.select(1, 2)[:, None] + x[1:, :2].sum(0)),
         (r(3, 4),),
+    ),  # fmt: skip
+    "slice_scatter_copy": (
+        Fn(
+            lambda m, x, s: (
+                torch.slice_scatter(x, s, dim=1, start=1, end=3)
+                + torch.slice_scatter(x, s, dim=1, start=0, end=4, step=2)
+                + torch.slice_scatter(x, s.new_ones(3, 2), dim=-1, start=-2)
+                + torch.slice_scatter(x, x[:2] * 2, end=2)
+                + torch.clamp_min(x, -0.2)
+                + torch.clamp_max(x, 0.3)
+                + s.sum(1, keepdim=True).expand_as(x)
+                + _assigned(x, s)
+            )
+        ),
+        (r(3, 4), r(3, 2)),
     ),  # fmt: skip
     "dtypes": (
         Fn(lambda m, x: x.to(torch.float64).to(torch.float32) + x.half().float() + F.dropout(x, 0.5, False)),
@@ -462,3 +517,15 @@ def test_every_converter_is_exercised():
         program = torch.export.export(model.eval(), inputs, dynamic_shapes=dynamic and (dynamic,))
         seen |= targets(program) | targets(program.run_decompositions())
     assert {k for k in ATEN if k.startswith("aten.")} - seen - ALIASES == set()
+
+
+def test_pads_known_only_at_run_time_are_one_line_errors():
+    """Swin pads its feature map to a multiple of the window: under a dynamic size the pads are symbolic."""
+    model = Fn(lambda m, x: F.pad(x, (0, (4 - x.shape[1] % 4) % 4)))
+    program = torch.export.export(model.eval(), (r(2, 6),), dynamic_shapes=(({1: SEQ},),))
+    with pytest.raises(UnsupportedOpsError, match=r"node 'pad': pads known only at run time") as info:
+        aot.build(program)
+    assert "\n" not in str(info.value)
+    fixed = aot.build(program, input_shapes={"xs_0": (2, 6)})  # fixing the shape makes the pads constants
+    x = r(2, 6)
+    np.testing.assert_allclose(runtime_lite.load(fixed.to_bytes()).run([x.numpy()])[0], model(x).numpy())

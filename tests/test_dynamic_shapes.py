@@ -132,3 +132,21 @@ def test_minus_one_dims_without_input_shapes_build_a_bundle_the_runtime_loads(mi
     assert len({shape[0], shape[2], shape[3]}) == 3, "each -1 dim is its own symbol"
     for batch, height, width in ((1, 48, 192), (2, 16, 24)):
         check(module, batch, height, width)
+
+
+def test_reshape_minus_one_over_a_symbolic_batch_keeps_the_batch_symbol():
+    """[N,8,1,1] -> [-1,8]: the -1 is N itself, so the output keeps the batch dim a server can batch along."""
+    from tests.helpers import build_and_load, make_model
+
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    model = make_model(
+        nodes,
+        {"x": rand(1, 8, 1, 1)},
+        ["y"],
+        {"shape": np.array([-1, 8], np.int64)},
+        input_shapes={"x": ["N", 8, 1, 1]},
+    )
+    module = build_and_load(model)
+    assert module.outputs[0].shape == ("N", 8)
+    x = rand(3, 8, 1, 1)
+    np.testing.assert_array_equal(module.run([x])[0], x.reshape(3, 8))

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import collections
+import os
+import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from aot.compiler import build
+from aot.inspect import load_view
+from aot.testing.zoo import load_zoo_model
 from tests.test_cli import run
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -30,23 +37,119 @@ def test_summary_names_signature_regions_payloads_and_producer(npu_bundle):
     assert "payloads graph" in out and "conv2d" in out
 
 
+def require_program(name: str, apt: str, *alternatives: str) -> str:
+    """The program's path; a skip naming what to install where it is missing, except in CI, which must have it."""
+    for candidate in (name, *alternatives):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    message = f"{name} is not installed (apt-get install -y {apt})"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must install it: {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def dot():
+    return require_program("dot", "graphviz")
+
+
+def _svg(text: str) -> ET.Element:
+    return ET.fromstring(text[text.index("<svg") : text.index("</svg>") + 6])
+
+
+def _node_titles(root: ET.Element) -> list[str]:
+    return [g.find(f"{SVG}title").text for g in root.iter(f"{SVG}g") if "node" in (g.get("class") or "").split()]
+
+
 @pytest.mark.parametrize("suffix", [".svg", ".html"])
-def test_drawing_names_every_region_and_node(npu_bundle, tmp_path, suffix):
+def test_drawing_names_every_region_and_node(npu_bundle, tmp_path, suffix, dot):
     path, result = npu_bundle
     drawing = tmp_path / f"graph{suffix}"
     run("-m", "aot.cli.inspect", str(path), "--graph", str(drawing))
     text = drawing.read_text()
-    svg = text[text.index("<svg") : text.index("</svg>") + 6]
-    root = ET.fromstring(svg)
-    labels = " ".join(t.text or "" for t in root.iter(f"{SVG}text"))
-    titles = [t.text for t in root.iter(f"{SVG}title")]
+    root = _svg(text)
+    titles = _node_titles(root)
+    legend = " ".join(t.text or "" for t in root.iter(f"{SVG}text")) if suffix == ".svg" else text
+    clusters = {g.get("data-region"): g for g in root.iter(f"{SVG}g") if g.get("class") == "cluster"}
+    region_fills = set()
     for region in result.partitioned.regions:
-        assert f"{region.id}: {len(region.nodes)} ops on npu" in labels
+        assert f"{region.id}: {len(region.nodes)} ops on npu" in legend
         for node in region.nodes:
             assert any(t.startswith(f"{node.name}: {node.op}") and region.id in t for t in titles)
+        assert region.id in clusters  # a box around every region
+        region_fills.add(clusters[region.id].find(f"{SVG}rect").get("fill"))
     assert len(titles) == len(result.partitioned.nodes) + 1  # every op and the input
+    assert len(region_fills) == len(result.partitioned.regions) >= 2  # a shade of its own per region
     fills = {r.get("fill") for r in root.iter(f"{SVG}rect")}
-    assert "#f6b26b" in fills and "#cfd8e3" in fills  # npu and host colours both used
+    assert "#f6b26b" in fills and "#cfd8e3" in fills  # npu (its first region) and host colours both used
+    paths = [p for p in root.iter(f"{SVG}path") if p.get("data-from")]
+    assert len(paths) == sum(len(n.inputs) for n in load_view(path).nodes)  # every data-flow edge, routed by dot
+    assert all(" C" in p.get("d") for p in paths)  # as splines
+
+
+@pytest.mark.parametrize("name", ["densenet121", "resnet50"])
+def test_deep_graphs_are_folded_into_columns_of_sane_aspect(name, tmp_path, dot):
+    path = tmp_path / f"{name}.aotb"
+    build(load_zoo_model(name, random_weights=False), targets=["npu"], name=name).save(path)
+    drawing = tmp_path / "graph.svg"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(drawing))
+    text = drawing.read_text()
+    root = _svg(text)
+    width, height = float(root.get("width")), float(root.get("height"))
+    assert 0.5 < width / height < 2.5, (width, height)  # one column was 494 x 23632 px for DenseNet-121
+    view = load_view(path)
+    assert len(_node_titles(root)) == len(view.nodes)
+    ports = [g for g in root.iter(f"{SVG}g") if g.get("class") == "port"]
+    assert ports, "a graph this deep is folded"
+    links = collections.Counter(p.get("data-link") for p in ports)
+    assert all(n >= 2 for n in links.values())  # every connector has its partner in a later column
+    cut = {p.get("data-from") for p in root.iter(f"{SVG}path") if p.get("data-to", "").startswith("o")}
+    assert len(cut) == len(links)
+    again = tmp_path / "again.svg"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(again))
+    assert again.read_text() == text  # the same drawing every time
+    one_column = tmp_path / "one.svg"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(one_column), "--columns", "1")
+    root = _svg(one_column.read_text())
+    assert float(root.get("height")) > 5 * float(root.get("width"))
+    assert not [g for g in root.iter(f"{SVG}g") if g.get("class") == "port"]
+
+
+def test_collapse_regions_draws_each_region_as_one_box(npu_bundle, tmp_path, dot):
+    path, result = npu_bundle
+    drawing = tmp_path / "graph.svg"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(drawing), "--collapse-regions")
+    titles = _node_titles(_svg(drawing.read_text()))
+    host = [n for n in result.partitioned.nodes if n.name not in {m.name for r in result.partitioned.regions
+                                                                   for m in r.nodes}]  # fmt: skip
+    assert len(titles) == 1 + len(host) + len(result.partitioned.regions)
+    for region in result.partitioned.regions:
+        assert sum(t.startswith(f"region {region.id} on npu: {len(region.nodes)} ops") for t in titles) == 1
+
+
+def test_drawing_without_graphviz_says_what_to_install(npu_bundle, tmp_path, monkeypatch):
+    path, _ = npu_bundle
+    monkeypatch.setenv("AOT_DOT", str(tmp_path / "no-such-dot"))
+    result = run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.html"), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "apt-get install graphviz" in result.stderr
+    assert not (tmp_path / "g.html").exists() and result.stdout == ""
+    assert run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.onnx")).returncode == 0  # no dot
+
+
+def test_a_failing_dot_is_one_line(npu_bundle, tmp_path, monkeypatch):
+    path, _ = npu_bundle
+    broken = tmp_path / "dot"
+    broken.write_text("#!/bin/sh\necho 'Error: something inside dot' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("AOT_DOT", str(broken))
+    result = run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.svg"), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: Graphviz dot failed to lay out the graph: Error: something inside dot"
+    )
+    assert not (tmp_path / "g.svg").exists()
 
 
 def test_host_only_bundle_says_so(small_model, tmp_path):
@@ -95,3 +198,58 @@ def test_graph_as_onnx_for_netron_annotates_every_node(npu_bundle, tmp_path):
     assert [o.name for o in model.graph.output] == ["probs"]
     refused = run("-m", "aot.cli.inspect", str(path), "--graph", str(tmp_path / "g.png"), check=False)
     assert refused.returncode != 0 and "written as .svg, .html or .onnx" in refused.stderr
+
+
+def _chromium(exe: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium, offline and quiet, logging the page's console to stderr."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--hide-scrollbars", "--force-color-profile=srgb",
+             "--enable-logging=stderr", "--v=0", "--window-size=1400,900"]  # fmt: skip
+    done = subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console  # the page logs nothing: no exception, no error
+    return done
+
+
+def _pixels(png) -> tuple[tuple[int, int], collections.Counter]:
+    """The image's size and how many pixels have each (r, g, b) colour."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(png) as image:
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint32)
+    packed = (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+    values, counts = np.unique(packed, return_counts=True)
+    colors = collections.Counter(
+        {(int(v) >> 16, (int(v) >> 8) & 255, int(v) & 255): int(n) for v, n in zip(values, counts)}
+    )
+    return (rgb.shape[1], rgb.shape[0]), colors
+
+
+def test_html_view_renders_and_runs_in_chromium(npu_bundle, tmp_path, dot):
+    chromium = require_program("chromium", "chromium", "chromium-browser", "google-chrome")
+    path, result = npu_bundle
+    page = tmp_path / "graph.html"
+    run("-m", "aot.cli.inspect", str(path), "--graph", str(page))
+    text = page.read_text()
+    assert set(re.findall(r"https?://[^\s\"'<>]+", text)) <= {"http://www.w3.org/2000/svg"}  # nothing fetched
+    regions = len(result.partitioned.regions)
+
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri() + "#collapse=all").stdout
+    assert 'data-viewer="ready"' in dom and not re.search("<html[^>]*data-js-error", dom)  # the script ran, no error
+    assert re.search(r'<g id="pan" transform="translate\([-\d.e]+,[-\d.e]+\) scale\([\d.e]+\)"', dom)
+    assert f'data-collapsed="{regions}"' in dom  # every region folded into one box
+
+    npu, host, white = (0xF6, 0xB2, 0x6B), (0xCF, 0xD8, 0xE3), (0xFF, 0xFF, 0xFF)
+    expanded, collapsed = tmp_path / "expanded.png", tmp_path / "collapsed.png"
+    _chromium(chromium, tmp_path, f"--screenshot={expanded}", page.as_uri())
+    _chromium(chromium, tmp_path, f"--screenshot={collapsed}", page.as_uri() + "#collapse=all")
+    size, colors = _pixels(expanded)
+    assert size == (1400, 900)
+    total = size[0] * size[1]
+    assert colors[white] < 0.9 * total and len(colors) > 100  # not blank: a drawing, text, a side panel
+    assert colors[npu] > 2000 and colors[host] > 300  # npu_0's ops and the host's flatten, filled
+    _, folded = _pixels(collapsed)
+    assert folded[npu] > 1.5 * colors[npu]  # npu_0 drawn as one filled box

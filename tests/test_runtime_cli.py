@@ -108,7 +108,7 @@ def test_bench_rejects_bad_counts(bundles, option, value):
     assert result.returncode == 2 and f"argument {option}" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["info"], ["bench"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["info"], ["bench"], ["warm"], ["serve"]])
 def test_every_command_has_version_and_help(command):
     import runtime_lite
 
@@ -116,7 +116,7 @@ def test_every_command_has_version_and_help(command):
     assert version.returncode == 0 and version.stdout.strip() == f"runtime-lite {runtime_lite.__version__}"
     helptext = cli(*command, "--help")
     assert helptext.returncode == 0 and "--verbose" in helptext.stdout
-    if command:
+    if command and command != ["serve"]:
         assert "the .aotb bundle written by aot-build" in helptext.stdout
 
 
@@ -129,8 +129,39 @@ def test_verbose_before_or_after_the_command_logs_decisions(tmp_path):
         assert "runtime_lite.tensorrt: tensorrt region" in result.stderr, result.stderr
 
 
-def test_console_script_is_declared_in_both_packages():
-    for pyproject in (ROOT / "pyproject.toml", ROOT / "runtime_lite" / "pyproject.toml"):
-        text = pyproject.read_text()
-        scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-        assert 'runtime-lite = "runtime_lite.cli:entry_point"' in scripts, pyproject
+def test_console_script_belongs_to_runtime_lite_only():
+    """aot depends on runtime-lite; declaring the script in aot too would delete it when aot is uninstalled."""
+
+    def scripts(pyproject):
+        return pyproject.read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+
+    line = 'runtime-lite = "runtime_lite.cli:entry_point"'
+    assert line in scripts(ROOT / "runtime_lite" / "pyproject.toml")
+    assert line not in scripts(ROOT / "pyproject.toml")
+
+
+def test_warm_on_a_host_without_tensorrt_reports_the_fallback_and_exits_0(tmp_path):
+    bundle = tmp_path / "trt.aotb"
+    aot.build(small_cnn_model(), targets=("tensorrt",), min_region_size=1).save(bundle)
+    result = cli("warm", str(bundle), "--cache-dir", str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stderr
+    assert "(tensorrt): on the host (no GPU engine possible" in result.stdout
+    assert "nothing to warm on this host" in result.stdout
+    required = cli("warm", str(bundle), "--cache-dir", str(tmp_path / "cache"), "--require", "tensorrt")
+    assert required.returncode == 1 and required.stderr.count("\n") == 1 and "tensorrt" in required.stderr
+
+
+def test_warm_refuses_a_cache_dir_that_is_a_file(bundles, tmp_path):
+    (tmp_path / "file").write_text("")
+    result = cli("warm", str(bundles["fixed"]), "--cache-dir", str(tmp_path / "file"))
+    assert result.returncode == 1 and result.stderr == f"error: --cache-dir '{tmp_path / 'file'}' is not a directory\n"
+
+
+def test_serve_without_ray_says_what_to_install(bundles, tmp_path):
+    """Ray hidden (a runtime-only install): one line naming the extra, not a traceback."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('hidden by the test', name='ray')")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    result = cli("serve", str(bundles["fixed"]), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: serving needs Ray Serve (ray is missing): pip install 'runtime-lite[serve]'"

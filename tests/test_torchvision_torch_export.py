@@ -27,9 +27,10 @@ pytestmark = pytest.mark.skipif(torchvision is None, reason="torchvision is not 
 TOLERANCE = 1e-4
 ALL = os.environ.get("AOT_TORCHVISION_ALL") == "1"
 #: One of each family: residual, inverted residual + SE + hard-swish, compound scaling with SiLU,
-#: depthwise 7x7 + LayerNorm over channels, patch transformer, grouped convs, channel shuffle.
+#: depthwise 7x7 + LayerNorm over channels, patch transformer, grouped convs, channel shuffle,
+#: shifted windows (padding, a mask built by slice assignment, V2's cosine attention).
 SUBSET = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16", "regnet_x_400mf",
-          "shufflenet_v2_x0_5"]  # fmt: skip
+          "shufflenet_v2_x0_5", "swin_v2_t"]  # fmt: skip
 NAMES = torchvision.models.list_models(module=torchvision.models) if torchvision and ALL else SUBSET
 
 

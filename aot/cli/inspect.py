@@ -1,4 +1,4 @@
-"""``aot-inspect``: summarise a bundle, and draw it (SVG or HTML) with regions coloured by backend."""
+"""``aot-inspect``: summarise a bundle, and draw it (SVG or HTML, laid out by Graphviz) with a box per region."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 
 from aot.errors import AotError
 from aot.inspect import load_view, render_html, render_svg, summarize_bundle
+from aot.inspect.draw import dot_executable
 from aot.inspect.onnx_view import to_onnx
 from aot.packager.writer import atomic_write_text
 from runtime_lite.errors import BundleError
@@ -24,11 +25,34 @@ from runtime_lite.files import atomic_write
     help="Also write the graph to this file: .svg, .html (summary + drawing), or .onnx (for Netron: "
     "every node annotated with its backend, region and composite).",
 )
+@click.option(
+    "--collapse-regions",
+    is_flag=True,
+    help="In the .svg/.html drawing, draw each backend region as one box (the HTML page can also collapse "
+    "regions one by one).",
+)
+@click.option(
+    "--columns",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fold the .svg/.html drawing into this many columns (default: as many as keep it about as wide as tall; "
+    "1: one column).",
+)
 @click.version_option(package_name="aot", prog_name="aot-inspect")
-def main(bundle: str, graph_path: str | None) -> None:
-    """Print what BUNDLE holds: signature, regions per backend with their ops, payload sizes, producer."""
-    if graph_path is not None and os.path.splitext(graph_path)[1].lower() not in (".svg", ".html", ".htm", ".onnx"):
+def main(bundle: str, graph_path: str | None, collapse_regions: bool, columns: int | None) -> None:
+    """Print what BUNDLE holds: signature, regions per backend with their ops, payload sizes, producer.
+
+    The .svg and .html drawings are laid out by Graphviz's dot program (apt-get install graphviz,
+    brew install graphviz or conda install graphviz); the .onnx view needs no Graphviz.
+    """
+    suffix = os.path.splitext(graph_path or "")[1].lower()
+    if graph_path is not None and suffix not in (".svg", ".html", ".htm", ".onnx"):
         raise click.ClickException(f"--graph {graph_path!r}: the graph is written as .svg, .html or .onnx")
+    if suffix in (".svg", ".html", ".htm"):
+        try:
+            dot_executable()  # before anything is printed: say what is missing, once
+        except AotError as e:
+            raise click.ClickException(str(e)) from None
     try:
         view = load_view(bundle)
     except BundleError as e:
@@ -43,7 +67,8 @@ def main(bundle: str, graph_path: str | None) -> None:
                 data = to_onnx(view).SerializeToString()
                 atomic_write(graph_path, lambda f: f.write(data))
             else:
-                text = render_svg(view) if graph_path.lower().endswith(".svg") else render_html(view, summary)
+                options = {"collapse_regions": collapse_regions, "columns": columns}
+                text = render_svg(view, **options) if suffix == ".svg" else render_html(view, summary, **options)
                 atomic_write_text(graph_path, text, "drawing")
         except AotError as e:
             raise click.ClickException(str(e)) from None

@@ -484,8 +484,11 @@ def _symbolic_quotient(shape: Sequence[Dim], known: Sequence[Dim], ctx: InferCon
         total = int(np.prod(num, dtype=np.int64)) if num else 1
         if size and total % size == 0:
             return total // size
-    if len(num) == 1 and not den:
-        return num[0]
+    symbols = [d for d in num if isinstance(d, str)]
+    if len(symbols) == 1 and all(isinstance(d, int) for d in den):  # [N,2048,1,1] -> [-1,2048]: -1 is N
+        rest = int(np.prod([d for d in num if isinstance(d, int)], dtype=np.int64))
+        if rest == (int(np.prod(den, dtype=np.int64)) if den else 1):
+            return symbols[0]
     return ctx.fresh_dim()
 
 

@@ -303,7 +303,7 @@ def _elu(ctx):
     return ctx.emit("elu", ctx["self"], alpha=float(ctx.get("alpha", 1.0)))
 
 
-@aten("clamp", "hardtanh", "clip")
+@aten("clamp", "clamp_min", "clamp_max", "hardtanh", "clip")
 def _clamp(ctx):
     x = ctx["self"]
     lo = ctx.args.get("min", ctx.args.get("min_val"))
@@ -393,12 +393,60 @@ def _adaptive_avg_pool(ctx):
     spatial = x.type.shape[2:]
     if all(o == 1 for o in out):
         return ctx.emit("reduce_mean", x, axes=list(range(2, 2 + nd)), keepdims=1)
-    if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, out)):
-        raise ctx.unsupported(f"output size {out} does not divide the input's spatial dims {list(spatial)}")
-    kernel = [s // o for s, o in zip(spatial, out)]
-    return ctx.emit(
-        f"avg_pool{nd}d", x, kernel_shape=kernel, strides=kernel, pads=[0] * (2 * nd), dilations=[1] * nd,
-    )  # fmt: skip
+    if not all(isinstance(s, int) for s in spatial):
+        raise ctx.unsupported(f"output size {out} over symbolic spatial dims {list(spatial)}")
+    if all(s % o == 0 for s, o in zip(spatial, out)):
+        kernel = [s // o for s, o in zip(spatial, out)]
+        return ctx.emit(
+            f"avg_pool{nd}d", x, kernel_shape=kernel, strides=kernel, pads=[0] * (2 * nd), dilations=[1] * nd,
+        )  # fmt: skip
+    for axis, (size, bins) in enumerate(zip(spatial, out), start=2):  # bins that overlap, or more bins than inputs
+        if size != bins:
+            x = _average_bins(ctx, x, axis, size, bins)
+    return x
+
+
+def _average_bins(ctx: AtenContext, x: Value, axis: int, size: int, bins: int) -> Value:
+    """Adaptive average pooling along one axis as a matmul: bin i averages [floor(i*n/b), ceil((i+1)*n/b)).
+
+    A box's mean is the mean over each of its axes in turn, so pooling is one such product per axis.
+    """
+    weights = np.zeros((size, bins), np.float64)
+    for i in range(bins):
+        start, end = (i * size) // bins, -(-(i + 1) * size // bins)
+        weights[start:end, i] = 1 / (end - start)
+    last = x.type.rank - 1
+    perm = list(range(x.type.rank))
+    perm[axis], perm[last] = last, axis
+    moved = x if axis == last else ctx.emit("transpose", x, perm=perm)
+    pooled = ctx.emit("matmul", moved, ctx.constant(weights, x.type.dtype))
+    return pooled if axis == last else ctx.emit("transpose", pooled, perm=perm)
+
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@aten("pad", "constant_pad_nd")
+def _pad(ctx):
+    """``F.pad``: torch lists (begin, end) pairs from the last dim backwards; negative pads crop."""
+    x = ctx["self"]
+    mode = ctx.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise ctx.unsupported(f"mode {mode!r} (supported: {', '.join(PAD_MODES)})")
+    pad = list(ctx["pad"])
+    if any(isinstance(p, SymbolicSize) for p in pad):
+        raise ctx.unsupported("pads known only at run time (fix the input's shape with input_shapes)")
+    if len(pad) % 2 or len(pad) > 2 * x.type.rank:
+        raise ctx.unsupported(f"{len(pad)} pads for a rank-{x.type.rank} tensor")
+    begins, ends = [0] * x.type.rank, [0] * x.type.rank
+    for i in range(len(pad) // 2):
+        begins[-1 - i], ends[-1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    if not any(begins + ends):
+        return x
+    value = ctx.get("value", 0.0)
+    if isinstance(value, Value):
+        raise ctx.unsupported("a tensor pad value")
+    return ctx.emit("pad", x, pads=begins + ends, mode=PAD_MODES[mode], value=float(value))
 
 
 def _ones_if_none(ctx, value, like: Value, n: int) -> Value:
@@ -507,6 +555,31 @@ for _aten, _op in REDUCE.items():
     aten(_aten)(_reduce(_op))
 
 
+@aten("linalg_vector_norm")
+def _vector_norm(ctx):
+    """``torch.linalg.vector_norm`` (``F.normalize``, Swin V2's cosine attention): sum(|x|^p)^(1/p) over dims."""
+    x = ctx["self"]
+    if ctx.get("dtype") is not None:
+        x = ctx.emit("cast", x, to=numpy_dtype(ctx["dtype"]))
+    dims = ctx.get("dim")
+    reduce = {"axes": None if dims in (None, []) else [d % max(x.type.rank, 1) for d in ntuple(dims, 1)],
+              "keepdims": int(bool(ctx.get("keepdim", False)))}  # fmt: skip
+    order = float(ctx.get("ord", 2))
+    magnitude = ctx.emit("abs", x)
+    if order in (math.inf, -math.inf):
+        return ctx.emit("reduce_max" if order > 0 else "reduce_min", magnitude, **reduce)
+    if order == 0:  # how many are not zero
+        nonzero = ctx.emit("cast", ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype))),
+                           to=x.type.dtype)  # fmt: skip
+        return ctx.emit("reduce_sum", nonzero, **reduce)
+    if order == 1:
+        return ctx.emit("reduce_sum", magnitude, **reduce)
+    if order == 2:
+        return ctx.emit("sqrt", ctx.emit("reduce_sum", ctx.emit("multiply", x, x), **reduce))
+    powered = ctx.emit("power", magnitude, ctx.constant(order, x.type.dtype))
+    return ctx.emit("power", ctx.emit("reduce_sum", powered, **reduce), ctx.constant(1 / order, x.type.dtype))
+
+
 # -- shapes and data movement ------------------------------------------------------------
 
 
@@ -603,6 +676,28 @@ def _expand(ctx):
     return ctx.emit("expand", x, shape=[int(s) for s in sizes])
 
 
+@aten("expand_as")
+def _expand_as(ctx):
+    x, other = ctx["self"], ctx["other"]
+    if other.type.is_static:
+        return ctx.emit("expand", x, shape=list(other.type.shape))
+    return ctx.emit("expand", x, ctx.emit("shape", other))
+
+
+@aten("copy")
+def _copy(ctx):
+    """``copy(self, src)``: src broadcast to self's shape in self's dtype (functionalized ``self.copy_(src)``)."""
+    x, src = ctx["self"], ctx["src"]
+    src = ctx.tensor(src, x)
+    if src.type.dtype != x.type.dtype:
+        src = ctx.emit("cast", src, to=x.type.dtype)
+    if src.type.shape == x.type.shape:
+        return src
+    if x.type.is_static:
+        return ctx.emit("expand", src, shape=list(x.type.shape))
+    return ctx.emit("expand", src, ctx.emit("shape", x))
+
+
 @aten("cat", "concat")
 def _cat(ctx):
     tensors = [t for t in ctx["tensors"] if t.type.rank > 1 or t.type.shape != (0,)]
@@ -652,6 +747,46 @@ def _slice_at_run_time(ctx, x: Value, dim: int, start: Any, end: Any, step: int)
     end = length if isinstance(end, int) and end >= 2**62 else ctx.emit("minimum", ctx.size(end), length)
     indices = ctx.emit("range", ctx.scalar(start), ctx.emit("reshape", end, shape=[]), ctx.scalar(step))
     return ctx.emit("gather", x, indices, axis=dim)
+
+
+@aten("slice_scatter")
+def _slice_scatter(ctx):
+    """``out = self.clone(); out[..., start:end:step] = src`` along dim (functionalized slice assignment).
+
+    A unit step is a concat of what stays before, src, and what stays after; other steps
+    scatter src along dim at the indices range(start, end, step).
+    """
+    x, src = ctx["self"], ctx["src"]
+    dim = ctx.get("dim", 0) % x.type.rank
+    size = x.type.shape[dim]
+    start, end, step = ctx.get("start", 0), ctx.get("end", 2**63 - 1), ctx.get("step", 1)
+    if isinstance(end, SymbolicSize) and end.symbol == size:
+        end = 2**63 - 1
+    if isinstance(start, SymbolicSize) and start.symbol == size:
+        start = 2**63 - 1
+    if isinstance(start, SymbolicSize) or isinstance(end, SymbolicSize):
+        raise ctx.unsupported("slice bounds known only at run time")
+    if isinstance(size, int):
+        start, end, step = slice(start, end, step).indices(size)
+        end = max(end, start)
+    elif start < 0 or end < 0:
+        raise ctx.unsupported("negative slice bounds on a dim known only at run time")
+    if step == 1:
+        pieces = [src]
+        if start > 0:
+            pieces.insert(0, ctx.emit("slice", x, starts=[0], ends=[start], axes=[dim], steps=[1]))
+        if not (isinstance(size, int) and end >= size) and end < 2**62:
+            pieces.append(ctx.emit("slice", x, starts=[end], ends=[2**63 - 1], axes=[dim], steps=[1]))
+        return pieces[0] if len(pieces) == 1 else ctx.emit("concat", *pieces, axis=dim)
+    if not isinstance(size, int):
+        raise ctx.unsupported("a strided slice_scatter over a dim known only at run time")
+    positions = np.arange(start, end, step).reshape([-1 if a == dim else 1 for a in range(x.type.rank)])
+    index = ctx.constant(positions, "int64")
+    if src.type.is_static:
+        index = ctx.emit("expand", index, shape=list(src.type.shape))
+    else:
+        index = ctx.emit("expand", index, ctx.emit("shape", src))
+    return ctx.emit("scatter_elements", x, index, src, axis=dim, reduction="none")
 
 
 @aten("flip")

@@ -1,0 +1,225 @@
+"""``runtime-lite serve``: deploy bundles on Ray Serve and stay in the foreground until told to stop.
+
+With no address the command starts a Ray instance of its own on this machine (the
+embedded default); with ``--address auto`` or ``ray://host:10001`` it deploys into an
+existing cluster, whose nodes must all see the bundle paths (and ``--cache-dir``)
+on a shared filesystem. SIGTERM or Ctrl-C drains the replicas and exits 0; SIGHUP
+re-reads the bundle paths and, where a file now holds a new bundle, rolls the
+replicas to it without dropping a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import runtime_lite
+from runtime_lite.errors import RuntimeLiteError, one_line
+
+log = logging.getLogger("runtime_lite.serving")
+
+APP_NAME = "runtime_lite"
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass
+class ModelSource:
+    name: str
+    path: Path
+    #: More JSON fields for the replica's loader (the default loader needs none).
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ServeConfig:
+    """Everything ``serve`` needs; the CLI fills it from its flags."""
+
+    models: list[ModelSource]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    replicas: int = 1
+    max_batch_size: int = 1
+    batch_wait_ms: float = 5.0
+    max_ongoing_requests: int | None = None
+    address: str | None = None
+    cpus_per_replica: float = 1.0
+    threads: int | None = None
+    metrics_port: int | None = None
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    app_name: str = APP_NAME
+
+    def user_config(self) -> dict[str, Any]:
+        """What every replica loads: the ``reconfigure`` argument (JSON only: it crosses to the cluster)."""
+        return {
+            "models": [
+                {**m.extra, "name": m.name, "path": str(m.path.resolve()), "digest": bundle_digest(m.path)}
+                for m in self.models
+            ],
+            "max_batch_size": self.max_batch_size,
+            "batch_wait_ms": self.batch_wait_ms,
+            "backend_options": self.backend_options,
+        }
+
+
+def model_sources(bundles: Sequence[str], name: str | None) -> list[ModelSource]:
+    """``BUNDLE`` or ``NAME=BUNDLE`` arguments; ``--name`` names the only bundle; default: the file's stem."""
+    sources = []
+    for text in bundles:
+        model_name, sep, path = text.partition("=")
+        if not sep:
+            model_name, path = "", text
+        sources.append(ModelSource(model_name, Path(path)))
+    if name is not None:
+        if len(sources) != 1:
+            raise RuntimeLiteError("--name names a single bundle; give several as NAME=BUNDLE instead")
+        sources[0].name = name
+    for source in sources:
+        source.name = source.name or source.path.stem
+        if not source.name or "/" in source.name or source.name.startswith("."):
+            raise RuntimeLiteError(f"model name {source.name!r} cannot be part of a URL path")
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise RuntimeLiteError(f"two bundles are served as the same model name: {sorted(names)}")
+    return sources
+
+
+def bundle_digest(path: Path) -> str:
+    """The bundle's digest, checking what a load checks before any backend runs (one line if it is broken)."""
+    try:
+        return runtime_lite.check_bundle(path)
+    except RuntimeLiteError as e:
+        raise RuntimeLiteError(f"bundle '{path}': {e}") from None
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+        from ray import serve
+    except ImportError as e:
+        raise RuntimeLiteError(
+            f"serving needs Ray Serve ({e.name or e} is missing): pip install 'runtime-lite[serve]'"
+        ) from None
+    return ray, serve
+
+
+def _application(config: ServeConfig, loader: Callable | None) -> Any:
+    from runtime_lite.serving.deployment import RuntimeLiteDeployment
+
+    actor_options: dict[str, Any] = {"num_cpus": config.cpus_per_replica}
+    if config.threads is not None:
+        actor_options["runtime_env"] = {"env_vars": {v: str(config.threads) for v in _THREAD_VARIABLES}}
+    ongoing = config.max_ongoing_requests or max(8, 2 * config.max_batch_size)
+    return RuntimeLiteDeployment.options(
+        num_replicas=config.replicas,
+        max_ongoing_requests=ongoing,
+        user_config=config.user_config(),
+        ray_actor_options=actor_options,
+    ).bind(loader)
+
+
+def start(config: ServeConfig, loader: Callable | None = None) -> None:
+    """Connect to (or start) Ray, start Serve's HTTP proxy and deploy; returns once every replica is up."""
+    ray, serve = _import_ray()
+    config.user_config()  # every bundle checked before Ray starts: a bad path costs no cluster start-up
+    init: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "runtime_lite"}
+    if config.address:
+        init["address"] = config.address
+    else:
+        init["include_dashboard"] = False
+        init["num_cpus"] = max(os.cpu_count() or 1, int(config.replicas * config.cpus_per_replica + 0.999))
+        if config.metrics_port is not None:
+            init["_metrics_export_port"] = config.metrics_port
+    ray.init(**init)
+    serve.start(http_options={"host": config.host, "port": config.port})
+    serve.run(_application(config, loader), name=config.app_name, route_prefix="/", blocking=False)
+
+
+def reload(config: ServeConfig, loader: Callable | None = None) -> None:
+    """Deploy the bundles' current contents: Ray reconfigures replicas whose bundle changed, in place."""
+    _, serve = _import_ray()
+    serve.run(_application(config, loader), name=config.app_name, route_prefix="/", blocking=False)
+
+
+def stop(config: ServeConfig) -> None:
+    """Drain and remove the application; shut down Ray only if this command started it."""
+    ray, serve = _import_ray()
+    if not ray.is_initialized():
+        return  # start() failed before Ray: Serve's own shutdown would start a Ray instance just to stop it
+    try:
+        if config.address:
+            serve.delete(config.app_name)
+        else:
+            serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def describe(config: ServeConfig) -> list[str]:
+    base = f"http://{config.host}:{config.port}"
+    lines = []
+    for entry in config.user_config()["models"]:
+        lines.append(f"serving {entry['name']} (version {entry['digest'][:12]}) at {base}/v2/models/{entry['name']}")
+    batching = (
+        f"dynamic batching up to {config.max_batch_size} rows, waiting {config.batch_wait_ms:g} ms"
+        if config.max_batch_size > 1
+        else "dynamic batching off (--max-batch-size 1)"
+    )
+    where = f"Ray cluster at {config.address}" if config.address else "a local Ray instance"
+    lines.append(
+        f"{config.replicas} replica(s) on {where}; {batching} (bundles without a symbolic batch dim never batch)"
+    )
+    if config.metrics_port is not None:
+        lines.append(f"metrics: http://127.0.0.1:{config.metrics_port}/metrics (Prometheus)")
+    lines.append("SIGTERM or Ctrl-C stops (requests in flight finish); SIGHUP reloads changed bundles")
+    return lines
+
+
+def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
+    """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
+    _import_ray()  # a missing extra or a broken bundle is one line before anything starts
+    config.user_config()
+    pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        pending.append("reload" if signum == getattr(signal, "SIGHUP", None) else "stop")
+
+    previous = _install(on_signal)
+    try:
+        start(config, loader)
+        _install(on_signal)  # ray.init installs its own SIGTERM handler (log and die): ours must win
+        for line in describe(config):
+            announce(line)
+        while True:
+            while not pending:
+                time.sleep(0.25)  # polled, not signal.pause(): a signal landing before pause() would be missed
+            while pending:
+                if pending.pop(0) == "stop":
+                    announce("stopping: draining replicas")
+                    return 0
+                try:
+                    reload(config, loader)
+                    announce("reloaded: " + "; ".join(describe(config)[:-2]))
+                except Exception as e:  # noqa: BLE001 - a bad new bundle must not stop the old one serving
+                    announce(f"reload refused, still serving the previous version: {one_line(str(e), 500)}")
+    finally:
+        _restore(previous)
+        try:
+            stop(config)
+        except Exception as e:  # noqa: BLE001 - exiting anyway; say why the drain was incomplete
+            log.warning("stopping Ray Serve: %s", one_line(str(e), 500))
+
+
+def _install(handler: Callable[[int, Any], None]) -> Mapping[int, Any]:
+    signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    return {s: signal.signal(s, handler) for s in signals}
+
+
+def _restore(previous: Mapping[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)

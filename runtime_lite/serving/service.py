@@ -1,0 +1,225 @@
+"""The v2 endpoints over a set of loaded models, independent of the server that hosts them.
+
+``InferenceService.handle(method, path, headers, body)`` is the whole HTTP surface;
+the Ray Serve deployment (``deployment.py``) only adapts Starlette requests to it,
+so routing, validation and error mapping are tested without starting Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from runtime_lite.errors import InputError, RuntimeLiteError, one_line
+from runtime_lite.serving.batching import BatchAxis, batch_axis
+from runtime_lite.serving.protocol import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    HEADER_LENGTH,
+    ProtocolError,
+    decode_body,
+    decode_infer_request,
+    encode_infer_response,
+    error_body,
+    select_outputs,
+    tensor_metadata,
+)
+from runtime_lite.signature import TensorSpec, bind, ordered_values
+from runtime_lite.version import __version__
+
+Infer = Callable[[list[np.ndarray]], Awaitable[list[np.ndarray]]]
+
+
+class Runnable(Protocol):
+    """What a served model needs: a runtime_lite Module, or anything shaped like one (a peer in a benchmark)."""
+
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+    digest: str
+
+    def run(self, inputs: Any) -> list[np.ndarray]: ...
+
+
+class Observer(Protocol):
+    """Where request and batch measurements go (Ray's metrics in a replica; nothing in unit tests)."""
+
+    def request(self, model: str, status: int, seconds: float) -> None: ...
+
+    def batch(self, model: str, rows: int) -> None: ...
+
+
+class NoMetrics:
+    def request(self, model: str, status: int, seconds: float) -> None:
+        pass
+
+    def batch(self, model: str, rows: int) -> None:
+        pass
+
+
+@dataclass
+class ServedModel:
+    """One model as served: its module, the version it answers with, and how it is batched."""
+
+    name: str
+    module: Runnable
+    infer: Infer
+    max_batch_size: int = 1
+    axis: BatchAxis = field(default_factory=lambda: BatchAxis(None, "batching off"))
+
+    @property
+    def version(self) -> str:
+        return self.module.digest[:12]
+
+    @property
+    def batching(self) -> bool:
+        return self.axis.enabled and self.max_batch_size > 1
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": "runtime_lite",
+            "inputs": [tensor_metadata(spec) for spec in self.module.inputs],
+            "outputs": [tensor_metadata(spec) for spec in self.module.outputs],
+            "parameters": {
+                "bundle_digest": self.module.digest,
+                "dynamic_batching": self.batching,
+                "max_batch_size": self.max_batch_size if self.batching else 0,
+                "batching": self.batching_note(),
+            },
+        }
+
+    def batching_note(self) -> str:
+        if self.batching:
+            return f"on, up to {self.max_batch_size} rows {self.axis.reason}"
+        if not self.axis.enabled:
+            return f"off: {self.axis.reason}"
+        return "off (max batch size 1)"
+
+
+def direct_infer(module: Runnable) -> Infer:
+    """Run each request on its own, in a worker thread so the event loop keeps accepting."""
+
+    async def infer(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return await asyncio.to_thread(module.run, arrays)
+
+    return infer
+
+
+def served_model(name: str, module: Runnable, max_batch_size: int, infer: Infer | None = None) -> ServedModel:
+    return ServedModel(
+        name, module, infer or direct_infer(module), max_batch_size, batch_axis(module.inputs, module.outputs)
+    )
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+
+
+def _json(status: int, payload: Any) -> Response:
+    return Response(status, json.dumps(payload).encode())
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(status, error_body(message))
+
+
+class InferenceService:
+    """Routes v2 requests to models; ``models`` can be swapped whole (a new version) at any time."""
+
+    def __init__(
+        self,
+        models: Mapping[str, ServedModel] | None = None,
+        observer: Observer | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ):
+        self.models: dict[str, ServedModel] = dict(models or {})
+        self.observer = observer or NoMetrics()
+        self.max_request_bytes = max_request_bytes
+        self.ready = bool(self.models)
+
+    def replace_models(self, models: Mapping[str, ServedModel]) -> None:
+        """Requests already running keep the model they started with; new ones see the new set."""
+        self.models = dict(models)
+        self.ready = bool(self.models)
+
+    async def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] != "v2":
+            return _error(404, f"no route {path!r}: this server speaks the v2 inference protocol under /v2")
+        route = parts[1:]
+        if route == []:
+            return self._only("GET", method) or _json(
+                200, {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data"]}
+            )
+        if route in (["health", "live"], ["health", "ready"]):
+            refused = self._only("GET", method)
+            if refused:
+                return refused
+            if route[1] == "ready" and not self.ready:
+                return _error(503, "server is not ready: no model is loaded yet")
+            return Response(200, b"")
+        if route[0] == "models" and len(route) >= 2:
+            return await self._model_route(method, route[1:], headers, body)
+        return _error(404, f"no route {path!r}")
+
+    @staticmethod
+    def _only(allowed: str, method: str) -> Response | None:
+        if method.upper() != allowed:
+            return _error(405, f"method {method} is not allowed here (use {allowed})")
+        return None
+
+    async def _model_route(self, method: str, route: list[str], headers: Mapping[str, str], body: bytes) -> Response:
+        name, rest = route[0], route[1:]
+        model = self.models.get(name)
+        if model is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            return _error(404, f"unknown model '{name}' (serving: {known})")
+        if rest[:1] == ["versions"]:
+            if len(rest) < 2 or rest[1] != model.version:
+                asked = rest[1] if len(rest) >= 2 else ""
+                return _error(404, f"model '{name}' has no version '{asked}' (serving version {model.version})")
+            rest = rest[2:]
+        if rest == []:
+            return self._only("GET", method) or _json(200, model.metadata())
+        if rest == ["ready"]:
+            return self._only("GET", method) or Response(200, b"")
+        if rest == ["infer"]:
+            return self._only("POST", method) or await self._infer(model, headers, body)
+        return _error(404, f"no route for model '{name}': /{'/'.join(rest)}")
+
+    async def _infer(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
+        start = time.perf_counter()
+        response = await self._infer_response(model, headers, body)
+        self.observer.request(model.name, response.status, time.perf_counter() - start)
+        return response
+
+    async def _infer_response(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
+        try:
+            data = decode_body(body, headers.get("content-encoding"), self.max_request_bytes)
+            request = decode_infer_request(
+                data, headers.get(HEADER_LENGTH), model.module.inputs, self.max_request_bytes
+            )
+            chosen = select_outputs(request, model.module.outputs)
+            arrays, _ = bind(model.module.inputs, ordered_values(model.module.inputs, request.inputs))
+            outputs = await model.infer(arrays)
+        except ProtocolError as e:
+            return _error(e.status, str(e))
+        except InputError as e:
+            return _error(400, str(e))
+        except RuntimeLiteError as e:
+            return _error(500, f"model '{model.name}' failed: {e}")
+        except Exception as e:  # noqa: BLE001 - a client gets one line, never a traceback
+            return _error(500, f"model '{model.name}' failed: {type(e).__name__}: {one_line(str(e), 500)}")
+        body_out, out_headers = encode_infer_response(
+            model.name, model.version, request, model.module.outputs, outputs, chosen
+        )
+        return Response(200, body_out, out_headers)

@@ -1,0 +1,293 @@
+"""The v2 inference protocol and the service behind it, without Ray: codec, routing, errors, batching."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import aot
+import runtime_lite
+from runtime_lite.serving.batching import batch_axis, run_batched
+from runtime_lite.serving.protocol import ProtocolError, decode_infer_request
+from runtime_lite.serving.service import InferenceService, served_model
+from runtime_lite.signature import TensorSpec
+from tests.helpers import make_model, rand
+
+
+def mlp_bundle(seed: int = 1, batch: object = "N") -> bytes:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    model = make_model(nodes, {"x": rand(1, 4)}, ["y"], {"w": rand(4, 8, seed=seed)}, input_shapes={"x": [batch, 4]})
+    return aot.build(model).to_bytes()
+
+
+@pytest.fixture(scope="module")
+def module() -> runtime_lite.Module:
+    return runtime_lite.load(mlp_bundle())
+
+
+@pytest.fixture
+def service(module) -> InferenceService:
+    return InferenceService({"mlp": served_model("mlp", module, max_batch_size=1)})
+
+
+def call(service, method, path, body=b"", headers=None):
+    return asyncio.run(service.handle(method, path, headers or {}, body))
+
+
+def infer_json(x: np.ndarray, **extra) -> bytes:
+    request = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+    return json.dumps({**request, **extra}).encode()
+
+
+def infer_binary(x: np.ndarray, outputs=None) -> tuple[bytes, dict[str, str]]:
+    request = {
+        "inputs": [
+            {"name": "x", "shape": list(x.shape), "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}}
+        ],
+        "parameters": {"binary_data_output": True},
+    }
+    if outputs is not None:
+        request["outputs"] = outputs
+    header = json.dumps(request).encode()
+    return header + x.tobytes(), {"inference-header-content-length": str(len(header))}
+
+
+def error_of(response) -> str:
+    message = json.loads(response.body)["error"]
+    assert "\n" not in message
+    return message
+
+
+def test_json_infer_matches_direct_run(service, module):
+    x = rand(3, 4, seed=5)
+    response = call(service, "POST", "/v2/models/mlp/infer", infer_json(x, id="r1"))
+    assert response.status == 200 and response.headers["content-type"] == "application/json"
+    answer = json.loads(response.body)
+    assert answer["id"] == "r1" and answer["model_name"] == "mlp" and answer["model_version"] == module.digest[:12]
+    (output,) = answer["outputs"]
+    assert output["shape"] == [3, 8] and output["datatype"] == "FP32"
+    np.testing.assert_array_equal(np.array(output["data"], np.float32).reshape(3, 8), module.run([x])[0])
+
+
+def test_binary_infer_round_trips_bytes_exactly(service, module):
+    x = rand(2, 4, seed=6)
+    body, headers = infer_binary(x)
+    response = call(service, "POST", "/v2/models/mlp/infer", body, headers)
+    assert response.status == 200
+    n = int(response.headers["inference-header-content-length"])
+    header = json.loads(response.body[:n])
+    assert header["outputs"][0]["parameters"]["binary_data_size"] == 2 * 8 * 4
+    y = np.frombuffer(response.body[n:], np.float32).reshape(2, 8)
+    np.testing.assert_array_equal(y, module.run([x])[0])
+
+
+def test_output_chosen_as_json_inside_a_binary_request(service, module):
+    x = rand(1, 4, seed=7)
+    body, headers = infer_binary(x, outputs=[{"name": "y", "parameters": {"binary_data": False}}])
+    response = call(service, "POST", "/v2/models/mlp/infer", body, headers)
+    assert response.status == 200 and "inference-header-content-length" not in response.headers
+    assert len(json.loads(response.body)["outputs"][0]["data"]) == 8
+
+
+def test_gzip_request_body_is_read(service, module):
+    x = rand(2, 4, seed=8)
+    response = call(service, "POST", "/v2/models/mlp/infer", gzip.compress(infer_json(x)), {"content-encoding": "gzip"})
+    assert response.status == 200
+
+
+def test_metadata_says_symbolic_dims_version_and_batching(service, module):
+    response = call(service, "GET", "/v2/models/mlp")
+    meta = json.loads(response.body)
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, 8]}]
+    assert meta["versions"] == [module.digest[:12]] and meta["parameters"]["bundle_digest"] == module.digest
+    assert meta["parameters"]["dynamic_batching"] is False
+
+
+def test_health_server_metadata_and_versions(service, module):
+    assert call(service, "GET", "/v2/health/live").status == 200
+    assert call(service, "GET", "/v2/health/ready").status == 200
+    assert call(service, "GET", "/v2/models/mlp/ready").status == 200
+    assert json.loads(call(service, "GET", "/v2").body)["extensions"] == ["binary_tensor_data"]
+    version = module.digest[:12]
+    assert call(service, "GET", f"/v2/models/mlp/versions/{version}/ready").status == 200
+    stale = call(service, "GET", "/v2/models/mlp/versions/0000/ready")
+    assert stale.status == 404 and version in error_of(stale)
+
+
+def test_not_ready_until_models_are_loaded():
+    empty = InferenceService()
+    assert call(empty, "GET", "/v2/health/live").status == 200
+    response = call(empty, "GET", "/v2/health/ready")
+    assert response.status == 503 and "not ready" in error_of(response)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "words"),
+    [
+        ("GET", "/v2/models/resnet", 404, "unknown model 'resnet' (serving: mlp)"),
+        ("POST", "/v2/models/resnet/infer", 404, "unknown model 'resnet'"),
+        ("GET", "/v2/models/mlp/infer", 405, "use POST"),
+        ("POST", "/v2/health/live", 405, "use GET"),
+        ("GET", "/v1/models/mlp", 404, "/v2"),
+        ("GET", "/v2/models/mlp/stats", 404, "no route"),
+    ],
+)
+def test_routes_refused_with_status_and_one_line(service, method, path, status, words):
+    response = call(service, method, path)
+    assert response.status == status and words in error_of(response)
+
+
+X_OK = {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+
+
+@pytest.mark.parametrize(
+    ("request_body", "words"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b'{"inputs": []}', "non-empty 'inputs'"),
+        (json.dumps({"inputs": [{**X_OK, "name": "z"}]}), "unknown input 'z'"),
+        (json.dumps({"inputs": [{**X_OK, "datatype": "FP64"}]}), "datatype FP64 but the model takes FP32"),
+        (json.dumps({"inputs": [{**X_OK, "datatype": "BYTES"}]}), "datatype 'BYTES'"),
+        (json.dumps({"inputs": [{**X_OK, "shape": [1, 5], "data": [0] * 5}]}), "input 'x': expected shape [N,4]"),
+        (json.dumps({"inputs": [{**X_OK, "shape": [2, 4]}]}), "4 values for shape [2, 4] (needs 8)"),
+        (json.dumps({"inputs": [{**X_OK, "shape": [-1, 4]}]}), "non-negative integers"),
+        (json.dumps({"inputs": [{**X_OK, "data": ["a", "b", "c", "d"]}]}), "not FP32 values"),
+        (json.dumps({"inputs": [X_OK, X_OK]}), "given twice"),
+        (json.dumps({"inputs": [{k: v for k, v in X_OK.items() if k != "data"}]}), "neither 'data'"),
+        (json.dumps({"inputs": [X_OK], "outputs": [{"name": "logits"}]}), "unknown output 'logits'"),
+        (json.dumps({"inputs": [X_OK], "parameters": []}), "parameters must be an object"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_problem(service, request_body, words):
+    body = request_body.encode() if isinstance(request_body, str) else request_body
+    response = call(service, "POST", "/v2/models/mlp/infer", body)
+    assert response.status == 400 and words in error_of(response)
+
+
+@pytest.mark.parametrize(
+    ("binary_size", "header_length", "extra", "words"),
+    [
+        (16, "9999", b"", "not a length inside"),
+        (16, "abc", b"", "not a length inside"),
+        (12, None, b"", "12 binary bytes for shape [1, 4] of FP32 (needs 16)"),
+        (64, None, b"", "runs past the binary section"),
+        (16, None, b"tail", "4 bytes no input claims"),
+    ],
+)
+def test_bad_binary_sections_are_400(service, binary_size, header_length, extra, words):
+    request = {"inputs": [{**X_OK, "parameters": {"binary_data_size": binary_size}}]}
+    del request["inputs"][0]["data"]
+    header = json.dumps(request).encode()
+    body = header + np.arange(4, dtype=np.float32).tobytes() + extra
+    length = header_length if header_length is not None else str(len(header))
+    response = call(service, "POST", "/v2/models/mlp/infer", body, {"inference-header-content-length": length})
+    assert response.status == 400 and words in error_of(response)
+
+
+def test_compression_errors_and_bombs_are_refused(module):
+    service = InferenceService({"mlp": served_model("mlp", module, 1)}, max_request_bytes=1000)
+    bomb = gzip.compress(b" " * 100_000)
+    assert call(service, "POST", "/v2/models/mlp/infer", bomb, {"content-encoding": "gzip"}).status == 413
+    assert call(service, "POST", "/v2/models/mlp/infer", b"xx", {"content-encoding": "gzip"}).status == 400
+    assert call(service, "POST", "/v2/models/mlp/infer", b"xx", {"content-encoding": "br"}).status == 415
+
+
+def test_a_model_failure_is_500_with_one_line(module):
+    async def broken(arrays):
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    service = InferenceService({"mlp": served_model("mlp", module, 1, infer=broken)})
+    response = call(service, "POST", "/v2/models/mlp/infer", infer_json(rand(1, 4)))
+    assert response.status == 500 and "model 'mlp' failed: RuntimeError: kernel exploded" in error_of(response)
+
+
+def test_swapping_models_changes_the_version_answered(module):
+    service = InferenceService({"mlp": served_model("mlp", module, 1)})
+    newer = runtime_lite.load(mlp_bundle(seed=2))
+    service.replace_models({"mlp": served_model("mlp", newer, 1)})
+    answer = json.loads(call(service, "POST", "/v2/models/mlp/infer", infer_json(rand(1, 4))).body)
+    assert answer["model_version"] == newer.digest[:12] != module.digest[:12]
+
+
+def test_decoding_without_a_spec_match_names_missing_inputs():
+    specs = (TensorSpec("a", (2,), np.dtype("float32")), TensorSpec("b", (2,), np.dtype("float32")))
+    body = json.dumps({"inputs": [{"name": "a", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}).encode()
+    with pytest.raises(ProtocolError, match="missing input 'b'"):
+        decode_infer_request(body, None, specs)
+
+
+def spec(name, *shape):
+    return TensorSpec(name, shape, np.dtype("float32"))
+
+
+def test_batch_axis_needs_one_leading_symbol_everywhere():
+    assert batch_axis([spec("x", "N", 4)], [spec("y", "N", 8)]).symbol == "N"
+    assert "fixed first dim 1" in batch_axis([spec("x", 1, 4)], [spec("y", 1, 8)]).reason
+    assert "does not have the batch dim" in batch_axis([spec("x", "N", 4)], [spec("y", 8)]).reason
+    assert "beyond its first dim" in batch_axis([spec("x", "N", "N")], [spec("y", "N")]).reason
+    assert not batch_axis([spec("x", "N", 4), spec("m", "B", 4)], [spec("y", "N")]).enabled
+
+
+def test_run_batched_splits_rows_back_and_groups_other_dims(module):
+    calls = []
+
+    def run(arrays):
+        calls.append(arrays[0].shape)
+        return [arrays[0] * 2, arrays[0].sum(axis=1)]
+
+    requests = [[rand(1, 4, seed=1)], [rand(3, 4, seed=2)], [rand(2, 5, seed=3)], [rand(2, 4, seed=4)]]
+    results = run_batched(run, requests)
+    assert sorted(calls) == [(2, 5), (6, 4)]  # one run per group of equal trailing dims
+    for (x,), (double, total) in zip(requests, results):
+        np.testing.assert_array_equal(double, x * 2)
+        np.testing.assert_array_equal(total, x.sum(axis=1))
+
+
+def test_run_batched_keeps_a_failure_inside_its_group():
+    def run(arrays):
+        if arrays[0].shape[1] == 5:
+            raise ValueError("bad group")
+        return [arrays[0]]
+
+    results = run_batched(run, [[rand(1, 4)], [rand(1, 5)], [rand(2, 4)]])
+    assert isinstance(results[1], ValueError)
+    assert results[0][0].shape == (1, 4) and results[2][0].shape == (2, 4)
+
+
+def test_batched_service_answers_each_request_with_its_own_rows(module):
+    """The service with a batcher in front: concurrent requests come back identical to direct runs."""
+    queue: list = []
+
+    async def batching_infer(arrays):
+        future = asyncio.get_running_loop().create_future()
+        queue.append((arrays, future))
+        await asyncio.sleep(0.01)
+        if queue:
+            batch, queue[:] = list(queue), []
+            for (_, f), result in zip(batch, run_batched(module.run, [a for a, _ in batch])):
+                f.set_result(result)
+        return await future
+
+    service = InferenceService({"mlp": served_model("mlp", module, 8, infer=batching_infer)})
+    xs = [rand(k, 4, seed=k) for k in (1, 2, 3, 1)]
+
+    async def all_requests():
+        return await asyncio.gather(*(service.handle("POST", "/v2/models/mlp/infer", {}, infer_json(x)) for x in xs))
+
+    for x, response in zip(xs, asyncio.run(all_requests())):
+        data = json.loads(response.body)["outputs"][0]["data"]
+        # rows of a larger GEMM may round differently in the last bit: batching promises closeness, not bits
+        np.testing.assert_allclose(np.array(data, np.float32).reshape(len(x), 8), module.run([x])[0], rtol=1e-6, atol=1e-7)
+
+
+def test_fixed_batch_bundle_says_batching_is_off():
+    fixed = runtime_lite.load(mlp_bundle(batch=1))
+    model = served_model("fixed", fixed, max_batch_size=8)
+    assert not model.batching and "fixed first dim 1" in model.metadata()["parameters"]["batching"]

@@ -1,0 +1,212 @@
+"""``runtime-lite serve`` for real: a local Ray instance in a subprocess, tritonclient over loopback.
+
+One server for the module (Ray starts in ~20 s): two replicas, batching up to 8 rows,
+serving two models — ``mlp`` (symbolic batch: batched) and ``fixed`` (batch 1: never
+batched, so its answers are bit-identical to a direct run). Each load below is bounded
+in requests and seconds; benchmarks/bench_serving.py runs the long versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve", reason="serving tests need Ray Serve: pip install -e '.[test]'")
+triton = pytest.importorskip("tritonclient.http", reason="serving tests need tritonclient[http]")
+
+import runtime_lite  # noqa: E402
+from tests.serving_client import ServerProcess, free_port, http_get, replica_pids, run_load, scrape  # noqa: E402
+from tests.test_serving_protocol import mlp_bundle  # noqa: E402
+
+ROWS = {0: 1, 1: 2, 2: 3, 3: 1}  # request i sends ROWS[i % 4] rows
+
+
+def feeds(i: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(i)
+    return {"x": rng.standard_normal((ROWS[i % 4], 4), dtype=np.float32)}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    (root / "mlp.aotb").write_bytes(mlp_bundle(seed=1))
+    (root / "fixed.aotb").write_bytes(mlp_bundle(seed=3, batch=1))
+    (root / "mlp_v2.aotb").write_bytes(mlp_bundle(seed=2))
+    metrics_port = free_port()
+    server = ServerProcess(
+        [
+            f"mlp={root / 'mlp.aotb'}",
+            f"fixed={root / 'fixed.aotb'}",
+            "--replicas",
+            "2",
+            "--max-batch-size",
+            "8",
+            "--batch-wait-ms",
+            "20",
+            "--cpus-per-replica",
+            "0.5",
+            "--threads",
+            "1",
+            "--metrics-port",
+            str(metrics_port),
+        ],  # fmt: skip
+        log=root / "serve.log",
+    )
+    server.root, server.metrics_port = root, metrics_port
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def modules(served):
+    return {name: runtime_lite.load(served.root / f"{name}.aotb") for name in ("mlp", "fixed", "mlp_v2")}
+
+
+def test_health_and_metadata_through_tritonclient(served, modules):
+    client = triton.InferenceServerClient(served.url)
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("mlp")
+    meta = client.get_model_metadata("mlp")
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    assert meta["versions"] == [modules["mlp"].digest[:12]]
+    assert meta["parameters"]["dynamic_batching"] is True
+    fixed = client.get_model_metadata("fixed")
+    assert fixed["parameters"]["dynamic_batching"] is False and "fixed first dim 1" in fixed["parameters"]["batching"]
+    assert "serving mlp" in served.output() and "serving fixed" in served.output()
+
+
+def test_64_concurrent_requests_identical_to_direct_run(served, modules):
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 4), dtype=np.float32) for _ in range(64)]
+    expected = [modules["fixed"].run([x])[0] for x in xs]
+    result = run_load(
+        served.url, "fixed", lambda i: {"x": xs[i]}, lambda i, out: np.array_equal(out["y"], expected[i]),
+        threads=64, requests=64, max_seconds=120,
+    )  # fmt: skip
+    assert (result.ok, result.wrong, dict(result.statuses)) == (64, 0, {})
+
+
+def test_malformed_requests_get_400_with_one_line(served):
+    client = triton.InferenceServerClient(served.url)
+    tensor = triton.InferInput("x", [1, 5], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 5), np.float32))
+    with pytest.raises(triton.InferenceServerException) as refused:
+        client.infer("mlp", [tensor])
+    assert refused.value.status() == "400" and "expected shape [N,4]" in str(refused.value)
+    status, body = http_get(f"http://{served.url}/v2/models/nope")
+    assert status == 404 and "unknown model 'nope'" in json.loads(body)["error"]
+
+
+def test_batching_under_load_answers_every_request_with_its_rows(served, modules):
+    result = run_load(
+        served.url, "mlp", feeds,
+        lambda i, out: np.allclose(out["y"], modules["mlp"].run(feeds(i))[0], rtol=1e-6, atol=1e-7),
+        threads=8, requests=400, max_seconds=90,
+    )  # fmt: skip
+    assert (result.ok, result.wrong, dict(result.statuses)) == (400, 0, {}), dict(result.messages)
+    deadline = time.monotonic() + 90  # Ray exports metrics every few seconds
+    while time.monotonic() < deadline:
+        buckets = scrape(served.metrics_port, "ray_runtime_lite_batch_size_bucket")
+        mlp = {k: v for k, v in buckets.items() if 'model="mlp"' in k}
+        singles = next((v for k, v in mlp.items() if 'le="1.0"' in k), None)
+        total = next((v for k, v in mlp.items() if 'le="+Inf"' in k), 0)
+        if singles is not None and total > singles:
+            break
+        time.sleep(2)
+    assert singles is not None and total > singles, f"no run of more than one row in the metrics: {mlp}\n{served.output()[-3000:]}"
+    requests = scrape(served.metrics_port, "ray_runtime_lite_requests")
+    assert sum(v for k, v in requests.items() if 'model="mlp"' in k and 'status="200"' in k) >= 400
+
+
+def test_killed_replica_costs_only_retryable_500s(served, modules):
+    """Ray restarts a killed replica; requests in flight on it get HTTP 500 from Ray's proxy, the rest succeed.
+
+    A client that retries a 5xx (inference is idempotent) gets every answer right.
+    """
+    pids = replica_pids()
+    assert len(pids) >= 2, f"expected two replica processes, found {pids}"
+
+    def check(i, out):
+        return np.allclose(out["y"], modules["mlp"].run(feeds(i))[0], rtol=1e-6, atol=1e-7)
+
+    def kill_soon():
+        time.sleep(2)
+        os.kill(pids[0], signal.SIGKILL)
+
+    import threading
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    result = run_load(served.url, "mlp", feeds, check, threads=8, requests=600, max_seconds=90, retries=5)
+    killer.join()
+    print(f"replica killed under load: {result.ok} answered, refusals seen {dict(result.statuses)}")
+    assert result.wrong == 0
+    assert result.ok == 600, f"lost requests: {dict(result.statuses)} {dict(result.messages)}"
+    assert set(result.statuses) <= {"500", "503"}, dict(result.messages)
+    deadline = time.monotonic() + 60
+    while len(replica_pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(replica_pids()) >= 2, "Ray did not restart the killed replica"
+
+
+def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, modules):
+    bundle = served.root / "mlp.aotb"
+    staged = served.root / "mlp.next"
+    staged.write_bytes((served.root / "mlp_v2.aotb").read_bytes())
+    seen = {"old": 0, "new": 0}
+
+    def check(i, out):
+        for version, module in (("old", modules["mlp"]), ("new", modules["mlp_v2"])):
+            if np.allclose(out["y"], module.run(feeds(i))[0], rtol=1e-6, atol=1e-7):
+                seen[version] += 1
+                return True
+        return False
+
+    def update_soon():
+        time.sleep(2)
+        os.replace(staged, bundle)  # deployments replace bundles by rename
+        served.signal(signal.SIGHUP)
+
+    import threading
+
+    updater = threading.Thread(target=update_soon)
+    updater.start()
+    result = run_load(served.url, "mlp", feeds, check, threads=8, requests=100_000, max_seconds=15)
+    updater.join()
+    assert result.wrong == 0 and dict(result.statuses) == {}, dict(result.messages)
+    assert seen["old"] > 0 and seen["new"] > 0, seen
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = triton.InferenceServerClient(served.url).get_model_metadata("mlp")
+        if meta["versions"] == [modules["mlp_v2"].digest[:12]]:
+            break
+        time.sleep(1)
+    assert meta["versions"] == [modules["mlp_v2"].digest[:12]]
+    assert "reloaded" in served.output()
+
+
+def test_sigterm_drains_and_exits_0(served):
+    assert served.stop() == 0
+    assert "stopping: draining replicas" in served.output()
+
+
+def test_serve_refuses_a_broken_bundle_before_starting_ray(tmp_path):
+    broken = tmp_path / "broken.aotb"
+    broken.write_bytes(b"not a bundle")
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime_lite", "serve", str(broken), "--port", str(free_port())],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: bundle '{broken}': not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')"
+    ]
