@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from onnx import helper
 
 import aot
+from tests import memory
 from tests.helpers import make_model, rand
 
 
@@ -54,3 +57,74 @@ def small_bundle(small_build) -> bytes:
 @pytest.fixture
 def small_input():
     return np.random.default_rng(0).random((1, 3, 8, 8), dtype=np.float32)
+
+
+# --- memory: free between tests, the biggest models in their own process, the peak reported (tests/memory.py) ---
+
+_peak = {"mib": 0.0, "test": "collection"}
+_own_processes: list[tuple[str, float]] = []
+_child = {"outcome": "passed", "text": ""}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "own_process: run in a child pytest, whose memory goes back when it exits (tests/memory.py)"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if pyfuncitem.get_closest_marker("own_process") is None or os.environ.get(memory.CHILD_ENV):
+        return None
+    result = memory.run_in_own_process(pyfuncitem.nodeid, pyfuncitem.config.rootpath)
+    _own_processes.append((pyfuncitem.nodeid, result["peak_mib"]))
+    if result["outcome"] == "skipped":
+        pytest.skip(result["text"])
+    if result["outcome"] != "passed":
+        pytest.fail(f"(run in its own process)\n{result['text']}", pytrace=False)
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    memory.release_memory()
+    peak = memory.peak_rss_mib()
+    if peak > _peak["mib"]:
+        _peak.update(mib=peak, test=item.nodeid)
+
+
+def pytest_runtest_logreport(report):
+    if not os.environ.get(memory.CHILD_ENV) or _child["outcome"] == "failed":
+        return
+    if report.failed:
+        _child.update(outcome="failed", text=report.longreprtext)
+    elif report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _child.update(outcome="skipped", text=reason.removeprefix("Skipped: "))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    child = os.environ.get(memory.CHILD_ENV)
+    if child:
+        memory.write_child_report(child, _child["outcome"], _child["text"])
+        return
+    if memory.peak_rss_mib() > _peak["mib"]:
+        _peak.update(mib=memory.peak_rss_mib(), test="the end of the session")
+    limit = memory.limit_gb()
+    if limit and _peak["mib"] > limit * 1024 and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if os.environ.get(memory.CHILD_ENV):
+        return
+    write = terminalreporter.write_line
+    write(f"peak RSS of the pytest process: {_peak['mib'] / 1024:.2f} GiB, reached in {_peak['test']}")
+    for nodeid, peak in _own_processes:
+        write(f"  run in its own process: {nodeid}: peak RSS {peak / 1024:.2f} GiB")
+    limit = memory.limit_gb()
+    if limit and _peak["mib"] > limit * 1024:
+        write(
+            f"FAILED: the pytest process held more than {limit:g} GiB ({memory.LIMIT_ENV}; 0 turns this off)", red=True
+        )

@@ -8,10 +8,23 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aot
 import runtime_lite
+from aot.testing import ZOO_MODELS
+from tests.memory import release_memory
+
+#: Zoo models too big to share the test process: VGG-19's weights are 548 MB, and checking it
+#: against onnxruntime needs several copies at once (tests/memory.py).
+OWN_PROCESS_ZOO_MODELS = ("vgg19",)
+
+
+def zoo_params(names: Sequence[str] = ZOO_MODELS, own_process: Sequence[str] = OWN_PROCESS_ZOO_MODELS) -> list:
+    """``names`` for ``parametrize``, those in ``own_process`` marked so (tests/memory.py); ids unchanged."""
+    return [pytest.param(n, marks=pytest.mark.own_process) if n in own_process else n for n in names]
+
 
 ONNX_TYPES = {
     "float32": TensorProto.FLOAT,
@@ -51,6 +64,7 @@ def make_model(
 
 
 def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    release_memory()  # what earlier builds left in cycles, before onnxruntime takes its copies
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
@@ -59,7 +73,9 @@ def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], th
 
 
 def build_and_load(model: onnx.ModelProto | str, **build_options: Any) -> runtime_lite.Module:
-    return runtime_lite.load(aot.build(model, **build_options).to_bytes())
+    bundle = aot.build(model, **build_options).to_bytes()
+    release_memory()  # the build result is garbage now, its graph a cycle: free its weights first
+    return runtime_lite.load(bundle)
 
 
 def assert_matches_onnxruntime(

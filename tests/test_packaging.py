@@ -105,6 +105,12 @@ def test_aot_wheel_ships_only_aot_and_depends_on_runtime_lite(wheels):
     with zipfile.ZipFile(wheels["runtime_lite"]) as z:
         tops = {name.split("/", 1)[0] for name in z.namelist()}
         assert "runtime_lite/py.typed" in z.namelist()
+        packages = {
+            "runtime_lite/" + str(init.relative_to(ROOT / "runtime_lite"))
+            for init in (ROOT / "runtime_lite").rglob("__init__.py")
+            if "build" not in init.relative_to(ROOT / "runtime_lite").parts
+        }
+        assert packages - set(z.namelist()) == set()  # every subpackage: the runtime ships only here
     assert tops == {"runtime_lite", f"runtime_lite-{_version()}.dist-info"}, tops
     assert 'Requires-Dist: ray[serve]==2.60.0; extra == "serve"' in _metadata(wheels["runtime_lite"], "METADATA")
     assert "runtime-lite = runtime_lite.cli:entry_point" in _metadata(wheels["runtime_lite"], "entry_points.txt")

@@ -16,14 +16,14 @@ import pytest
 
 import runtime_lite
 from aot.compiler import build
-from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2
+from aot.testing import load_zoo_model, relative_l2
 from aot.testing.zoo import zoo_input
-from tests.helpers import build_and_load, onnxruntime_outputs
+from tests.helpers import build_and_load, onnxruntime_outputs, zoo_params
 
 TOLERANCE = 1e-4
 
 
-@pytest.mark.parametrize("name", ZOO_MODELS)
+@pytest.mark.parametrize("name", zoo_params())
 def test_zoo_model_with_random_weights_matches_onnxruntime(name):
     model = load_zoo_model(name, random_weights=True, logits=True)
     feeds = zoo_input(model)
@@ -36,7 +36,7 @@ def test_zoo_model_with_random_weights_matches_onnxruntime(name):
     assert expected[-1].std() > 1.0, "logits are degenerate; the comparison would prove nothing"
 
 
-@pytest.mark.parametrize("name", ZOO_MODELS)
+@pytest.mark.parametrize("name", zoo_params())
 def test_zoo_model_as_shipped_logits_match_onnxruntime(name):
     model = load_zoo_model(name, random_weights=False, logits=True)
     feeds = zoo_input(model)
@@ -44,14 +44,17 @@ def test_zoo_model_as_shipped_logits_match_onnxruntime(name):
     assert relative_l2(logits, onnxruntime_outputs(model, feeds, threads=2)[-1]) <= TOLERANCE
 
 
-@pytest.mark.parametrize("name", ZOO_MODELS)
+@pytest.mark.parametrize("name", zoo_params())
 def test_zoo_model_on_the_npu_equals_the_host(name):
     """Partitioned for the NPU, every architecture computes exactly what the host-only bundle does."""
     model = load_zoo_model(name, random_weights=True, logits=True)
     feeds = zoo_input(model)
     result = build(model, targets=["npu"])
     assert result.regions["npu"] > result.regions["host"], result.regions  # most ops offloaded
-    ours = runtime_lite.load(result.to_bytes()).run(feeds)
+    bundle = result.to_bytes()
+    del result  # one build's weights at a time (tests/memory.py)
+    ours = runtime_lite.load(bundle).run(feeds)
+    del bundle
     host = build_and_load(model).run(feeds)
     for a, b in zip(ours, host):
         np.testing.assert_array_equal(a, b)

@@ -41,10 +41,14 @@ def _random_weight(
 ) -> np.ndarray:
     size = tuple(int(d) for d in shape)
     if op == "Conv" and index == 1:
-        return rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(int(np.prod(size[1:])), 1)))
+        weight = rng.standard_normal(size, dtype=np.float32)
+        weight *= np.float32(np.sqrt(2.0 / max(int(np.prod(size[1:])), 1)))  # in place: VGG's are 100s of MB
+        return weight
     if op == "Gemm" and index == 1:
         fan_in = size[1] if attrs.get("transB", 0) else size[0]
-        return rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+        weight = rng.standard_normal(size, dtype=np.float32)
+        weight *= np.float32(np.sqrt(2.0 / fan_in))
+        return weight
     if op == "BatchNormalization" and index == 1 and role == "residual":
         return rng.uniform(0.1, 0.3, size)  # small residual branches, as trained ResNets end up
     if op == "BatchNormalization" and index in (1, 4):  # scale, variance
@@ -58,15 +62,17 @@ _SHAPE_ONLY = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Dropo
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    """Remove the shape tensors the replaced ConstantOfShape nodes read (and their graph inputs)."""
+    """Remove the shape tensors the replaced ConstantOfShape nodes read (and their graph inputs).
+
+    Deleted in place: re-adding the kept ones would copy every weight into the model's
+    protobuf arena, which keeps the old copies until the model is freed (twice the memory).
+    """
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     unused = {t.name for t in graph.initializer if t.name not in used}
-    kept_inits = [t for t in graph.initializer if t.name not in unused]
-    kept_inputs = [v for v in graph.input if v.name not in unused]
-    del graph.initializer[:]
-    graph.initializer.extend(kept_inits)
-    del graph.input[:]
-    graph.input.extend(kept_inputs)
+    for field in (graph.initializer, graph.input):
+        for i in reversed(range(len(field))):
+            if field[i].name in unused:
+                del field[i]
 
 
 def _classifier_output(graph: onnx.GraphProto) -> str:
@@ -109,6 +115,15 @@ def _weight_roles(graph: onnx.GraphProto) -> dict[str, str]:
     return roles
 
 
+def _add_initializer(graph: onnx.GraphProto, name: str, data: np.ndarray) -> None:
+    """``graph.initializer.append(numpy_helper.from_array(data, name))`` without its extra copy of the data."""
+    tensor = graph.initializer.add()
+    tensor.name = name
+    tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
+    tensor.dims.extend(data.shape)
+    tensor.raw_data = data.tobytes()
+
+
 def _add_logits_output(model: onnx.ModelProto) -> None:
     """Expose the input of the final Softmax as an extra output, 'logits'."""
     outputs = {o.name for o in model.graph.output}
@@ -138,21 +153,22 @@ def load_zoo_model(
             for i, name_in in enumerate(node.input):
                 users.setdefault(name_in, (node.op_type, i, attrs))
         roles = _weight_roles(graph)
-        kept = []
+        replaced = set()
         for node in graph.node:
             if node.op_type == "ConstantOfShape" and node.input[0] in shapes and node.output[0] in users:
+                replaced.add(node.output[0])
                 op, index, attrs = users[node.output[0]]
                 role = roles.get(node.output[0], "")
-                data = _random_weight(tuple(shapes[node.input[0]]), op, index, attrs, rng, role).astype(np.float32)
-                graph.initializer.append(numpy_helper.from_array(data, node.output[0]))
+                data = _random_weight(tuple(shapes[node.input[0]]), op, index, attrs, rng, role)
+                _add_initializer(graph, node.output[0], data.astype(np.float32, copy=False))
                 if model.ir_version < 4:  # IR < 4 requires every initializer to be a graph input
                     graph.input.append(
                         helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, data.shape)
                     )
-            else:
-                kept.append(node)
-        del graph.node[:]
-        graph.node.extend(kept)
+                del data
+        for i in reversed(range(len(graph.node))):  # in place, as _drop_unused_initializers
+            if graph.node[i].op_type == "ConstantOfShape" and graph.node[i].output[0] in replaced:
+                del graph.node[i]
         _drop_unused_initializers(graph)
         _calibrate_classifier(model, roles)
     if logits:
@@ -193,13 +209,16 @@ def _calibrate_classifier(model: onnx.ModelProto, roles: dict[str, str], target_
     """
     import onnxruntime
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.append(
-        helper.make_tensor_value_info(_classifier_output(model.graph), onnx.TensorProto.FLOAT, None)
-    )
-    logits = onnxruntime.InferenceSession(probe.SerializeToString()).run(None, zoo_input(model))[0]
+    # The model itself with the logits as its only output, serialized once (no copy of the model).
+    logits_info = helper.make_tensor_value_info(_classifier_output(model.graph), onnx.TensorProto.FLOAT, None)
+    outputs = [onnx.ValueInfoProto.FromString(o.SerializeToString()) for o in model.graph.output]
+    del model.graph.output[:]
+    model.graph.output.append(logits_info)
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    del model.graph.output[:]
+    model.graph.output.extend(outputs)
+    logits = session.run(None, zoo_input(model))[0]
+    del session
     scale = np.float32(target_std / max(float(logits.std()), 1e-12))
     for tensor in model.graph.initializer:
         if roles.get(tensor.name) == "classifier":
