@@ -171,8 +171,9 @@ class _ViewReader:
         return chunk
 
 
-def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, int]:
-    """Parse magic, version, header bytes, header digest and padding; return where data starts."""
+def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
+    """Parse magic, version, header bytes, header digest and padding; return the verified digest (hex)
+    and where data starts."""
     if bytes(buf[: len(fmt.MAGIC_BYTES)]) != fmt.MAGIC_BYTES:
         raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')")
     unpacker = _unpacker(_ViewReader(buf[len(fmt.MAGIC_BYTES) :]), fmt.MAX_HEADER_BYTES)
@@ -208,7 +209,7 @@ def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, int]:
         raise BundleError("bundle header checksum mismatch (the file is corrupt)")
     if data_start % fmt.ALIGNMENT:
         raise BundleError(f"bundle data section starts at {data_start}, not a multiple of {fmt.ALIGNMENT}")
-    return (major, minor), header_bytes, data_start
+    return (major, minor), header_bytes, digest.hex(), data_start
 
 
 def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) -> list[memoryview]:
@@ -292,7 +293,7 @@ def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = F
     A path is read into private memory unless ``map_file`` (runtime_lite/source.py says why).
     """
     buffer = open_bundle(source, map_file=map_file)
-    version, header_bytes, data_start = _read_preamble(buffer.view)
+    version, header_bytes, digest, data_start = _read_preamble(buffer.view)
     header = decode_record(header_bytes, "bundle header", max_bin_len=fmt.MAX_HEADER_BYTES)
     expect(header, dict, "header")
     features = expect_key(header, "required_features", list, "header")
@@ -304,4 +305,4 @@ def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = F
             )
     blobs = _read_blobs(header, buffer.view, data_start, verify)
     constants = _read_constants(header, blobs)
-    return Bundle(version, header, blobs, constants, buffer, hashlib.sha256(header_bytes).hexdigest())
+    return Bundle(version, header, blobs, constants, buffer, digest)

@@ -226,6 +226,10 @@ def _bundle_argument(parser: argparse.ArgumentParser) -> None:
         help="fail unless every module compiled for BACKEND (e.g. tensorrt) runs on it here, instead of "
         "falling back to the host with a warning; repeatable",
     )  # fmt: skip
+    _backend_option_argument(parser)
+
+
+def _backend_option_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE",
         help="a backend's own load option, e.g. tensorrt.allow_engine_build=true; repeatable "
@@ -348,10 +352,7 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--metrics-port", type=_positive, help="Prometheus port of the local Ray instance (default: Ray picks one)"
     )
     serve.add_argument("--cache-dir", type=Path, help="the TensorRT engine cache every replica shares")
-    serve.add_argument(
-        "--backend-option", action="append", default=[], metavar="BACKEND.NAME=VALUE",
-        help="a backend's own load option for every replica; repeatable",
-    )  # fmt: skip
+    _backend_option_argument(serve)
     serve.set_defaults(handler=_serve)
 
 

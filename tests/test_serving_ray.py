@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import numpy as np
@@ -119,7 +122,9 @@ def test_batching_under_load_answers_every_request_with_its_rows(served, modules
         if singles is not None and total > singles:
             break
         time.sleep(2)
-    assert singles is not None and total > singles, f"no run of more than one row in the metrics: {mlp}\n{served.output()[-3000:]}"
+    assert singles is not None and total > singles, (
+        f"no run of more than one row in the metrics: {mlp}\n{served.output()[-3000:]}"
+    )
     requests = scrape(served.metrics_port, "ray_runtime_lite_requests")
     assert sum(v for k, v in requests.items() if 'model="mlp"' in k and 'status="200"' in k) >= 400
 
@@ -138,8 +143,6 @@ def test_killed_replica_costs_only_retryable_500s(served, modules):
     def kill_soon():
         time.sleep(2)
         os.kill(pids[0], signal.SIGKILL)
-
-    import threading
 
     killer = threading.Thread(target=kill_soon)
     killer.start()
@@ -173,8 +176,6 @@ def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, mod
         os.replace(staged, bundle)  # deployments replace bundles by rename
         served.signal(signal.SIGHUP)
 
-    import threading
-
     updater = threading.Thread(target=update_soon)
     updater.start()
     result = run_load(served.url, "mlp", feeds, check, threads=8, requests=100_000, max_seconds=15)
@@ -199,9 +200,6 @@ def test_sigterm_drains_and_exits_0(served):
 def test_serve_refuses_a_broken_bundle_before_starting_ray(tmp_path):
     broken = tmp_path / "broken.aotb"
     broken.write_bytes(b"not a bundle")
-    import subprocess
-    import sys
-
     result = subprocess.run(
         [sys.executable, "-m", "runtime_lite", "serve", str(broken), "--port", str(free_port())],
         capture_output=True, text=True, timeout=120,

@@ -108,7 +108,7 @@ def _import_ray() -> Any:
     return ray, serve
 
 
-def _application(config: ServeConfig, loader: Callable | None) -> Any:
+def _application(config: ServeConfig, deployed: dict[str, Any], loader: Callable | None) -> Any:
     from runtime_lite.serving.deployment import RuntimeLiteDeployment
 
     actor_options: dict[str, Any] = {"num_cpus": config.cpus_per_replica}
@@ -118,15 +118,16 @@ def _application(config: ServeConfig, loader: Callable | None) -> Any:
     return RuntimeLiteDeployment.options(
         num_replicas=config.replicas,
         max_ongoing_requests=ongoing,
-        user_config=config.user_config(),
+        user_config=deployed,
         ray_actor_options=actor_options,
     ).bind(loader)
 
 
-def start(config: ServeConfig, loader: Callable | None = None) -> None:
-    """Connect to (or start) Ray, start Serve's HTTP proxy and deploy; returns once every replica is up."""
+def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
+    """Connect to (or start) Ray, start Serve's HTTP proxy and deploy; returns what was deployed, once
+    every replica is up."""
     ray, serve = _import_ray()
-    config.user_config()  # every bundle checked before Ray starts: a bad path costs no cluster start-up
+    deployed = config.user_config()  # every bundle checked before Ray starts: a bad path costs no start-up
     init: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "runtime_lite"}
     if config.address:
         init["address"] = config.address
@@ -137,13 +138,16 @@ def start(config: ServeConfig, loader: Callable | None = None) -> None:
             init["_metrics_export_port"] = config.metrics_port
     ray.init(**init)
     serve.start(http_options={"host": config.host, "port": config.port})
-    serve.run(_application(config, loader), name=config.app_name, route_prefix="/", blocking=False)
+    serve.run(_application(config, deployed, loader), name=config.app_name, route_prefix="/", blocking=False)
+    return deployed
 
 
-def reload(config: ServeConfig, loader: Callable | None = None) -> None:
+def reload(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
     """Deploy the bundles' current contents: Ray reconfigures replicas whose bundle changed, in place."""
     _, serve = _import_ray()
-    serve.run(_application(config, loader), name=config.app_name, route_prefix="/", blocking=False)
+    deployed = config.user_config()
+    serve.run(_application(config, deployed, loader), name=config.app_name, route_prefix="/", blocking=False)
+    return deployed
 
 
 def stop(config: ServeConfig) -> None:
@@ -160,11 +164,16 @@ def stop(config: ServeConfig) -> None:
         ray.shutdown()
 
 
-def describe(config: ServeConfig) -> list[str]:
+def _model_lines(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
     base = f"http://{config.host}:{config.port}"
-    lines = []
-    for entry in config.user_config()["models"]:
-        lines.append(f"serving {entry['name']} (version {entry['digest'][:12]}) at {base}/v2/models/{entry['name']}")
+    return [
+        f"serving {entry['name']} (version {entry['digest'][:12]}) at {base}/v2/models/{entry['name']}"
+        for entry in deployed["models"]
+    ]
+
+
+def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
+    lines = _model_lines(config, deployed)
     batching = (
         f"dynamic batching up to {config.max_batch_size} rows, waiting {config.batch_wait_ms:g} ms"
         if config.max_batch_size > 1
@@ -182,8 +191,7 @@ def describe(config: ServeConfig) -> list[str]:
 
 def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
     """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
-    _import_ray()  # a missing extra or a broken bundle is one line before anything starts
-    config.user_config()
+    _import_ray()  # a missing extra is one line before anything starts (start() checks the bundles first)
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -191,9 +199,9 @@ def serve_forever(config: ServeConfig, loader: Callable | None = None, announce:
 
     previous = _install(on_signal)
     try:
-        start(config, loader)
+        deployed = start(config, loader)
         _install(on_signal)  # ray.init installs its own SIGTERM handler (log and die): ours must win
-        for line in describe(config):
+        for line in describe(config, deployed):
             announce(line)
         while True:
             while not pending:
@@ -203,8 +211,7 @@ def serve_forever(config: ServeConfig, loader: Callable | None = None, announce:
                     announce("stopping: draining replicas")
                     return 0
                 try:
-                    reload(config, loader)
-                    announce("reloaded: " + "; ".join(describe(config)[:-2]))
+                    announce("reloaded: " + "; ".join(_model_lines(config, reload(config, loader))))
                 except Exception as e:  # noqa: BLE001 - a bad new bundle must not stop the old one serving
                     announce(f"reload refused, still serving the previous version: {one_line(str(e), 500)}")
     finally:
