@@ -291,3 +291,39 @@ def test_fixed_batch_bundle_says_batching_is_off():
     fixed = runtime_lite.load(mlp_bundle(batch=1))
     model = served_model("fixed", fixed, max_batch_size=8)
     assert not model.batching and "fixed first dim 1" in model.metadata()["parameters"]["batching"]
+
+
+class OverlapRecorder:
+    """Test double of a module: records how many runs overlap in time (a real run takes a while)."""
+
+    def __init__(self, module):
+        import threading
+
+        self.module, self.inputs, self.outputs, self.digest = module, module.inputs, module.outputs, module.digest
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def run(self, arrays):
+        import time
+
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.02)
+        with self.lock:
+            self.running -= 1
+        return self.module.run(arrays)
+
+
+def test_concurrent_requests_run_the_model_one_at_a_time(module):
+    """A run already uses every thread of the replica: concurrent runs would only fight over the cores."""
+    recorder = OverlapRecorder(module)
+    service = InferenceService({"mlp": served_model("mlp", recorder, max_batch_size=1)})
+    xs = [rand(1, 4, seed=k) for k in range(8)]
+
+    async def all_requests():
+        return await asyncio.gather(*(service.handle("POST", "/v2/models/mlp/infer", {}, infer_json(x)) for x in xs))
+
+    responses = asyncio.run(all_requests())
+    assert [r.status for r in responses] == [200] * 8
+    assert recorder.most == 1

@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 import runtime_lite
 from runtime_lite.serving.batching import rows, run_batched
-from runtime_lite.serving.service import InferenceService, Runnable, ServedModel, direct_infer, served_model
+from runtime_lite.serving.service import InferenceService, Runnable, ServedModel, served_model
 
 log = logging.getLogger("runtime_lite.serving")
 
@@ -75,7 +75,8 @@ def batched_infer(model: ServedModel, wait_ms: float, metrics: RayMetrics) -> No
     )
     async def run_batch(items: list[list]) -> list:
         metrics.batch(model.name, sum(rows(arrays) for arrays in items))
-        return await asyncio.to_thread(run_batched, module.run, items)
+        async with model.gate:
+            return await asyncio.to_thread(run_batched, module.run, items)
 
     async def infer(arrays: list) -> list:
         if rows(arrays) >= model.max_batch_size:  # already a full batch: Ray's batcher would refuse it
@@ -131,7 +132,7 @@ class RuntimeLiteDeployment:
                 log.error("model %s: keeping version %s, the new bundle did not load: %s", kept.name, kept.version, e)
                 models[entry["name"]] = kept
                 continue
-            model = served_model(entry["name"], module, int(config.get("max_batch_size", 1)), direct_infer(module))
+            model = served_model(entry["name"], module, int(config.get("max_batch_size", 1)))
             if model.batching:
                 batched_infer(model, float(config.get("batch_wait_ms", 5.0)), self.metrics)
             else:
