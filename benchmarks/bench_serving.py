@@ -8,9 +8,9 @@ Rows, per zoo model (random weights, batch dim made symbolic):
 * the server at concurrency 1, 8 and 32 (tritonclient threads, binary tensors), batching off
   and on, with runtime_lite in the replica — and with onnxruntime in the *same* Ray Serve
   deployment (the replica's loader swapped), so the two differ only in the runtime.
-One replica, ``--threads`` BLAS threads in it (default 2), one local Ray instance for all rows;
-each load is bounded in requests and seconds. Server overhead = server p50 at concurrency 1
-(batching off) minus direct p50.
+One replica, ``--threads`` BLAS threads in it (default 2), one local Ray instance per ingress
+(``--ingress``: Ray Serve's Python proxy, then HAProxy); each load is bounded in requests and
+seconds. Server overhead = server p50 at concurrency 1 (batching off) minus direct p50.
 """
 
 from __future__ import annotations
@@ -103,16 +103,19 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=16)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0)
     parser.add_argument("--models", default="resnet50,squeezenet", help="zoo models, comma-separated")
+    parser.add_argument("--ingress", default=",".join(server.INGRESSES), help="ingresses to measure, comma-separated")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
     sections = []
     with tempfile.TemporaryDirectory() as tmp:
-        port, started, config = free_port(), False, None
-        for name in args.models.split(","):
-            rows, direct, config, started = bench_model(name, Path(tmp), port, started, args)
-            sections.append(report(name, rows, direct, args))
-        server.stop(config)
+        models = {name: with_symbolic_batch(name, Path(tmp)) for name in args.models.split(",")}
+        for ingress in args.ingress.split(","):
+            port, started, config = free_port(), False, None
+            for name, paths in models.items():
+                rows, direct, config, started = bench_model(name, paths, ingress, port, started, args)
+                sections.append(report(name, ingress, rows, direct, args))
+            server.stop(config)
     header = [
         "## Serving: zoo models through Ray Serve (v2 protocol, tritonclient, binary tensors)",
         "",
@@ -124,8 +127,8 @@ def main() -> None:
     publish("serving", "\n".join(header) + "\n\n" + "\n\n".join(sections), args.no_write)
 
 
-def bench_model(name, directory, port, started, args):
-    onnx_path, bundle_path = with_symbolic_batch(name, directory)
+def bench_model(name, paths, ingress, port, started, args):
+    onnx_path, bundle_path = paths
     module = runtime_lite.load(bundle_path)
     session = OnnxruntimeModel(str(onnx_path))
     (input_spec,), (output_spec,) = module.inputs, module.outputs
@@ -140,7 +143,7 @@ def bench_model(name, directory, port, started, args):
         for batch in (1, args.max_batch_size):
             config = server.ServeConfig(
                 models=[server.ModelSource(name, bundle_path, {"onnx": str(onnx_path)})],
-                port=port, max_batch_size=batch, batch_wait_ms=args.batch_wait_ms, threads=THREADS,
+                port=port, max_batch_size=batch, batch_wait_ms=args.batch_wait_ms, threads=THREADS, ingress=ingress,
             )  # fmt: skip
             (server.reload if started else server.start)(config, loader)
             started = True
@@ -153,7 +156,7 @@ def bench_model(name, directory, port, started, args):
                 )  # fmt: skip
                 rows.append((runtime, batch > 1, concurrency, result))
                 print(
-                    f"{name} {runtime:12} batching={'on ' if batch > 1 else 'off'} c={concurrency:2}: "
+                    f"{name} {ingress:7} {runtime:12} batching={'on ' if batch > 1 else 'off'} c={concurrency:2}: "
                     f"{result.throughput:6.2f} req/s p50 {result.percentile(50):7.1f} ms "
                     f"p99 {result.percentile(99):7.1f} ms ok {result.ok} refused {dict(result.statuses)}",
                     flush=True,
@@ -161,12 +164,12 @@ def bench_model(name, directory, port, started, args):
     return rows, direct, config, started
 
 
-def report(name, rows, direct, args) -> str:
+def report(name, ingress, rows, direct, args) -> str:
     def find(runtime, batching, concurrency):
         return next(r for rt, b, c, r in rows if (rt, b, c) == (runtime, batching, concurrency))
 
     lines = [
-        f"### {name}",
+        f"### {name}, {ingress} ingress",
         "",
         "| runtime in the replica | batching | concurrency | req/s | p50 ms | p99 ms | refused |",
         "|---|---|---:|---:|---:|---:|---|",

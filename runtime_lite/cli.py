@@ -344,7 +344,7 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill (default 5 ms)")
     serve.add_argument(
         "--max-ongoing-requests", type=_positive,
-        help="requests a replica takes at once (default max(8, 2 x max batch size)); the rest queue in Ray",
+        help="requests a replica takes at once (default max(32, 2 x max batch size)); the rest queue in Ray",
     )  # fmt: skip
     serve.add_argument(
         "--address", help="an existing Ray cluster: 'auto' or ray://HOST:10001 (default: start a local one)"

@@ -168,7 +168,10 @@ def _application(config: ServeConfig, deployed: dict[str, Any], loader: Callable
     actor_options: dict[str, Any] = {"num_cpus": config.cpus_per_replica}
     if config.threads is not None:
         actor_options["runtime_env"] = {"env_vars": {v: str(config.threads) for v in _THREAD_VARIABLES}}
-    ongoing = config.max_ongoing_requests or max(8, 2 * config.max_batch_size)
+    # Requests beyond this wait in Ray's router, which retries with backoff: measured through the proxy,
+    # 32 concurrent unbatched SqueezeNet requests at 8 ongoing ran at a third of the rate of 8 concurrent.
+    # Inside the replica they wait on the model's run gate in arrival order instead, holding only their input.
+    ongoing = config.max_ongoing_requests or max(32, 2 * config.max_batch_size)
     return RuntimeLiteDeployment.options(
         num_replicas=config.replicas,
         max_ongoing_requests=ongoing,
