@@ -213,3 +213,26 @@ def test_serve_refuses_a_broken_bundle_before_starting_ray(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"error: bundle '{broken}': not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')"
     ]
+
+
+def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait():
+    """The replica class alone (no Ray started): same config keeps the loaded model; a new wait rebuilds its batcher."""
+    import asyncio
+
+    from runtime_lite.serving.deployment import RuntimeLiteDeployment
+
+    module = runtime_lite.load(mlp_bundle())
+    loads = []
+
+    def loader(entry, config):
+        loads.append(entry["name"])
+        return module
+
+    replica = RuntimeLiteDeployment.func_or_class(loader=loader)
+    config = {"models": [{"name": "mlp", "path": "mlp.aotb", "digest": module.digest}], "max_batch_size": 4}
+    asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 5}))
+    first = replica.service.models["mlp"]
+    asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 5}))
+    assert replica.service.models["mlp"] is first and loads == ["mlp"]
+    asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 50}))
+    assert replica.service.models["mlp"] is not first and loads == ["mlp", "mlp"]

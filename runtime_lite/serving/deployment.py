@@ -108,9 +108,11 @@ class RuntimeLiteDeployment:
         self.loader = loader or load_bundle
         self.metrics = RayMetrics()
         self.service = InferenceService(observer=self.metrics)
+        self.batching: tuple[int, float] | None = None  # (rows, wait ms) the loaded models were set up with
 
     async def reconfigure(self, config: dict[str, Any]) -> None:
         models = await asyncio.to_thread(self._load_all, config)
+        self.batching = _batching(config)
         self.service.max_request_bytes = int(config.get("max_request_bytes", self.service.max_request_bytes))
         self.service.replace_models(models)
         for model in models.values():
@@ -121,7 +123,7 @@ class RuntimeLiteDeployment:
         models = {}
         for entry in config["models"]:
             kept = current.get(entry["name"])
-            if kept is not None and kept.module.digest == entry.get("digest") and _same_batching(kept, config):
+            if kept is not None and kept.module.digest == entry.get("digest") and self.batching == _batching(config):
                 models[entry["name"]] = kept  # unchanged: keep the loaded module and its batcher
                 continue
             try:
@@ -132,9 +134,10 @@ class RuntimeLiteDeployment:
                 log.error("model %s: keeping version %s, the new bundle did not load: %s", kept.name, kept.version, e)
                 models[entry["name"]] = kept
                 continue
-            model = served_model(entry["name"], module, int(config.get("max_batch_size", 1)))
+            rows, wait_ms = _batching(config)
+            model = served_model(entry["name"], module, rows)
             if model.batching:
-                batched_infer(model, float(config.get("batch_wait_ms", 5.0)), self.metrics)
+                batched_infer(model, wait_ms, self.metrics)
             else:
                 unbatched_infer(model, self.metrics)
             models[entry["name"]] = model
@@ -146,5 +149,6 @@ class RuntimeLiteDeployment:
         return Response(answer.body, status_code=answer.status, headers=answer.headers)
 
 
-def _same_batching(model: ServedModel, config: Mapping[str, Any]) -> bool:
-    return model.max_batch_size == int(config.get("max_batch_size", 1))
+def _batching(config: Mapping[str, Any]) -> tuple[int, float]:
+    """Rows and wait of the batcher: a change to either rebuilds every model's batcher."""
+    return int(config.get("max_batch_size", 1)), float(config.get("batch_wait_ms", 5.0))
