@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -51,6 +53,9 @@ def test_gelu_in_place_and_on_views():
     out = x.copy()
     assert gelu(out, approximate="none", out=out) is out
     assert np.array_equal(out, expected)
+    transposed = x.copy().T  # in place on a transposed view: blocks cannot flatten it without a copy
+    assert gelu(transposed, approximate="none", out=transposed) is transposed
+    assert np.array_equal(transposed, expected.T)
 
 
 def test_float64_erf_keeps_float64():
@@ -143,3 +148,22 @@ def test_layer_norm_matches_float64(shape, axis, param_shape, layout):
     np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
     if layout != "float16":  # float16 adds the bias before rounding to float16
         np.testing.assert_array_equal(layer_norm(x, scale, None, axis=axis, epsilon=1e-5) + bias, got)
+
+
+def test_blocks_run_under_the_callers_numpy_error_state():
+    """Pool workers see the caller's errstate: a run's silenced overflow stays silent on every thread."""
+    started = threading.Barrier(2, timeout=5)
+
+    def overflow() -> None:
+        try:
+            started.wait()  # both threads hold a block, so one of them is a pool worker
+        except threading.BrokenBarrierError:
+            pass  # a single-threaded BLAS: the caller runs every block
+        np.exp(np.full(8, 1000, np.float32))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(over="ignore"):
+            gemm.run_blocks([overflow, overflow])
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        gemm.run_blocks([overflow, overflow])

@@ -17,6 +17,7 @@ costs at most one block. The thread count is OpenBLAS's own (``OPENBLAS_NUM_THRE
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import math
 import os
@@ -135,8 +136,8 @@ def _run_blocks(blocks: list[Callable[[], None]], blas: _BlasThreads, workers: T
     with blas:
         futures = []
         for _ in range(blas.threads - 1):
-            try:
-                futures.append(workers.submit(drain))
+            try:  # in a copy of the caller's context: numpy's errstate (the run's silenced errors) with it
+                futures.append(workers.submit(contextvars.copy_context().run, drain))
             except RuntimeError:  # no thread could start (a memory-capped process): the caller does it all
                 break
         try:
