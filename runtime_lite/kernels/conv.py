@@ -366,12 +366,9 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
     nd = len(kernel_shape)
     spatial_geometry("conv", x.shape[2:], kernel_shape, strides, pads, dilations)
     padded = [x.shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
+    out_shape = tuple(output_extent(padded[i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     check_allocation([n, c, *padded], x.dtype, "conv input padding")
-    check_allocation(
-        [n, o, *(output_extent(padded[i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))],
-        x.dtype,
-        "conv output",
-    )
+    check_allocation([n, o, *out_shape], x.dtype, "conv output")
     if groups == c == o and nd == 2 and _taps_depthwise(x.shape[2:], kernel_shape, strides, pads, dilations):
         return _depthwise_taps(x, w, b, strides, pads, dilations)
     if (
@@ -383,7 +380,6 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
     ):
         return _shifted_gemms(x, w, b, pads, dilations)
     x = pad_spatial(x, pads)
-    out_shape = tuple(output_extent(x.shape[2 + i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     k = (c // groups) * math.prod(kernel_shape)
     pointwise = all(size == 1 for size in kernel_shape)
     pixels = math.prod(out_shape)

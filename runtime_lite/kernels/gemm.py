@@ -158,7 +158,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     blas, workers = _pool()
     if blas is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
         return np.matmul(a, b)
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    # np.broadcast_shapes costs ~4 us, as much as a small product: only where both are stacked
+    batch = (
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 and b.ndim > 2 else a.shape[:-2] + b.shape[:-2]
+    )
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     count = math.prod(batch)
     if count * m * n * k < MIN_PARALLEL_MACS:
