@@ -201,3 +201,20 @@ def test_depthwise_taps_matches_reference(n, c, h, wd, kh, kw, sh, sw, dh, dw, p
     expected = _depthwise_reference(x, w, b, [sh, sw], pads, [dh, dw])
     assert got.shape == expected.shape and got.dtype == np.float32 and got.flags.c_contiguous
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_depthwise_taps_keeps_a_channels_last_layout(bias):
+    """An NCHW view of a channels-last array (ConvNeXt's permutes) comes back in that layout, same values."""
+    rng = np.random.default_rng(4)
+    channels_last = rng.standard_normal((2, 9, 7, 5)).astype(np.float32)  # (N, H, W, C)
+    x = channels_last.transpose(0, 3, 1, 2)
+    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32) if bias else None
+    options = dict(strides=[1, 2], pads=[1, 1, 1, 1], dilations=[1, 1], groups=5)
+    got = conv_kernel.conv(x, w, b, **options)
+    assert got.transpose(0, 2, 3, 1).flags.c_contiguous and not got.flags.c_contiguous
+    np.testing.assert_allclose(got, _depthwise_reference(x, w, b, [1, 2], [1, 1, 1, 1], [1, 1]), rtol=1e-5, atol=1e-5)
+    contiguous = conv_kernel.conv(np.ascontiguousarray(x), w, b, **options)
+    assert contiguous.flags.c_contiguous
+    np.testing.assert_array_equal(contiguous, got)

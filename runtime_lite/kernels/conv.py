@@ -182,6 +182,18 @@ def _tap_groups(x, w, strides, pads, dilations, ow: int) -> list[tuple[np.ndarra
     return groups
 
 
+def _channels_last(x: np.ndarray) -> bool:
+    """Whether an (N, C, H, W) array is the transposed view of a contiguous (N, H, W, C) one.
+
+    ConvNeXt's exporter permutes to channels-last for its norms and linear layers and
+    back for the depthwise convolution; the residual add writes in place into the
+    permuted buffer, so 14 of its 18 depthwise inputs arrive this way. Returning the
+    result in the same layout saves the transpose back to NCHW here and the copy the
+    next permute + layer norm would make.
+    """
+    return not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def _depthwise_taps(x, w, b, strides, pads, dilations) -> np.ndarray:
     """Depthwise 2-d convolution as one einsum over every kernel tap, channels-last.
 
@@ -192,6 +204,7 @@ def _depthwise_taps(x, w, b, strides, pads, dilations) -> np.ndarray:
     im2col on ConvNeXt's 7x7 kernels; on large maps with 3x3 kernels and few
     channels im2col stays faster (the layout transposes cost more), hence
     ``_taps_depthwise``. Strided convolutions read column phases (``_column_phases``).
+    The result is NCHW, or the NCHW view of a channels-last array when the input is one.
     """
     n, c, h, wd = x.shape
     kh, kw = w.shape[2:]
@@ -212,6 +225,11 @@ def _depthwise_taps(x, w, b, strides, pads, dilations) -> np.ndarray:
         gemm.run_blocks([lambda start=start: rows(start, min(oh, start + step)) for start in range(0, oh, step)])
     else:
         rows(0, oh)
+    if _channels_last(x):  # keep the input's layout, as numpy's elementwise results do
+        channels_last = y.reshape(n, oh, ow, c)
+        if b is not None:
+            channels_last += b
+        return channels_last.transpose(0, 3, 1, 2)
     channels_first = y.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
     out = np.empty((n, c, oh, ow), x.dtype)
     if b is None:
