@@ -42,7 +42,7 @@ from aot.testing import relative_l2  # noqa: E402
 TARGETS = {"vit_b_16": 1.3, "bert_base": 1.3, "mobilenet_v3_small": 1.5, "efficientnet_b0": 1.5, "convnext_tiny": 1.5}
 
 
-#: Before this round's kernels (first run of this script, 5 rounds, same machine): median ratio and spread.
+#: Before issue 14's kernels (first run of this script, 5 rounds, same machine): median ratio and spread.
 BEFORE = {
     "vit_b_16": "12.58 (4.64..19.24)",
     "mobilenet_v3_small": "6.96 (5.82..8.98)",
@@ -67,25 +67,54 @@ WHERE_TIME_GOES = [
     "  (153 -> 23 ms).",
     "- **gelu / erf.** float64 series and erfc fit (53 ms on 197x3072, ~90 ns per element) ->",
     "  float32 rational (XLA's/Eigen's fit, relative error 4.3e-7 against `math.erf`), in",
-    "  32k-element blocks so its ~25 passes stay in cache: 2.3 ms.",
+    "  cache-sized blocks so its ~25 passes stay in cache: 2.3 ms.",
     "- **Depthwise on large maps.** im2col in 2 MB channel blocks on the threads: ConvNeXt's",
     "  7x7 on 96x56x56 17 -> 5.5 ms.",
     "",
+    "Second round (the commits after 67bec99; per-op figures are op-kind sums of each instruction's",
+    "best of 9 profiled runs, base and this code alternating in fresh processes):",
+    "",
+    "- **Depthwise as one einsum** (`_depthwise_taps`): on output maps up to 28x28, or with 25 or",
+    "  more taps, `einsum('nijrx,ijx->nrx')` over a checked window view of the channels-last",
+    "  input, the weights repeated along the output row so the inner loop runs over `ow * C`",
+    "  values; strided ones read column phases. It replaces the per-tap multiply-add loop",
+    "  (two passes over the map per tap): 240x14x14 5x5 1.15 -> 0.45 ms, 576x7x7 5x5 0.9 -> 0.3 ms,",
+    "  ConvNeXt's 7x7 on 384x14x14 2.2 -> 1.0 ms. A channels-last input view (ConvNeXt's permutes)",
+    "  gets its result in that layout, which saves the transposes on either side. conv2d:",
+    "  MobileNetV3 10.5-10.9 -> 7.1-7.4 ms, EfficientNet 39-41 -> 31-33 ms, ConvNeXt 56-60 -> 32 ms.",
+    "- **Small products on one thread.** `MIN_PARALLEL_MACS` 2M -> 8M: handing 2 to 4M-MAC",
+    "  products (MobileNetV3's pointwise layers) to the pool took 1.5 to 1.9x as long as one thread.",
+    "  MobileNetV3 0.93x in an A/B in one process.",
+    "- **layer_norm**: rows, variance as one einsum dot per row, scaled in place: ConvNeXt's",
+    "  56x56x96 1.14 -> 0.67 ms, ViT's 197x768 0.46 -> 0.33 ms.",
+    "- **gelu blocks** 32k -> 64k elements (half the numpy calls): ConvNeXt 0.92x in an A/B.",
+    "- Smaller per-call overheads in conv and gemm (~4 us per small convolution).",
+    "",
+    "Measured and rejected in the second round: sigmoid in cache-sized blocks on both threads",
+    "(1.2-1.5x on EfficientNet's largest maps while the second core was free, the whole model",
+    "3-5% slower while another process held it, as it mostly did); exp from a polynomial and",
+    "exponent bits (about 21 numpy passes, 2.7-3.2 ns per element against numpy's exp at",
+    "1.9-2.3); NCHW depthwise without the channels-last copy, as a tap loop over flattened planes",
+    "in channel blocks (1.0-2.3x slower than im2col on 56x56 and 112x112 maps) or as an einsum",
+    "with per-channel weights (5-10x slower); im2col from column phases for stride 2 (1.5-2x",
+    "slower); smaller row blocks for the depthwise einsum; 2 or 6 GEMM blocks per thread instead",
+    "of 3 (no difference beyond the noise).",
+    "",
     "Where numpy is the limit:",
     "",
-    "- **MobileNetV3-small / EfficientNet-B0**: depthwise convolutions. numpy has no depthwise",
-    "  kernel: each tap is a multiply and an add over the map (channels-last, small maps) or a",
-    "  1 x taps matrix-vector product per channel after an im2col copy (large maps). In",
-    "  MobileNetV3 the 11 depthwise convolutions take ~4.5 ms best-of, more than onnxruntime's",
-    "  whole run (3.2 to 3.6 ms); EfficientNet's 16 take ~17 ms of its ~36 ms of convolutions.",
-    "  Measured and rejected: a flat NCHW tap loop (1.3 to 5x slower), `einsum` over the window",
-    "  view (2 to 6x slower), channels-last on large maps (1.3 to 1.7x slower).",
-    "- **EfficientNet-B0**: its 65 sigmoids (swish and squeeze-excitation) cost ~12 ms; numpy's",
-    "  float32 `exp` runs at ~1.5 ns per element here (an add: 0.15 ns), and blocking or threading",
-    "  it measured 10-20% slower.",
-    "- **ConvNeXt-tiny**: the pointwise layers are GEMMs at 57-74 GFLOP/s on 2 threads here",
-    "  (~107 ms best-of); the rest is the depthwise 7x7 and downsampling convolutions (~57 ms)",
-    "  and gelu (~30 ms: 25 numpy passes per block, where onnxruntime makes one).",
+    "- **MobileNetV3-small**: onnxruntime runs the whole model in 3.3 to 4.3 ms. Our depthwise",
+    "  convolutions alone take ~4 ms best-of: the einsum runs at 0.17-0.25 ns per multiply-add",
+    "  (a load, a load and a store per MAC through L1/L2; numpy has no register-blocked depthwise",
+    "  loop), plus the channels-last copies. The 40 pointwise convolutions are GEMMs of 0.1 to",
+    "  19M MACs (~3.5 ms) where numpy's per-call costs (~20 us with the checks) are a large part,",
+    "  and 70 small elementwise ops cost 10 to 100 us each.",
+    "- **EfficientNet-B0**: its 65 sigmoids (swish and squeeze-excitation) cost ~14 ms best-of:",
+    "  numpy's float32 `exp` runs at 1.9 to 2.3 ns per element here (an add: 0.13-0.17 ns), and no",
+    "  numpy formulation of exp or sigmoid is cheaper (above). Depthwise ~14 ms (3x3 on 112x112",
+    "  and 56x56 maps: im2col copies at 0.4-1 ns per element), pointwise ~11 ms.",
+    "- **ConvNeXt-tiny**: the pointwise layers are GEMMs at the speed of OpenBLAS on the cores",
+    "  this shared machine gives us (~86 ms best-of, 36 products of 116M MACs); gelu ~37 ms",
+    "  (27 numpy passes per block, where onnxruntime makes one); depthwise 7x7 ~25 ms.",
     "",
 ]
 
@@ -184,7 +213,7 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         for r in profiled:
             ops = ", ".join(f"{op} {ms:.1f} (x{count})" for op, ms, count in r["profile"][:6])
             lines.append(f"- {r['model']}: {ops}")
-    lines += ["", "Before this round (median ratio and spread, same script and machine): "
+    lines += ["", "Before issue 14's first round (median ratio and spread, same script and machine): "
               + ", ".join(f"{m} {v}" for m, v in BEFORE.items()) + ".", ""]  # fmt: skip
     return "\n".join(lines + WHERE_TIME_GOES) + "\n"
 

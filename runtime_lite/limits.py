@@ -64,7 +64,7 @@ def current_budget() -> ActiveBudget:
 def check_allocation(shape, dtype_or_itemsize, what: str) -> None:
     """Raise BudgetExceeded if an array of ``shape`` would be larger than the current run allows."""
     itemsize = dtype_or_itemsize if isinstance(dtype_or_itemsize, int) else dtype_or_itemsize.itemsize
-    nbytes = math.prod(int(d) for d in shape) * itemsize
+    nbytes = math.prod(map(int, shape)) * itemsize
     limit = _ACTIVE.get().max_memory
     if nbytes > limit:
         raise BudgetExceeded(

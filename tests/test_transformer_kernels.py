@@ -1,9 +1,11 @@
-"""The fast transformer kernels (float32 erf / gelu, folded matmuls) against exact references."""
+"""The fast transformer kernels (float32 erf / gelu, folded matmuls, layer norm) against exact references."""
 
 from __future__ import annotations
 
 import math
 import os
+import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 from runtime_lite.kernels import gemm
 from runtime_lite.kernels.activation import erf, gelu
 from runtime_lite.kernels.linalg import dense, matmul
+from runtime_lite.kernels.normalization import layer_norm
 
 #: Dense grid over erf's whole float32 range, plus tiny (normal) magnitudes where erf(x) ~ 2x/sqrt(pi).
 GRID = np.concatenate(
@@ -50,6 +53,9 @@ def test_gelu_in_place_and_on_views():
     out = x.copy()
     assert gelu(out, approximate="none", out=out) is out
     assert np.array_equal(out, expected)
+    transposed = x.copy().T  # in place on a transposed view: blocks cannot flatten it without a copy
+    assert gelu(transposed, approximate="none", out=transposed) is transposed
+    assert np.array_equal(transposed, expected.T)
 
 
 def test_float64_erf_keeps_float64():
@@ -110,3 +116,54 @@ def test_threaded_gemm_in_a_forked_child():
         os._exit(0 if np.array_equal(gemm.matmul(a, b), np.full((256, 256), 512, np.float32)) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize(
+    "shape, axis, param_shape",
+    [
+        ((1, 56, 56, 96), -1, (96,)),  # ConvNeXt's channels-last norm
+        ((1, 197, 768), -1, (1, 768)),  # a broadcastable scale with a leading 1
+        ((2, 3, 4, 5), 1, (3, 4, 5)),  # several normalised axes
+        ((2, 3, 4, 5), -2, (5,)),  # a scale broadcast over one of them
+        ((7,), 0, (7,)),
+        ((3, 0, 4), -1, (4,)),  # empty
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "float16"])
+def test_layer_norm_matches_float64(shape, axis, param_shape, layout):
+    rng = np.random.default_rng(len(shape) * 10 + axis)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    scale, bias = (rng.standard_normal(param_shape).astype(np.float32) for _ in range(2))
+    if layout == "strided":
+        x = np.repeat(x, 2, axis=-1)[..., ::2]
+    elif layout == "float16":
+        x, scale, bias = x.astype(np.float16), scale.astype(np.float16), bias.astype(np.float16)
+    axes = tuple(range(axis % len(shape), len(shape)))
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # the empty case's mean
+        expected = (x64 - x64.mean(axes, keepdims=True)) / np.sqrt(x64.var(axes, keepdims=True) + 1e-5) * scale + bias
+    got = layer_norm(x, scale, bias, axis=axis, epsilon=1e-5)
+    assert got.shape == expected.shape and got.dtype == x.dtype
+    tolerance = 1e-2 if layout == "float16" else 1e-5
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+    if layout != "float16":  # float16 adds the bias before rounding to float16
+        np.testing.assert_array_equal(layer_norm(x, scale, None, axis=axis, epsilon=1e-5) + bias, got)
+
+
+def test_blocks_run_under_the_callers_numpy_error_state():
+    """Pool workers see the caller's errstate: a run's silenced overflow stays silent on every thread."""
+    started = threading.Barrier(2, timeout=5)
+
+    def overflow() -> None:
+        try:
+            started.wait()  # both threads hold a block, so one of them is a pool worker
+        except threading.BrokenBarrierError:
+            pass  # a single-threaded BLAS: the caller runs every block
+        np.exp(np.full(8, 1000, np.float32))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(over="ignore"):
+            gemm.run_blocks([overflow, overflow])
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        gemm.run_blocks([overflow, overflow])
