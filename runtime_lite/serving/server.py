@@ -249,7 +249,6 @@ def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
 
 def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
     """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
-    _choose_ingress(config)
     _import_ray()  # a missing extra is one line before anything starts (start() checks the bundles first)
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 
