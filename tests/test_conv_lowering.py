@@ -218,3 +218,17 @@ def test_depthwise_taps_keeps_a_channels_last_layout(bias):
     contiguous = conv_kernel.conv(np.ascontiguousarray(x), w, b, **options)
     assert contiguous.flags.c_contiguous
     np.testing.assert_array_equal(contiguous, got)
+
+
+def test_depthwise_tap_weights_count_against_the_run_budget():
+    """A 1 x 25 kernel on one long row: the repeated tap weights are 25x the output, checked first."""
+    from runtime_lite.limits import BudgetExceeded, RunLimits
+
+    x = np.zeros((1, 64, 1, 4096), np.float32)  # output 1 MB, tap weights 26 MB
+    w = np.zeros((64, 1, 1, 25), np.float32)
+    token = RunLimits(max_memory=8 << 20).activate()
+    try:
+        with pytest.raises(BudgetExceeded, match="depthwise tap weights"):
+            conv_kernel.conv(x, w, None, strides=[1, 1], pads=[0, 12, 0, 12], dilations=[1, 1], groups=64)
+    finally:
+        RunLimits.reset(token)

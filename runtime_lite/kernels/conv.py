@@ -176,6 +176,8 @@ def _tap_groups(x, w, strides, pads, dilations, ow: int) -> list[tuple[np.ndarra
             continue
         first, spacing = (taps[0] * dw) // sw, dw // math.gcd(dw, sw)
         windows = window_view(phase[..., first * c :], (kh, len(taps)), (sh, 1), (dh, spacing * c))
+        # taps / oh times the output: more than it only on short, wide maps (a 1 x 25 kernel on one row)
+        check_allocation([kh, len(taps), ow, c], x.dtype, "depthwise tap weights")
         tiles = np.empty((kh, len(taps), ow, c), x.dtype)
         tiles[...] = weights[:, taps, None, :]
         groups.append((windows[:, 0, :, :, :, : ow * c], tiles.reshape(kh, len(taps), ow * c)))
