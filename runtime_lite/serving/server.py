@@ -35,6 +35,12 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 INGRESSES = ("proxy", "haproxy")
 #: HAProxy may replay a request only if it still holds it whole: room for a 224x224 image batch.
 HAPROXY_BUFFER_BYTES = 1 << 20
+#: How long a stopping replica stays reachable before it closes its listener. Ray's default
+#: (30 s) leaves time for an external load balancer (a cloud ALB) to deregister the replica;
+#: on the local instance the only one in front is the HAProxy Ray configures itself, which
+#: replays a refused connection on another replica (``retry-on conn-failure`` with
+#: ``option redispatch``), so a short window loses nothing and a stop takes seconds, not ~35 s.
+HAPROXY_DEREGISTER_SECONDS = 2.0
 _HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
 
 
@@ -134,6 +140,7 @@ def _choose_ingress(config: ServeConfig) -> None:
         # never reached a replica: it cannot know an application's requests are safe to repeat).
         os.environ.setdefault("RAY_SERVE_HAPROXY_RETRY_ON", "conn-failure empty-response junk-response")
         os.environ.setdefault("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", str(HAPROXY_BUFFER_BYTES))
+        os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(HAPROXY_DEREGISTER_SECONDS))
     else:
         os.environ.pop(_HAPROXY_FLAG, None)
 
