@@ -352,8 +352,8 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--ingress", choices=INGRESSES,
         help="how HTTP reaches the replicas of a local Ray instance: haproxy (default where ray[serve] brought "
-        "its HAProxy binary: ~2 ms per request, a dead replica's requests replayed) or proxy (Ray Serve's "
-        "Python proxy: ~10 ms, a dead replica's requests get 500)",
+        "its HAProxy binary: ~5 ms per request, a dead replica's requests replayed) or proxy (Ray Serve's "
+        "Python proxy: ~20 ms, a dead replica's requests get 500)",
     )  # fmt: skip
     serve.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs reserved per replica (default 1)")
     serve.add_argument("--threads", type=_positive, help="BLAS threads in each replica (default: Ray's, 1 per CPU)")

