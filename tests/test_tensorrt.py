@@ -220,6 +220,19 @@ def test_zoo_model_with_tensorrt_runs_on_this_cpu_and_its_recipes_are_right(name
         del modules, module
 
 
+def test_a_region_past_protobufs_2_gib_is_a_one_line_build_error(monkeypatch):
+    """RegNet-Y-128GF's one region holds 2.6 GB: protobuf refused it with a bare EncodeError (a 1 KiB limit stands in)."""
+    from aot.compiler.backends.tensorrt import codegen
+
+    monkeypatch.setattr(codegen, "RECIPE_LIMIT_BYTES", 1024)
+    weight = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)  # 1.7 KB
+    with pytest.raises(BuildError, match=r"^tensorrt: region \S+ holds 0\.00 GiB of weights, past the 2 GiB") as e:
+        build(conv_relu_graph(weight), targets=["tensorrt"], min_region_size=1)
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(codegen, "RECIPE_LIMIT_BYTES", 4096)
+    assert build(conv_relu_graph(weight), targets=["tensorrt"], min_region_size=1).regions["tensorrt"] == 2
+
+
 def test_tiny_regions_stay_on_the_host_unless_asked():
     weight = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)
     assert build(conv_relu_graph(weight), targets=["tensorrt"]).regions == {"host": 2}

@@ -80,12 +80,28 @@ def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], optio
     return engine_tags_for(options.settings, profile, device, key), data
 
 
+#: protobuf will not serialize a message of 2 GiB or more, and a recipe is one ONNX model per region.
+RECIPE_LIMIT_BYTES = (1 << 31) - 1
+
+
+def serialized_recipe(graph, precision: str, region_id: str) -> bytes:
+    """The region's recipe as ONNX bytes, or a one-line BuildError where its weights pass protobuf's limit."""
+    model = write_recipe(graph, precision)
+    weights = sum(t.ByteSize() for t in model.graph.initializer)
+    if weights >= RECIPE_LIMIT_BYTES:
+        raise BuildError(
+            f"tensorrt: region {region_id} holds {weights / (1 << 30):.2f} GiB of weights, past the 2 GiB an ONNX "
+            "recipe (one protobuf message) can hold; build it for the host or the npu instead"
+        )
+    return model.SerializeToString()
+
+
 def tensorrt_codegen(region: Region, options: TensorRTOptions | None = None) -> ModuleArtifact:
     options = options or TensorRTOptions()
     if options.engines not in ("auto", "never"):
         raise BuildError(f"tensorrt engines must be 'auto' or 'never', got {options.engines!r}")
     graph = region.as_graph()
-    recipe = write_recipe(graph, options.settings.precision).SerializeToString()
+    recipe = serialized_recipe(graph, options.settings.precision, region.id)
     inputs = tuple(spec_of(v) for v in graph.inputs)
     outputs = tuple(spec_of(v) for v in graph.outputs)
     fallback, weights = _fallback(graph)
