@@ -25,6 +25,7 @@ from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.partition import Region
 from aot.errors import BuildError
+from aot.ir.graph import Graph
 from aot.packager.bundle import spec_of
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import (
@@ -84,7 +85,7 @@ def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], optio
 RECIPE_LIMIT_BYTES = (1 << 31) - 1
 
 
-def serialized_recipe(graph, precision: str, region_id: str) -> bytes:
+def serialized_recipe(graph: Graph, precision: str, region_id: str) -> bytes:
     """The region's recipe as ONNX bytes, or a one-line BuildError where its weights pass protobuf's limit."""
     model = write_recipe(graph, precision)
     weights = sum(t.ByteSize() for t in model.graph.initializer)
