@@ -181,6 +181,8 @@ _INGRESS_VARIABLES = (
     "RAY_SERVE_HAPROXY_RETRY_ON",
     "RAY_SERVE_HAPROXY_TUNE_BUFSIZE",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
 )
 
 
@@ -206,6 +208,9 @@ def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
     assert int(env["RAY_SERVE_HAPROXY_TUNE_BUFSIZE"]) == server.HAPROXY_BUFFER_BYTES
     # HAProxy, the only balancer in front, replays refused connections: a stop need not wait Ray's 30 s
     assert float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"]) == server.HAPROXY_DEREGISTER_SECONDS
+    # not Ray's fixed 8404 and 9101, which a second serve on the machine would find taken
+    ports = [int(env["RAY_SERVE_HAPROXY_STATS_PORT"]), int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])]
+    assert len(set(ports)) == 2 and not {8404, 9101} & set(ports)
 
 
 def test_without_an_haproxy_binary_the_default_is_rays_proxy(monkeypatch, caplog):

@@ -199,6 +199,23 @@ def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, mod
     assert "reloaded" in served.output()
 
 
+def test_a_second_serve_on_the_machine_starts_and_answers_beside_the_first(served, modules, tmp_path):
+    """HAProxy's stats and metrics ports were Ray's fixed 8404 and 9101: a second instance's HAProxy could not bind."""
+    x = feeds(4)["x"]  # one row: the fixed-batch model takes it too
+    (tmp_path / "again.aotb").write_bytes(mlp_bundle(seed=1))  # the rolling update rewrote mlp.aotb
+    second = ServerProcess(
+        [str(tmp_path / "again.aotb"), "--threads", "1", "--cpus-per-replica", "0.5"], log=tmp_path / "second.log"
+    )
+    try:
+        for server, name, module in ((second, "again", modules["mlp"]), (served, "fixed", modules["fixed"])):
+            tensor = triton.InferInput("x", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            answer = triton.InferenceServerClient(server.url).infer(name, [tensor]).as_numpy("y")
+            np.testing.assert_array_equal(answer, module.run({"x": x})[0])
+    finally:
+        assert second.stop() == 0
+
+
 def test_sigterm_drains_and_exits_0(served):
     assert served.stop() == 0
     assert "stopping: draining replicas" in served.output()

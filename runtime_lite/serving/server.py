@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,8 +147,21 @@ def _choose_ingress(config: ServeConfig) -> None:
         os.environ.setdefault("RAY_SERVE_HAPROXY_RETRY_ON", "conn-failure empty-response junk-response")
         os.environ.setdefault("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", str(HAPROXY_BUFFER_BYTES))
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(HAPROXY_DEREGISTER_SECONDS))
+        # HAProxy's stats page and Prometheus frontend default to the fixed ports 8404 and 9101, so a
+        # second `serve` on the machine would fail to start its HAProxy: each instance takes free ones.
+        for variable in _HAPROXY_PORT_VARIABLES:
+            os.environ.setdefault(variable, str(_free_port()))
     else:
         os.environ.pop(_HAPROXY_FLAG, None)
+
+
+_HAPROXY_PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))  # HAProxy binds these on every interface
+        return s.getsockname()[1]
 
 
 def _haproxy_binary() -> str | None:
