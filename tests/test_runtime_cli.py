@@ -186,12 +186,23 @@ _INGRESS_VARIABLES = (
 )
 
 
-def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
+@pytest.fixture
+def ingress_env(monkeypatch):
+    """Unset the variables _choose_ingress sets, and unset them again afterwards.
+
+    monkeypatch.delenv of an unset variable records nothing, so what the code under test
+    set would outlive the test: every serve this process starts later would inherit it
+    (a second serve then took the first one's HAProxy ports).
+    """
+    for variable in _INGRESS_VARIABLES:
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+
+
+def test_ingress_choice_reaches_ray_through_the_environment(ingress_env):
     """Ray Serve reads its ingress flag in the processes ray.init starts, so it must be in os.environ first."""
     from runtime_lite.serving import server
 
-    for variable in _INGRESS_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
     config = server.ServeConfig(models=[], ingress="proxy")
     server._choose_ingress(config)
     assert config.ingress == "proxy" and "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
@@ -213,11 +224,9 @@ def test_ingress_choice_reaches_ray_through_the_environment(monkeypatch):
     assert len(set(ports)) == 2 and not {8404, 9101} & set(ports)
 
 
-def test_without_an_haproxy_binary_the_default_is_rays_proxy(monkeypatch, caplog):
+def test_without_an_haproxy_binary_the_default_is_rays_proxy(ingress_env, monkeypatch, caplog):
     from runtime_lite.serving import server
 
-    for variable in _INGRESS_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
     config = server.ServeConfig(models=[])
     with caplog.at_level("INFO", logger="runtime_lite.serving"):
@@ -226,7 +235,7 @@ def test_without_an_haproxy_binary_the_default_is_rays_proxy(monkeypatch, caplog
     assert "no HAProxy binary" in caplog.text
 
 
-def test_haproxy_ingress_without_the_binary_is_one_line(monkeypatch):
+def test_haproxy_ingress_without_the_binary_is_one_line(ingress_env, monkeypatch):
     from runtime_lite.errors import RuntimeLiteError
     from runtime_lite.serving import server
 
