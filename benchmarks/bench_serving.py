@@ -43,7 +43,7 @@ from report import command_line, publish  # noqa: E402
 
 from runtime_lite.serving import server  # noqa: E402
 from runtime_lite.signature import TensorSpec  # noqa: E402
-from tests.serving_client import free_port, run_load  # noqa: E402
+from tests.serving_client import free_port, run_load, triton_inputs  # noqa: E402
 
 CONCURRENCY = (1, 8, 32)
 
@@ -104,14 +104,12 @@ def paired_overhead(url: str, model: str, input_name: str, module, x: np.ndarray
     p50s taken minutes apart is mostly noise.
     """
     import tritonclient.http as triton
-    from tritonclient.utils import np_to_triton_dtype
 
     client = triton.InferenceServerClient(url, connection_timeout=30, network_timeout=60)
-    tensor = triton.InferInput(input_name, list(x.shape), np_to_triton_dtype(x.dtype))
-    tensor.set_data_from_numpy(x)
+    inputs = triton_inputs({input_name: x})
     served, direct = [], []
     for i in range(pairs + 3):
-        halves = [(direct, lambda: module.run([x])), (served, lambda: client.infer(model, [tensor]))]
+        halves = [(direct, lambda: module.run([x])), (served, lambda: client.infer(model, inputs))]
         for times, call in halves if i % 2 else halves[::-1]:  # each goes first in half the pairs
             start = time.perf_counter()
             call()
@@ -143,8 +141,8 @@ def main() -> None:
         for ingress in args.ingress.split(","):
             port, started, config = free_port(), False, None
             for name, paths in models.items():
-                rows, direct, config, started = bench_model(name, paths, ingress, port, started, args)
-                sections.append(report(name, ingress, rows, direct, args))
+                rows, direct, paired, config, started = bench_model(name, paths, ingress, port, started, args)
+                sections.append(report(name, ingress, rows, direct, paired, args))
             server.stop(config)
     header = [
         "## Serving: zoo models through Ray Serve (v2 protocol, tritonclient, binary tensors)",
@@ -183,7 +181,7 @@ def bench_model(name, paths, ingress, port, started, args):
             (server.reload if started else server.start)(config, loader)
             started = True
             if runtime == "runtime_lite" and batch == 1:
-                direct["paired"] = paired_overhead(f"127.0.0.1:{port}", name, input_spec.name, module, x, args.requests)
+                paired = paired_overhead(f"127.0.0.1:{port}", name, input_spec.name, module, x, args.requests)
             for concurrency in CONCURRENCY:
                 n = args.requests * {1: 1, 8: 2, 32: 4}[concurrency]
                 result = run_load(
@@ -198,10 +196,10 @@ def bench_model(name, paths, ingress, port, started, args):
                     f"p99 {result.percentile(99):7.1f} ms ok {result.ok} refused {dict(result.statuses)}",
                     flush=True,
                 )
-    return rows, direct, config, started
+    return rows, direct, paired, config, started
 
 
-def report(name, ingress, rows, direct, args) -> str:
+def report(name, ingress, rows, direct, paired, args) -> str:
     def find(runtime, batching, concurrency):
         return next(r for rt, b, c, r in rows if (rt, b, c) == (runtime, batching, concurrency))
 
@@ -218,7 +216,6 @@ def report(name, ingress, rows, direct, args) -> str:
         )
     ours_c1 = find("runtime_lite", False, 1)
     overhead = ours_c1.percentile(50) - direct["runtime_lite"]
-    paired = direct["paired"]
     gain = find("runtime_lite", True, 32).throughput / max(find("runtime_lite", False, 32).throughput, 1e-9)
     peer_gain = find("onnxruntime", True, 32).throughput / max(find("onnxruntime", False, 32).throughput, 1e-9)
     vs_peer = find("runtime_lite", True, 32).throughput / max(find("onnxruntime", True, 32).throughput, 1e-9)

@@ -117,6 +117,19 @@ class LoadResult:
         return self.ok / self.seconds if self.seconds else 0.0
 
 
+def triton_inputs(feeds: dict[str, np.ndarray]) -> list:
+    """tritonclient's InferInput per array, binary data (tritonclient.http's default)."""
+    import tritonclient.http as triton
+    from tritonclient.utils import np_to_triton_dtype
+
+    inputs = []
+    for name, array in feeds.items():
+        tensor = triton.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
 def run_load(
     url: str,
     model: str,
@@ -130,7 +143,7 @@ def run_load(
     """``requests`` infer calls from ``threads`` tritonclient threads (each its own connection), stopping at
     ``max_seconds`` whatever is left. A 5xx answer is retried up to ``retries`` times, as a client would."""
     import tritonclient.http as triton
-    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+    from tritonclient.utils import InferenceServerException
 
     result, lock = LoadResult(), threading.Lock()
     counter = iter(range(requests))
@@ -141,12 +154,7 @@ def run_load(
         for i in counter:
             if time.monotonic() > deadline:
                 return
-            feeds = make_inputs(i)
-            inputs = []
-            for name, array in feeds.items():
-                tensor = triton.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-                tensor.set_data_from_numpy(array)
-                inputs.append(tensor)
+            inputs = triton_inputs(make_inputs(i))
             for attempt in range(retries + 1):
                 start = time.perf_counter()
                 try:

@@ -108,7 +108,7 @@ def test_every_lowering_is_covered():
 @pytest.mark.parametrize("name", list(CASES))
 def test_lowering_matches_onnxruntime(name, gemm, monkeypatch):
     if name == "depthwise large map":
-        assert not conv_kernel._taps_depthwise((40, 40), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1])  # im2col path
+        assert not conv_kernel._taps_depthwise((40, 40), (3, 3))  # im2col path
     if name.startswith("shifted GEMMs"):
         assert CASES[name][1][0] <= conv_kernel.SHIFTED_GEMM_MAX_OUTPUTS
     if name.startswith("depthwise taps"):
@@ -191,14 +191,14 @@ def test_depthwise_taps_matches_reference(n, c, h, wd, kh, kw, sh, sw, dh, dw, p
     x = x[:, ::2] if strided_input else x
     w = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32) if bias else None
+    expected = _depthwise_reference(x, w, b, [sh, sw], pads, [dh, dw])
     saved = conv_kernel.TAPS_DEPTHWISE_PARALLEL_MACS, conv_kernel.TAPS_DEPTHWISE_BLOCK_BYTES
     if blocks:
         conv_kernel.TAPS_DEPTHWISE_PARALLEL_MACS, conv_kernel.TAPS_DEPTHWISE_BLOCK_BYTES = 0, 1
     try:
-        got = conv_kernel._depthwise_taps(x, w, b, [sh, sw], pads, [dh, dw])
+        got = conv_kernel._depthwise_taps(x, w, b, [sh, sw], pads, [dh, dw], expected.shape[2:])
     finally:
         conv_kernel.TAPS_DEPTHWISE_PARALLEL_MACS, conv_kernel.TAPS_DEPTHWISE_BLOCK_BYTES = saved
-    expected = _depthwise_reference(x, w, b, [sh, sw], pads, [dh, dw])
     assert got.shape == expected.shape and got.dtype == np.float32 and got.flags.c_contiguous
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 

@@ -23,7 +23,15 @@ pytest.importorskip("ray.serve", reason="serving tests need Ray Serve: pip insta
 triton = pytest.importorskip("tritonclient.http", reason="serving tests need tritonclient[http]")
 
 import runtime_lite  # noqa: E402
-from tests.serving_client import ServerProcess, free_port, http_get, replica_pids, run_load, scrape  # noqa: E402
+from tests.serving_client import (  # noqa: E402
+    ServerProcess,
+    free_port,
+    http_get,
+    replica_pids,
+    run_load,
+    scrape,
+    triton_inputs,
+)
 from tests.test_serving_protocol import mlp_bundle  # noqa: E402
 
 #: CI tests the default ingress (HAProxy, which ray[serve] brings on Linux); RUNTIME_LITE_TEST_INGRESS=proxy runs
@@ -208,9 +216,7 @@ def test_a_second_serve_on_the_machine_starts_and_answers_beside_the_first(serve
     )
     try:
         for server, name, module in ((second, "again", modules["mlp"]), (served, "fixed", modules["fixed"])):
-            tensor = triton.InferInput("x", list(x.shape), "FP32")
-            tensor.set_data_from_numpy(x)
-            answer = triton.InferenceServerClient(server.url).infer(name, [tensor]).as_numpy("y")
+            answer = triton.InferenceServerClient(server.url).infer(name, triton_inputs({"x": x})).as_numpy("y")
             np.testing.assert_array_equal(answer, module.run({"x": x})[0])
     finally:
         assert second.stop() == 0

@@ -124,13 +124,8 @@ TAPS_DEPTHWISE_PARALLEL_MACS = 4_000_000
 TAPS_DEPTHWISE_BLOCK_BYTES = 256 << 10
 
 
-def _taps_depthwise(in_shape, kernel_shape, strides, pads, dilations) -> bool:
-    nd = len(kernel_shape)
-    out = [
-        output_extent(in_shape[i] + pads[i] + pads[i + nd], kernel_shape[i], strides[i], dilations[i])
-        for i in range(nd)
-    ]
-    return math.prod(out) <= TAPS_DEPTHWISE_PIXELS or math.prod(kernel_shape) >= TAPS_DEPTHWISE_MIN_TAPS
+def _taps_depthwise(out_shape, kernel_shape) -> bool:
+    return math.prod(out_shape) <= TAPS_DEPTHWISE_PIXELS or math.prod(kernel_shape) >= TAPS_DEPTHWISE_MIN_TAPS
 
 
 def _column_phases(x: np.ndarray, pads, stride: int) -> list[np.ndarray]:
@@ -196,7 +191,7 @@ def _channels_last(x: np.ndarray) -> bool:
     return not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
-def _depthwise_taps(x, w, b, strides, pads, dilations) -> np.ndarray:
+def _depthwise_taps(x, w, b, strides, pads, dilations, out_shape) -> np.ndarray:
     """Depthwise 2-d convolution as one einsum over every kernel tap, channels-last.
 
     ``einsum("nijrx,ijx->nrx")`` multiplies and sums all taps in one C loop over
@@ -208,10 +203,9 @@ def _depthwise_taps(x, w, b, strides, pads, dilations) -> np.ndarray:
     ``_taps_depthwise``. Strided convolutions read column phases (``_column_phases``).
     The result is NCHW, or the NCHW view of a channels-last array when the input is one.
     """
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     kh, kw = w.shape[2:]
-    oh = output_extent(h + pads[0] + pads[2], kh, strides[0], dilations[0])
-    ow = output_extent(wd + pads[1] + pads[3], kw, strides[1], dilations[1])
+    oh, ow = out_shape
     groups = _tap_groups(x, w, strides, pads, dilations, ow)
     y = np.empty((n, oh, ow * c), x.dtype)
 
@@ -389,8 +383,8 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
     out_shape = tuple(output_extent(padded[i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
     check_allocation([n, c, *padded], x.dtype, "conv input padding")
     check_allocation([n, o, *out_shape], x.dtype, "conv output")
-    if groups == c == o and nd == 2 and _taps_depthwise(x.shape[2:], kernel_shape, strides, pads, dilations):
-        return _depthwise_taps(x, w, b, strides, pads, dilations)
+    if groups == c == o and nd == 2 and _taps_depthwise(out_shape, kernel_shape):
+        return _depthwise_taps(x, w, b, strides, pads, dilations, out_shape)
     if (
         groups == 1
         and nd == 2

@@ -120,10 +120,11 @@ class RuntimeLiteDeployment:
 
     def _load_all(self, config: Mapping[str, Any]) -> dict[str, ServedModel]:
         current = self.service.models
+        rows, wait_ms = batching = _batching(config)
         models = {}
         for entry in config["models"]:
             kept = current.get(entry["name"])
-            if kept is not None and kept.module.digest == entry.get("digest") and self.batching == _batching(config):
+            if kept is not None and kept.module.digest == entry.get("digest") and self.batching == batching:
                 models[entry["name"]] = kept  # unchanged: keep the loaded module and its batcher
                 continue
             try:
@@ -134,7 +135,6 @@ class RuntimeLiteDeployment:
                 log.error("model %s: keeping version %s, the new bundle did not load: %s", kept.name, kept.version, e)
                 models[entry["name"]] = kept
                 continue
-            rows, wait_ms = _batching(config)
             model = served_model(entry["name"], module, rows)
             if model.batching:
                 batched_infer(model, wait_ms, self.metrics)
