@@ -85,7 +85,7 @@ WHERE_TIME_GOES = [
     "  64x112x112).",
     "- Page faults cost about 4 µs each on these VMs, and glibc returned every freed",
     "  activation to the kernel: SqueezeNet faulted 1,704 pages per run and ShuffleNet",
-    "  1,819. The first `load` now keeps freed memory mapped (runtime_lite/allocator.py):",
+    "  1,819. The first `load` now keeps freed memory mapped (runtime_lite/execution/allocator.py):",
     "  SqueezeNet 14.3 -> 10.6 ms and ShuffleNet 17.4 -> 13.8 ms in fresh processes, back to",
     "  back. In this script's long-lived process earlier, larger models had already raised",
     "  glibc's threshold, so the table shows less of it.",

@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_host import machine, onnxruntime_session  # noqa: E402
 from report import command_line, publish  # noqa: E402
 
+from runtime_lite.format.signature import TensorSpec  # noqa: E402
 from runtime_lite.serving import server  # noqa: E402
-from runtime_lite.signature import TensorSpec  # noqa: E402
 from tests.serving_client import free_port, run_load, triton_inputs  # noqa: E402
 
 CONCURRENCY = (1, 8, 32)

@@ -6,8 +6,8 @@ outputs = module.run({"input": array})
 """
 
 from runtime_lite.errors import BundleError, ExecutionError, InputError, OptionError, PlacementError, RuntimeLiteError
-from runtime_lite.module import Module, check_bundle, load
-from runtime_lite.signature import TensorSpec
+from runtime_lite.execution.module import Module, check_bundle, load
+from runtime_lite.format.signature import TensorSpec
 from runtime_lite.version import __version__
 
 __all__ = [

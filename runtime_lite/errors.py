@@ -60,3 +60,12 @@ class OptionError(RuntimeLiteError, ValueError):
 
 class PlacementError(RuntimeLiteError):
     """A backend module cannot run where the caller required (``load(..., require=...)``)."""
+
+
+class IncompatiblePayload(Exception):
+    """A backend cannot use this payload here (other hardware, other library version).
+
+    Not a RuntimeLiteError: the module falls back to its host plan instead of failing the
+    load. Backends raise it as ``runtime_lite.backends.IncompatiblePayload``; it lives here
+    so that the format layer, which recognises a foreign payload tag, needs no backend.
+    """

@@ -367,7 +367,7 @@ MUTATIONS: dict[str, Callable[..., str]] = {
 
 def raw_attack(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     """Attacks on the container itself: blob records, nesting, object counts, damaged bytes."""
-    from runtime_lite.bundle import read_bundle
+    from runtime_lite.format.reader import read_bundle
 
     kind = rng.choice(["blob records", "nested", "empty maps", "bytes"])
     bundle = seed.pack(seed.header)
@@ -424,7 +424,7 @@ def _classify(data: bytes, inputs: list[np.ndarray]) -> str:
     """Load and run one bundle in this (worker) process; the outcome in a few words."""
     import runtime_lite
     from runtime_lite import BundleError, ExecutionError, InputError
-    from runtime_lite.limits import BudgetExceeded
+    from runtime_lite.execution.limits import BudgetExceeded
 
     def one_line(e: BaseException) -> str | None:
         text = str(e)

@@ -20,7 +20,7 @@ FAULTS_PER_RUN = textwrap.dedent(
     import json, resource, sys
     import numpy as np
     import runtime_lite
-    from runtime_lite import allocator
+    from runtime_lite.execution import allocator
     module = runtime_lite.load(sys.argv[1])
     x = np.ones(module.inputs[0].shape, np.float32)
     for _ in range(3):

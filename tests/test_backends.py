@@ -15,7 +15,7 @@ import runtime_lite
 from aot.packager import BlobTable, to_bytes
 from runtime_lite import BundleError, ExecutionError
 from runtime_lite.backends import Backend, IncompatiblePayload, get_backend, register_backend
-from runtime_lite.options import Option
+from runtime_lite.backends.options import Option
 
 
 class ScaleBackendTestDouble(Backend):

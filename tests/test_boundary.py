@@ -3,10 +3,14 @@ no product code uses pickle, eval or exec."""
 
 from __future__ import annotations
 
+import ast
+import graphlib
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.source_tree import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,9 +34,7 @@ print(','.join(forbidden))
 
 def test_runtime_sources_import_nothing_from_the_compiler():
     pattern = re.compile(r"^\s*(from|import)\s+(aot|click|onnx|onnxruntime|torch)\b", re.M)
-    offenders = [
-        str(p.relative_to(ROOT)) for p in (ROOT / "runtime_lite").rglob("*.py") if pattern.search(p.read_text())
-    ]
+    offenders = [str(p.relative_to(ROOT)) for p in python_sources("runtime_lite") if pattern.search(p.read_text())]
     assert offenders == []
 
 
@@ -41,7 +43,48 @@ def test_no_pickle_eval_or_exec_in_product_code():
     offenders = [
         str(p.relative_to(ROOT))
         for package in ("aot", "runtime_lite")
-        for p in (ROOT / package).rglob("*.py")
+        for p in python_sources(package)
         if pattern.search(p.read_text())
     ]
     assert offenders == []
+
+
+def _runtime_import_graph() -> dict[str, set[str]]:
+    """runtime_lite's modules and the runtime_lite modules each imports, lazy imports included."""
+    modules = {}
+    for path in python_sources("runtime_lite"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("runtime_lite"):
+                targets |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("runtime_lite")}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def test_runtime_modules_import_each_other_without_a_cycle():
+    """The folders are layers: a circle between modules would make them one layer again."""
+    try:
+        tuple(graphlib.TopologicalSorter(_runtime_import_graph()).static_order())
+    except graphlib.CycleError as e:
+        raise AssertionError(f"import cycle in runtime_lite: {' -> '.join(e.args[1])}") from None
+
+
+def test_the_bundle_format_layer_depends_on_nothing_above_it():
+    """runtime_lite.format reads and checks bundles; it knows no kernel, backend, plan or tool."""
+    below = ("runtime_lite.format", "runtime_lite.errors", "runtime_lite.files", "runtime_lite.version")
+    graph = _runtime_import_graph()
+    upward = {
+        module: sorted(t for t in targets if not t.startswith(below))
+        for module, targets in graph.items()
+        if module.startswith("runtime_lite.format")
+    }
+    assert {m: t for m, t in upward.items() if t} == {}

@@ -91,7 +91,7 @@ def test_aot_build_interrupted_exits_130_in_one_line(model_file, tmp_path, monke
 
 def test_runtime_lite_interrupted_exits_130_in_one_line(tmp_path, monkeypatch, capsys):
     import runtime_lite
-    from runtime_lite import cli
+    from runtime_lite.tools import cli
 
     def interrupted(*args, **kwargs):  # a test double for a Ctrl-C arriving mid-load
         raise KeyboardInterrupt

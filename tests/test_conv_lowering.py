@@ -222,7 +222,7 @@ def test_depthwise_taps_keeps_a_channels_last_layout(bias):
 
 def test_depthwise_tap_weights_count_against_the_run_budget():
     """A 1 x 25 kernel on one long row: the repeated tap weights are 25x the output, checked first."""
-    from runtime_lite.limits import BudgetExceeded, RunLimits
+    from runtime_lite.execution.limits import BudgetExceeded, RunLimits
 
     x = np.zeros((1, 64, 1, 4096), np.float32)  # output 1 MB, tap weights 26 MB
     w = np.zeros((64, 1, 1, 25), np.float32)

@@ -184,7 +184,7 @@ def test_a_fifo_or_device_as_bundle_path_is_refused_without_blocking(tmp_path):
 def _repacked(seed: hostile.Seed, change) -> bytes:
     """The seed with its blob-table header changed by ``change`` (offsets kept valid)."""
     from aot.packager.writer import encode_preamble
-    from runtime_lite.bundle import read_bundle
+    from runtime_lite.format.reader import read_bundle
 
     bundle = seed.pack(seed.header)
     header = read_bundle(bundle, verify=False).header
@@ -209,7 +209,7 @@ def test_a_header_of_empty_maps_is_refused_within_bounded_memory(seeds, count):
     seed = seeds["cnn-host"]
     data = _repacked(seed, lambda header: header.__setitem__("padding", [{}] * count))
     kind, message = hostile.isolated(runtime_lite.load, data, timeout=20)
-    if count > runtime_lite.bundle.MAX_DECODED_ITEMS:
+    if count > runtime_lite.format.reader.MAX_DECODED_ITEMS:
         assert kind == "raised" and message.startswith("BundleError"), message
     else:
         assert kind in ("returned", "raised") and not message.startswith(("MemoryError", "RecursionError"))

@@ -16,8 +16,8 @@ import pytest
 from aot.ir import ops
 from aot.ir.ops import OPS
 from runtime_lite.errors import BundleError
+from runtime_lite.execution.plan import bind_kernel
 from runtime_lite.kernels import KERNELS
-from runtime_lite.plan import bind_kernel
 
 
 def _parameters(op: str) -> tuple[list[inspect.Parameter], dict[str, inspect.Parameter]]:

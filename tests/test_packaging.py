@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_tree import python_sources
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECTS = (ROOT / "pyproject.toml", ROOT / "runtime_lite" / "pyproject.toml")
 
@@ -107,13 +109,12 @@ def test_aot_wheel_ships_only_aot_and_depends_on_runtime_lite(wheels):
         assert "runtime_lite/py.typed" in z.namelist()
         packages = {
             "runtime_lite/" + str(init.relative_to(ROOT / "runtime_lite"))
-            for init in (ROOT / "runtime_lite").rglob("__init__.py")
-            if "build" not in init.relative_to(ROOT / "runtime_lite").parts
+            for init in python_sources("runtime_lite", "__init__.py")
         }
         assert packages - set(z.namelist()) == set()  # every subpackage: the runtime ships only here
     assert tops == {"runtime_lite", f"runtime_lite-{_version()}.dist-info"}, tops
     assert 'Requires-Dist: ray[serve]==2.60.0; extra == "serve"' in _metadata(wheels["runtime_lite"], "METADATA")
-    assert "runtime-lite = runtime_lite.cli:entry_point" in _metadata(wheels["runtime_lite"], "entry_points.txt")
+    assert "runtime-lite = runtime_lite.tools.cli:entry_point" in _metadata(wheels["runtime_lite"], "entry_points.txt")
 
 
 def test_uninstalling_aot_leaves_runtime_lite_working(wheels, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 import aot
 import runtime_lite
-from runtime_lite.profile import Profile
+from runtime_lite.execution.profile import Profile
 from tests.conftest import small_cnn_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_run_output_dir_that_cannot_be_made_is_one_line(npu_bundle, tmp_path):
 
 
 def test_run_output_dir_without_write_permission_is_one_line(npu_bundle, tmp_path, monkeypatch, capsys):
-    from runtime_lite import cli
+    from runtime_lite.tools import cli
 
     real_access = os.access
     monkeypatch.setattr(  # root ignores file modes: this test double says what a non-root user would see

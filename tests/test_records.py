@@ -21,9 +21,10 @@ from runtime_lite import format as fmt
 from runtime_lite.backends import BackendContext, IncompatiblePayload, context_for
 from runtime_lite.backends.npu import NpuBackend
 from runtime_lite.backends.tensorrt.spec import BuildSettings, EngineRecord, FallbackRecord, TensorRTSpecs
-from runtime_lite.plan import _parse_instruction, _parse_instruction_naming_the_field
-from runtime_lite.records import ConstantRecord, Instruction, NpuGraph, PlanRecord
-from runtime_lite.signature import TensorSpec
+from runtime_lite.execution.plan import _parse_instruction, _parse_instruction_naming_the_field
+from runtime_lite.format.records import ConstantRecord, Instruction, NpuGraph, PlanRecord
+from runtime_lite.format.signature import TensorSpec
+from tests.source_tree import python_sources
 from tests.test_partition import conv_relu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,15 +116,15 @@ def test_format_tags_are_spelled_only_in_runtime_lite_format():
     spelled = [
         str(path.relative_to(ROOT))
         for package in ("aot", "runtime_lite")
-        for path in (ROOT / package).rglob("*.py")
+        for path in python_sources(package)
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and tag.fullmatch(node.value)
     ]
-    assert spelled == ["runtime_lite/format.py"] * 4
+    assert spelled == ["runtime_lite/format/__init__.py"] * 4
 
 
 def test_a_quick_check_never_accepts_what_the_full_check_refuses():
-    from runtime_lite.schema import INT, SLOW, STR, Dtype, ListOf, Shape
+    from runtime_lite.format.schema import INT, SLOW, STR, Dtype, ListOf, Shape
 
     values = [0, 7, -1, True, 1.0, "float32", "object", "", None, [], [1, 2], [True, 2], [-1], [1 << 40, 2],
               [1 << 41], [0, 1 << 41], [1] * 33, ["N", 3], {"a": 1}]  # fmt: skip

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import aot
-from runtime_lite.cli import main
+from runtime_lite.tools.cli import main
 from tests.conftest import small_cnn_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_console_script_belongs_to_runtime_lite_only():
     def scripts(pyproject):
         return pyproject.read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
 
-    line = 'runtime-lite = "runtime_lite.cli:entry_point"'
+    line = 'runtime-lite = "runtime_lite.tools.cli:entry_point"'
     assert line in scripts(ROOT / "runtime_lite" / "pyproject.toml")
     assert line not in scripts(ROOT / "pyproject.toml")
 

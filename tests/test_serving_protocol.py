@@ -12,10 +12,10 @@ from onnx import helper
 
 import aot
 import runtime_lite
+from runtime_lite.format.signature import TensorSpec
 from runtime_lite.serving.batching import batch_axis, run_batched
 from runtime_lite.serving.protocol import ProtocolError, decode_infer_request
 from runtime_lite.serving.service import InferenceService, served_model
-from runtime_lite.signature import TensorSpec
 from tests.helpers import make_model, rand
 
 

@@ -13,9 +13,9 @@ from aot.compiler.backends import CompilerBackend, available_compiler_backends, 
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
+from runtime_lite.backends.options import Option, split_assignments
 from runtime_lite.errors import OptionError
 from runtime_lite.files import refuse_special_file
-from runtime_lite.options import Option, split_assignments
 
 
 def _peak(n: int | None, regions: int) -> str:

@@ -1,8 +1,8 @@
 """Lower a graph to the host executable plan (the ``plan`` record of a bundle).
 
 The plan is a flat instruction list over numbered slots, written as the records
-runtime_lite declares (``PlanRecord``, ``Instruction`` in runtime_lite/records.py);
-runtime_lite/plan.py runs it and docs/bundle-format.md gives the layout.
+runtime_lite declares (``PlanRecord``, ``Instruction`` in runtime_lite/format/records.py);
+runtime_lite/execution/plan.py runs it and docs/bundle-format.md gives the layout.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from aot.compiler.memory_plan import MemoryPlan, buffer_flags, plan_memory
 from aot.errors import BuildError
 from aot.ir.graph import Graph
-from runtime_lite.records import Instruction, PlanRecord
+from runtime_lite.format.records import Instruction, PlanRecord
 
 
 @dataclass

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime_lite.bundle import read_bundle
+from runtime_lite.format.reader import read_bundle
 
 
 @dataclass

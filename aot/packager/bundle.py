@@ -12,9 +12,9 @@ from aot.errors import BuildError
 from aot.ir.graph import Graph, Value
 from aot.packager.writer import BlobTable
 from runtime_lite import format as fmt
-from runtime_lite.dtypes import to_numpy_dtype
-from runtime_lite.records import HostConstant
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.dtypes import to_numpy_dtype
+from runtime_lite.format.records import HostConstant
+from runtime_lite.format.signature import TensorSpec
 from runtime_lite.version import __version__
 
 

@@ -21,8 +21,8 @@ from aot.errors import BuildError
 from runtime_lite import files
 from runtime_lite import format as fmt
 from runtime_lite.errors import BundleError
-from runtime_lite.module import check_bundle
-from runtime_lite.records import BlobRecord
+from runtime_lite.execution.module import check_bundle
+from runtime_lite.format.records import BlobRecord
 
 MAX_BLOB_BYTES = (1 << 32) - 1  # a msgpack bin32 length
 

@@ -5,7 +5,7 @@ ExecuTorch's ``BackendInterface`` reduced to what a Python runtime needs; every
 backend, the built-in NPU and TensorRT ones included, subclasses :class:`Backend`:
 
 * ``name``: the id bundles refer to;
-* ``load_options``: the :class:`~runtime_lite.options.Option`\\ s a deployment may set
+* ``load_options``: the :class:`~runtime_lite.backends.options.Option`\\ s a deployment may set
   (``load(path, backend_options={name: {...}})``, ``--backend-option name.key=value``);
 * ``is_available()``: whether this host can run it at all;
 * ``init(context, payloads, compile_specs) -> handle``: prepare one module from its
@@ -32,13 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.options import Option, OptionError, resolve_options
+from runtime_lite.backends.options import Option, OptionError, resolve_options
+from runtime_lite.errors import IncompatiblePayload  # noqa: F401 (part of the backend contract)
 
 ENTRY_POINT_GROUP = "runtime_lite.backends"
-
-
-class IncompatiblePayload(Exception):
-    """A backend cannot use this payload here (other hardware, other library version)."""
 
 
 @dataclass(frozen=True)

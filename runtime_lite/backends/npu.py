@@ -22,11 +22,12 @@ import numpy as np
 
 from runtime_lite import format as fmt
 from runtime_lite.backends import Backend, BackendContext, register_backend
-from runtime_lite.bundle import MAX_DECODED_ITEMS, expect_index
 from runtime_lite.errors import BundleError
-from runtime_lite.limits import BudgetExceeded, current_budget
-from runtime_lite.plan import bind_kernel
-from runtime_lite.records import BodyOp, ConstantRecord, NpuGraph, NpuKernel
+from runtime_lite.execution.limits import BudgetExceeded, current_budget
+from runtime_lite.execution.plan import bind_kernel
+from runtime_lite.format.fields import expect_index
+from runtime_lite.format.reader import MAX_DECODED_ITEMS
+from runtime_lite.format.records import BodyOp, ConstantRecord, NpuGraph, NpuKernel
 
 FORMAT = fmt.NPU_GRAPH
 #: Where this reader's BundleErrors point: ``bundle field 'npu.graph.nodes[2].op' ...``.

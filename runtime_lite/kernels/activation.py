@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime_lite.kernels import gemm, kernel
+from runtime_lite.kernels import gemm
 from runtime_lite.kernels.bounds import bounded, clamp
 from runtime_lite.kernels.elementwise import check_broadcast
+from runtime_lite.kernels.registry import kernel
 
 
 @kernel("relu", inplace=(0,))

@@ -35,14 +35,15 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from runtime_lite.kernels import gemm, kernel
+from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels import gemm
 from runtime_lite.kernels.geometry import (
     check_conv_attrs,
     check_conv_transpose_attrs,
     spatial_geometry,
     window_fits,
 )
-from runtime_lite.limits import check_allocation
+from runtime_lite.kernels.registry import kernel
 
 
 def output_extent(size: int, k: int, stride: int, dilation: int) -> int:

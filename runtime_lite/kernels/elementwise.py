@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.bounds import clamp
-from runtime_lite.limits import check_allocation
+from runtime_lite.kernels.registry import kernel
 
 
 def check_broadcast(*operands) -> None:

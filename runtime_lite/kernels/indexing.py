@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.kernels.registry import kernel
 
 #: ONNX scatter reductions -> the numpy ufunc whose ``.at`` applies them unbuffered.
 SCATTER_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}

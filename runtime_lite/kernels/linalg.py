@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import gemm, kernel
-from runtime_lite.limits import check_allocation
+from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels import gemm
+from runtime_lite.kernels.registry import kernel
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.kernels.registry import kernel
 
 BITWISE_UFUNCS = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
 

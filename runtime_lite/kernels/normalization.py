@@ -7,8 +7,8 @@ import math
 import numpy as np
 
 from runtime_lite.errors import describe
-from runtime_lite.kernels import kernel
 from runtime_lite.kernels.elementwise import check_broadcast
+from runtime_lite.kernels.registry import kernel
 
 
 def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:

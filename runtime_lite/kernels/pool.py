@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.geometry import check_pool_attrs, spatial_geometry
-from runtime_lite.limits import check_allocation
+from runtime_lite.kernels.registry import kernel
 
 #: Bytes of padded input reduced per block: small enough that its passes stay in L2.
 POOL_BLOCK_BYTES = 1 << 20

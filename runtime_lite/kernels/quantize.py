@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_lite.kernels import kernel
+from runtime_lite.kernels.registry import kernel
 
 
 def _along(param: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:

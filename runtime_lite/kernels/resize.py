@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_lite.errors import describe
-from runtime_lite.kernels import kernel
-from runtime_lite.limits import check_allocation
+from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.registry import kernel
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
                     "half_pixel_symmetric")  # fmt: skip

@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from runtime_lite.errors import describe
-from runtime_lite.kernels import kernel
-from runtime_lite.limits import check_allocation
+from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.registry import kernel
 
 
 def _dims(values, what: str) -> tuple[int, ...]:

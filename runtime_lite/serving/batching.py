@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.signature import TensorSpec
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.errors import one_line
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.signature import TensorSpec
 
 #: v2 datatype names and numpy's. BYTES (strings) and BF16 have no runtime_lite dtype.
 DATATYPES: dict[str, np.dtype] = {

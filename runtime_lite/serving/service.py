@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from runtime_lite.errors import InputError, RuntimeLiteError, one_line
+from runtime_lite.format.signature import TensorSpec, bind, ordered_values
 from runtime_lite.serving.batching import BatchAxis, batch_axis
 from runtime_lite.serving.protocol import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -29,7 +30,6 @@ from runtime_lite.serving.protocol import (
     select_outputs,
     tensor_metadata,
 )
-from runtime_lite.signature import TensorSpec, bind, ordered_values
 from runtime_lite.version import __version__
 
 Infer = Callable[[list[np.ndarray]], Awaitable[list[np.ndarray]]]

@@ -9,7 +9,7 @@ compiler backend is a :class:`CompilerBackend` value:
 * ``bind_constants``: whether weights travel inside its payload (True) or stay
   with the host plan and are passed in (False);
 * ``min_region_size``: regions with fewer ops stay on the host;
-* ``options``: the :class:`~runtime_lite.options.Option`\\ s its codegen accepts
+* ``options``: the :class:`~runtime_lite.backends.options.Option`\\ s its codegen accepts
   (``aot-build --backend-option NAME.KEY=VALUE``, ``build(backend_options=...)``),
   and ``make_options`` turning them into the object ``codegen`` takes;
 * ``report``: optional lines for the build summary (e.g. the engine cache's hits).
@@ -29,8 +29,8 @@ from typing import Any, TextIO
 
 from aot.compiler.pattern_registry import FusionPattern, get_patterns_with_prefix
 from aot.errors import BuildError
+from runtime_lite.backends.options import Option, resolve_options
 from runtime_lite.errors import OptionError
-from runtime_lite.options import Option, resolve_options
 
 ENTRY_POINT_GROUP = "aot.backends"
 #: Backends shipped with aot, imported on first use.

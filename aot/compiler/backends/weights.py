@@ -2,7 +2,7 @@
 
 Each array starts on a 64-byte boundary inside the blob (the blob itself is
 aligned in the bundle), little-endian, and is described by a ``ConstantRecord``
-(runtime_lite/records.py), which the run side reads back and views without copying.
+(runtime_lite/format/records.py), which the run side reads back and views without copying.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.records import ConstantRecord
+from runtime_lite.format.records import ConstantRecord
 
 ALIGN = 64
 

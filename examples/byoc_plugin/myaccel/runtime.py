@@ -16,8 +16,8 @@ import numpy as np
 
 from myaccel.program import ACTIVATIONS, DTYPES, FORMAT, KINDS
 from runtime_lite.backends import Backend, BackendContext, IncompatiblePayload, Where
+from runtime_lite.backends.options import Option, boolean
 from runtime_lite.errors import BundleError
-from runtime_lite.options import Option, boolean
 
 
 def _field(record: Any, key: str, kind: type, where: str) -> Any:

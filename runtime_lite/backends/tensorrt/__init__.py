@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
+from runtime_lite.backends.options import Option, boolean, env_flag, path
 from runtime_lite.backends.tensorrt.spec import (
     BuildSettings,
     DeviceSignature,
@@ -37,11 +38,10 @@ from runtime_lite.backends.tensorrt.spec import (
     engine_fits,
     profiles,
 )
-from runtime_lite.bundle import decode_record
 from runtime_lite.errors import BundleError
-from runtime_lite.options import Option, boolean, env_flag, path
-from runtime_lite.plan import HostPlan
-from runtime_lite.signature import TensorSpec
+from runtime_lite.execution.plan import HostPlan
+from runtime_lite.format.reader import decode_record
+from runtime_lite.format.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.tensorrt")
 

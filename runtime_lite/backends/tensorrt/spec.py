@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime_lite import format as fmt
-from runtime_lite.bundle import expect
 from runtime_lite.errors import BundleError
-from runtime_lite.records import ConstantRecord, PlanRecord
-from runtime_lite.schema import BOOL, INT, MAP, STR, ListOf, Nested, Nullable, Record, TensorSpecs, declare
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.fields import expect
+from runtime_lite.format.records import ConstantRecord, PlanRecord
+from runtime_lite.format.schema import BOOL, INT, MAP, STR, ListOf, Nested, Nullable, Record, TensorSpecs, declare
+from runtime_lite.format.signature import TensorSpec
 
 FORMAT = fmt.TENSORRT_RECIPE
 PRECISIONS = ("fp32", "fp16")

@@ -13,7 +13,7 @@ from aot.compiler.backends.npu.codegen import npu_codegen
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.patterns import npu_patterns, register
 from aot.errors import BuildError
-from runtime_lite.options import Option, integer
+from runtime_lite.backends.options import Option, integer
 
 OPTIONS = (
     Option(

@@ -20,7 +20,7 @@ import numpy as np
 
 from aot.compiler.backends.npu.device import DeviceProfile
 from aot.ir.graph import Node, Value
-from runtime_lite.records import DispatchRecord, TensorPlacement
+from runtime_lite.format.records import DispatchRecord, TensorPlacement
 
 
 @dataclass

@@ -36,7 +36,7 @@ from runtime_lite.backends.tensorrt.spec import (
     engine_tags_for,
     profiles,
 )
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.signature import TensorSpec
 
 
 @dataclass

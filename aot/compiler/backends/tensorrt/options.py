@@ -7,9 +7,9 @@ from typing import Any, TextIO
 
 from aot.compiler.backends.tensorrt.codegen import TensorRTOptions
 from aot.errors import BuildError
+from runtime_lite.backends.options import Option, boolean, choice, path
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import DEFAULT_WORKSPACE, PRECISIONS, BuildSettings
-from runtime_lite.options import Option, boolean, choice, path
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
           "kb": 10**3, "mb": 10**6, "gb": 10**9}  # fmt: skip

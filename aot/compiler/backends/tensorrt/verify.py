@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from aot.testing import relative_l2
+from runtime_lite.backends.options import resolve_options
 from runtime_lite.backends.tensorrt import LOAD_OPTIONS, TensorRTModule
-from runtime_lite.options import resolve_options
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime_lite import format as fmt
-from runtime_lite.bundle import expect, expect_dtype, expect_shape
-from runtime_lite.dtypes import SUPPORTED_DTYPES
-from runtime_lite.errors import BundleError, describe
-from runtime_lite.signature import TensorSpec, parse_specs
+from runtime_lite.errors import BundleError, IncompatiblePayload, describe
+from runtime_lite.format.dtypes import SUPPORTED_DTYPES
+from runtime_lite.format.fields import expect, expect_dtype, expect_shape
+from runtime_lite.format.signature import TensorSpec, parse_specs
 
 REQUIRED: Any = dataclasses.MISSING
 #: What ``Kind.quick`` returns for a value it does not vouch for: ``parse`` then checks it, naming the field.
@@ -295,8 +295,6 @@ class Record:
 
     @classmethod
     def check_format(cls, record: dict, field: str) -> None:
-        from runtime_lite.backends import IncompatiblePayload
-
         tag = record.get("format", REQUIRED)
         if tag is REQUIRED:
             raise BundleError(f"bundle field '{field}.format' is missing")

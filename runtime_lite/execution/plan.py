@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.bundle import expect_dtype, expect_index
 from runtime_lite.errors import BundleError, ExecutionError
+from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
+from runtime_lite.format.fields import expect_dtype, expect_index
+from runtime_lite.format.records import Instruction, PlanRecord
 from runtime_lite.kernels import KERNELS
-from runtime_lite.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
-from runtime_lite.records import Instruction, PlanRecord
 
 Step = Callable[[list], None]
 
@@ -48,7 +48,7 @@ _MISSING = object()
 def _parse_instruction(record: Any, index: int, num_slots: int, where: str = "plan") -> Instruction:
     """The instruction a well-formed record describes; anything else goes the slow way, which names the field.
 
-    This fast path reads the fields ``Instruction`` declares (runtime_lite/records.py)
+    This fast path reads the fields ``Instruction`` declares (runtime_lite/format/records.py)
     by hand: a plan has tens of thousands of instructions.
     """
     if type(record) is dict:

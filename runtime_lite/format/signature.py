@@ -16,8 +16,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from runtime_lite.bundle import expect, expect_dtype, expect_key, expect_shape
 from runtime_lite.errors import BundleError, ExecutionError, InputError
+from runtime_lite.format.fields import expect, expect_dtype, expect_key, expect_shape
 
 Dim = Union[int, str]
 

@@ -1,4 +1,4 @@
-"""The bundle's records, each declared once (runtime_lite/schema.py says how).
+"""The bundle's records, each declared once (runtime_lite/format/schema.py says how).
 
 ``aot`` builds these dataclasses and writes ``to_record()``; runtime_lite reads
 them back with ``from_record(record, field)``. Layouts are in docs/bundle-format.md
@@ -8,7 +8,7 @@ TensorRT's compile_specs and fallback plan are in runtime_lite/backends/tensorrt
 * :class:`BlobRecord`, :class:`HostConstant`: the header's ``blobs`` and ``constants`` tables;
 * :class:`PlanRecord`: the host plan's top level (``header.plan``, a TensorRT fallback's ``plan``);
 * :class:`Instruction`: one plan instruction. Its fields are declared here for the
-  writer and for the reader's slow path; runtime_lite/plan.py reads well-formed
+  writer and for the reader's slow path; runtime_lite/execution/plan.py reads well-formed
   instructions on a fast path of its own (a plan has tens of thousands);
 * :class:`ConstantRecord`: one array in a backend's weights payload;
 * :class:`NpuGraph`, :class:`NpuNode`, :class:`NpuTensor`, :class:`NpuKernel`,
@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from runtime_lite import format as fmt
-from runtime_lite.backends.weights import view_constant
-from runtime_lite.bundle import expect
 from runtime_lite.errors import BundleError, describe
-from runtime_lite.schema import (
+from runtime_lite.format.fields import expect
+from runtime_lite.format.schema import (
     BOOL,
     BYTES,
     INT,
@@ -44,6 +43,7 @@ from runtime_lite.schema import (
     Shape,
     declare,
 )
+from runtime_lite.format.weights import view_constant
 
 # -- the host plan ---------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ class Instruction(Record):
 
 @dataclass(frozen=True)
 class PlanRecord(Record):
-    """The host plan's top level; its instructions stay raw records, parsed by runtime_lite/plan.py."""
+    """The host plan's top level; its instructions stay raw records, parsed by runtime_lite/execution/plan.py."""
 
     num_slots: int = declare(INT)
     inputs: tuple[int, ...] = declare(ListOf(INT))

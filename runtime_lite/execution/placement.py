@@ -4,7 +4,7 @@ A bundle is compiled for backends (the NPU, TensorRT); a host may not have them.
 The default is to run anywhere: a TensorRT region without a usable engine runs its
 host plan, correctly but slower. That must not be silent: each module that does
 not run where it was compiled for logs one WARNING (logger
-``runtime_lite.placement``). A deployment that would rather fail names the backends
+``runtime_lite.execution.placement``). A deployment that would rather fail names the backends
 it requires, ``load(..., require=("tensorrt",))``, and the load stops at the first
 module that misses it, with one line naming the module and what is missing.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from runtime_lite.errors import PlacementError
 
-logger = logging.getLogger("runtime_lite.placement")
+logger = logging.getLogger("runtime_lite.execution.placement")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Nothing in a bundle is trusted until checked: the magic and version before the
 header is parsed, the header's sha256 before it is decoded, every declared size
 against the file before anything is allocated, and each blob's sha256 before its
 bytes are used. A path is read once into private read-only memory (or, with
-``map_file``, mapped; runtime_lite/source.py says why), and constants become
+``map_file``, mapped; runtime_lite/format/source.py says why), and constants become
 read-only numpy views of that buffer: blobs are never copied again.
 """
 
@@ -20,9 +20,10 @@ import msgpack
 import numpy as np
 
 from runtime_lite import format as fmt
-from runtime_lite.dtypes import to_numpy_dtype
 from runtime_lite.errors import BundleError
-from runtime_lite.source import BundleBuffer, open_bundle
+from runtime_lite.format.fields import expect, expect_index, expect_key
+from runtime_lite.format.records import BlobRecord, HostConstant
+from runtime_lite.format.source import BundleBuffer, open_bundle
 
 BundleSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -107,56 +108,6 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
             gc.enable()
 
 
-def expect(value: Any, kind: type | tuple[type, ...], field: str) -> Any:
-    """Return ``value`` if it has the expected type, else raise BundleError naming the field."""
-    if isinstance(value, bool) and kind in (int, (int,)):
-        raise BundleError(f"bundle field '{field}' must be an integer, got bool")
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise BundleError(f"bundle field '{field}' must be {names}, got {type(value).__name__}")
-    return value
-
-
-def expect_key(mapping: dict, key: str, kind, field: str) -> Any:
-    if key not in mapping:
-        raise BundleError(f"bundle field '{field}.{key}' is missing")
-    return expect(mapping[key], kind, f"{field}.{key}")
-
-
-def expect_index(value: Any, limit: int, field: str) -> int:
-    expect(value, int, field)
-    if not 0 <= value < limit:
-        raise BundleError(f"bundle field '{field}' = {value} is out of range [0, {limit})")
-    return value
-
-
-def expect_shape(value: Any, field: str, allow_symbols: bool) -> tuple:
-    expect(value, list, field)
-    if len(value) > fmt.MAX_RANK:
-        raise BundleError(f"bundle field '{field}' has rank {len(value)} > {fmt.MAX_RANK}")
-    elements = 1
-    for i, d in enumerate(value):
-        if isinstance(d, str) and allow_symbols and d:
-            continue
-        expect(d, int, f"{field}[{i}]")
-        if d < 0:
-            raise BundleError(f"bundle field '{field}[{i}]' = {d} is negative")
-        if d > fmt.MAX_ELEMENTS:
-            raise BundleError(f"bundle field '{field}[{i}]' = {d} is larger than {fmt.MAX_ELEMENTS}")
-        elements *= d
-    if elements > fmt.MAX_ELEMENTS:
-        raise BundleError(f"bundle field '{field}' declares {elements} elements, more than {fmt.MAX_ELEMENTS}")
-    return tuple(value)
-
-
-def expect_dtype(value: Any, field: str) -> np.dtype:
-    expect(value, str, field)
-    try:
-        return to_numpy_dtype(value)
-    except ValueError:
-        raise BundleError(f"bundle field '{field}' names unsupported dtype {value!r}") from None
-
-
 class _ViewReader:
     """A file-like reader over a memoryview that copies only the bytes msgpack asks for."""
 
@@ -218,7 +169,6 @@ def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) ->
     Disjoint ranges bound verification by the file size: overlapping records could
     make the reader hash one region of the file again and again.
     """
-    from runtime_lite.records import BlobRecord  # records.py builds on this module's checks
 
     records = expect_key(header, "blobs", list, "header")
     data_size = len(buf) - data_start
@@ -267,7 +217,6 @@ def _verify_blobs(blobs: list[memoryview], digests: list[bytes]) -> None:
 
 
 def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
-    from runtime_lite.records import HostConstant  # records.py builds on this module's checks
 
     constants = []
     for i, raw in enumerate(expect_key(header, "constants", list, "header")):
@@ -290,7 +239,7 @@ def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
 def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = False) -> Bundle:
     """Parse and verify a bundle from a path or bytes; raise BundleError with a one-line reason.
 
-    A path is read into private memory unless ``map_file`` (runtime_lite/source.py says why).
+    A path is read into private memory unless ``map_file`` (runtime_lite/format/source.py says why).
     """
     buffer = open_bundle(source, map_file=map_file)
     version, header_bytes, digest, data_start = _read_preamble(buffer.view)

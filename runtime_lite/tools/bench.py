@@ -2,7 +2,7 @@
 
 ``python -m runtime_lite bench`` prints this; it is also usable from Python::
 
-    result = runtime_lite.bench.benchmark("model.aotb", inputs, iterations=100)
+    result = runtime_lite.tools.bench.benchmark("model.aotb", inputs, iterations=100)
     print(result.p50_ms, result.to_dict())
 
 Latency is wall time per ``Module.run`` call, measured with ``time.perf_counter``
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.bundle import BundleSource
-from runtime_lite.module import Module, load
+from runtime_lite.execution.module import Module, load
+from runtime_lite.format.reader import BundleSource
 
 #: The environment variables that set the BLAS/OpenMP thread counts numpy's kernels use.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

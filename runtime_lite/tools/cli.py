@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 import runtime_lite
-from runtime_lite import bench
 from runtime_lite.backends import available_backends, get_backend
-from runtime_lite.cli_inputs import load_inputs, output_filenames, parse_input, preview
+from runtime_lite.backends.options import split_assignments
 from runtime_lite.errors import RuntimeLiteError
 from runtime_lite.files import atomic_write, refuse_special_file
-from runtime_lite.options import split_assignments
+from runtime_lite.tools import bench
+from runtime_lite.tools.inputs import load_inputs, output_filenames, parse_input, preview
 
 PROG = "runtime-lite"
 

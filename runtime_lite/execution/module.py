@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.allocator import keep_freed_memory
 from runtime_lite.backends import (
     Backend,
     IncompatiblePayload,
@@ -17,13 +16,15 @@ from runtime_lite.backends import (
     get_backend,
     resolve_backend_options,
 )
-from runtime_lite.bundle import Bundle, BundleSource, expect, expect_index, expect_key, read_bundle
 from runtime_lite.errors import BundleError, ExecutionError, RuntimeLiteError, one_line
-from runtime_lite.limits import RunLimits
-from runtime_lite.placement import Placement, check_required_present, enforce, normalize_require
-from runtime_lite.plan import BoundModule, HostPlan
-from runtime_lite.profile import Profile
-from runtime_lite.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
+from runtime_lite.execution.allocator import keep_freed_memory
+from runtime_lite.execution.limits import RunLimits
+from runtime_lite.execution.placement import Placement, check_required_present, enforce, normalize_require
+from runtime_lite.execution.plan import BoundModule, HostPlan
+from runtime_lite.execution.profile import Profile
+from runtime_lite.format.fields import expect, expect_index, expect_key
+from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
+from runtime_lite.format.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
 
 
 class Module:

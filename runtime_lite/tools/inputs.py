@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime_lite.errors import RuntimeLiteError
-from runtime_lite.signature import TensorSpec
+from runtime_lite.format.signature import TensorSpec
 
 #: ``--random-inputs`` refuses to invent more than this many bytes for one input.
 MAX_RANDOM_INPUT_BYTES = 1 << 30
