@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from onnx import helper
 import runtime_lite
 from aot.testing import load_zoo_model, relative_l2
 from aot.testing.zoo import zoo_input
+from tests.child_env import child_venv
 from tests.helpers import make_model, onnxruntime_outputs, rand
 from tests.source_tree import python_sources
 
@@ -52,8 +52,7 @@ print(json.dumps(module.placement))
 def plugin_python(tmp_path_factory) -> Path:
     """A venv over this environment (aot and runtime_lite visible) with the plugin pip-installed."""
     env_dir = tmp_path_factory.mktemp("plugin") / "venv"
-    venv.create(env_dir, with_pip=True, system_site_packages=True)
-    python = env_dir / "bin" / "python"
+    python = child_venv(env_dir, with_pip=True)
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps", str(PLUGIN)],
         capture_output=True,

@@ -9,12 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_venv
 from tests.source_tree import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,8 +120,8 @@ def test_aot_wheel_ships_only_aot_and_depends_on_runtime_lite(wheels):
 def test_uninstalling_aot_leaves_runtime_lite_working(wheels, tmp_path):
     """runtime-lite, then aot, then aot uninstalled: the runtime still imports and its command runs."""
     env_dir = tmp_path / "venv"  # this environment's numpy, msgpack, onnx, pip; the two wheels in the venv
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
-    python, pip = env_dir / "bin" / "python", (env_dir / "bin" / "python", "-m", "pip")
+    python = child_venv(env_dir, with_pip=False)
+    pip = (python, "-m", "pip")
     where = "import importlib.metadata as m, {0}; print({0}.__file__, m.requires('{1}'))"
     _run(*pip, "install", "-q", "--no-deps", wheels["runtime_lite"])
     _run(*pip, "install", "-q", "--no-deps", wheels["aot"])
