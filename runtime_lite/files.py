@@ -68,6 +68,22 @@ def refuse_special_file(path: str | os.PathLike[str]) -> None:
         raise OSError(errno.EINVAL, "it exists and is not a regular file (a device, FIFO or socket)", os.fspath(path))
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """OSError unless a later atomic write to ``path`` can succeed, checked before any work.
+
+    A command that computes for a minute and then finds its output folder missing has
+    wasted the minute: the folder must exist and be writable, and ``path`` itself must
+    not be a directory or a special file. Nothing is created.
+    """
+    refuse_special_file(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "does not exist" if not os.path.exists(folder) else "is not a directory"
+        raise OSError(errno.ENOENT, f"its folder {folder} {what}", os.fspath(path))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OSError(errno.EACCES, f"its folder {folder} is not writable", os.fspath(path))
+
+
 def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True, create: bool = False) -> int:
     """A read (or, with ``create``, read-write) fd on ``path``, only if it is a regular file.
 

@@ -111,7 +111,7 @@ def test_build_errors_are_one_line_and_leave_no_bundle(tmp_path):
     result = run("-m", "aot.cli.build", str(path), "-o", str(tmp_path / "bad.aotb"), check=False)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert errors == ["Error: unsupported ops (1 types): Unique (node 'uniq')"]
+    assert errors == ["Error: unsupported ops (1 type): Unique (node 'uniq')"]
     assert "Traceback" not in result.stderr
     assert not list(tmp_path.glob("*.aotb*")) and not list(tmp_path.glob(".*tmp"))
 

@@ -163,7 +163,7 @@ def test_host_only_bundle_says_so(small_model, tmp_path):
     [
         (["missing.aotb"], "cannot read bundle"),
         (["BUNDLE", "--graph", "out.png"], "written as .svg, .html or .onnx"),
-        (["BUNDLE", "--graph", "no/such/dir/out.svg"], "cannot write drawing"),
+        (["BUNDLE", "--graph", "no/such/dir/out.svg"], "cannot write --graph 'no/such/dir/out.svg': its folder"),
         (["GARBAGE"], "not an aot bundle"),
     ],
 )

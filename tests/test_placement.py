@@ -49,9 +49,7 @@ def test_fallback_runs_and_warns_once_per_module(bundles, caplog):
     with caplog.at_level(logging.INFO):
         module = runtime_lite.load(bundles["tensorrt"])
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and warnings[0].name == "runtime_lite.execution.placement", [
-        r.getMessage() for r in warnings
-    ]
+    assert len(warnings) == 1 and warnings[0].name == "runtime_lite.placement", [r.getMessage() for r in warnings]
     message = warnings[0].getMessage()
     assert "'tensorrt_0' compiled for tensorrt runs on the host" in message and "require" in message
     assert module.placement["tensorrt_0"]["backend"] == "tensorrt"
@@ -99,7 +97,7 @@ def test_cli_require_is_one_line_and_the_default_warns(bundles):
     assert refused.returncode == 1 and refused.stderr.startswith("error: module 'tensorrt_0'"), refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "ran in" not in refused.stdout
     ran = _cli("run", str(bundles["tensorrt"]), "--random-inputs")
-    assert ran.returncode == 0 and ran.stderr.count("WARNING runtime_lite.execution.placement") == 1, ran.stderr
+    assert ran.returncode == 0 and ran.stderr.count("WARNING runtime_lite.placement") == 1, ran.stderr
     info = _cli("info", str(bundles["tensorrt"]))
     assert "module tensorrt_0 on backend tensorrt, runs on host" in info.stdout
     assert _cli("bench", str(bundles["tensorrt"]), "--random-inputs", "--require", "tensorrt").returncode == 1

@@ -85,7 +85,7 @@ def test_bench_with_a_file_input(bundles, tmp_path):
     "args, message",
     [
         (["--random-inputs", "--batch", "4"], "--batch 4 needs a symbolic batch dim"),
-        ([], "no value for input x"),
+        (["--input", "y=/nonexistent.npy"], "unknown input 'y'"),  # no input at all: random ones
         (["--input", "x=/nonexistent.npy"], "cannot read input 'x'"),
     ],
 )
@@ -122,12 +122,13 @@ def test_every_command_has_version_and_help(command):
 
 
 def test_verbose_before_or_after_the_command_logs_decisions(tmp_path):
-    bundle = tmp_path / "trt.aotb"
-    aot.build(small_cnn_model(), targets=["tensorrt"], min_region_size=1).save(bundle)
+    bundle = tmp_path / "npu.aotb"
+    aot.build(small_cnn_model(), targets=["npu"]).save(bundle)
     for args in (["-v", "run", str(bundle)], ["run", str(bundle), "--verbose"]):
         result = cli(*args, "--random-inputs")
         assert result.returncode == 0, result.stderr
-        assert "runtime_lite.tensorrt: tensorrt region" in result.stderr, result.stderr
+        assert "INFO runtime_lite.placement: module 'npu_0' compiled for npu runs on npu" in result.stderr
+    assert "INFO" not in cli("run", str(bundle), "--random-inputs").stderr
 
 
 def test_console_script_belongs_to_runtime_lite_only():

@@ -81,7 +81,7 @@ def test_another_gpu_falls_back_rebuilds_when_allowed_then_hits_the_cache(machin
         )
     assert refused.modules[0]["placement"].startswith("on the host: no engine fits")
     assert "built for sm 8.6" in refused.modules[0]["placement"]
-    assert [r.levelname for r in caplog.records if r.name == "runtime_lite.execution.placement"] == ["WARNING"]
+    assert [r.levelname for r in caplog.records if r.name == "runtime_lite.placement"] == ["WARNING"]
     assert refused.placement["tensorrt_0"]["runs_on"] == "host"
     with pytest.raises(runtime_lite.PlacementError, match="no engine fits"):
         runtime_lite.load(

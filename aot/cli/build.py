@@ -13,9 +13,10 @@ from aot.compiler.backends import CompilerBackend, available_compiler_backends, 
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
+from aot.words import counted
 from runtime_lite.backends.options import Option, split_assignments
 from runtime_lite.errors import OptionError
-from runtime_lite.files import refuse_special_file
+from runtime_lite.files import check_writable
 
 
 def _peak(n: int | None, regions: int) -> str:
@@ -45,9 +46,10 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
         f"({folded} batch-norm/scale ops folded away)",
         f"  ops      {ops}",
         "  regions  " + _regions_line(result),
-        f"  plan     {len(result.plan.record['instructions'])} instructions, {memory.num_slots} slots, "
+        f"  plan     {counted(len(result.plan.record['instructions']), 'instruction')}, {counted(memory.num_slots, 'slot')}, "
         f"{memory.inplace_count} in place, peak activations {_peak(memory.peak_bytes, regions)}",
-        f"  bundle   {format_size(size)} ({len(result.plan.constants)} constants in {len(result.blobs.payloads)} blobs)",
+        f"  bundle   {format_size(size)} ({counted(len(result.plan.constants), 'constant')} in "
+        f"{counted(len(result.blobs.payloads), 'blob')})",
         "  inputs   " + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs),
         "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
     ]
@@ -69,7 +71,7 @@ def _check_output(model: str, output: str) -> None:
     if os.path.exists(output) and os.path.exists(model) and os.path.samefile(model, output):
         raise BuildError(f"-o '{output}' is the input model; write the bundle to another path")
     try:
-        refuse_special_file(output)
+        check_writable(output)
     except OSError as e:
         raise BuildError(f"cannot write bundle '{output}': {e.strerror}") from None
 
@@ -117,7 +119,8 @@ def _with_backend_aliases(command):
         same = f"--backend-option {backend}.{option.name}"
         if option.flag_value is not None:
             command = click.option(flag, dest, is_flag=True, flag_value=option.flag_value, default=None,
-                                   help=f"{backend}: {option.help} (= {same}={option.flag_value})")(command)  # fmt: skip
+                                   help=f"{backend}: {option.flag_help or option.help} "
+                                        f"(= {same}={option.flag_value})")(command)  # fmt: skip
         else:
             command = click.option(flag, dest, default=None, metavar="VALUE",
                                    help=f"{backend}: {option.help} (= {same}=VALUE)")(command)  # fmt: skip
@@ -141,6 +144,17 @@ def backend_options_from(assignments: tuple[str, ...], aliases_given: dict[str, 
                 raise BuildError(f"{flag} {value!r}: {e}") from None
         given.setdefault(backend, {})[option.name] = value
     return given
+
+
+def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """Eager, like --version: it answers before MODEL is required."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo("host (always)")
+    for backend in _installed_backends():
+        click.echo(f"{backend.name} (min region {backend.min_region_size} ops, "
+                   f"{'weights in its payload' if backend.bind_constants else 'weights on the host'})")  # fmt: skip
+    ctx.exit()
 
 
 @click.command(cls=_BuildCommand, context_settings={"help_option_names": ["-h", "--help"]})
@@ -174,21 +188,16 @@ def backend_options_from(assignments: tuple[str, ...], aliases_given: dict[str, 
 @_with_backend_aliases
 @click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions, with why "
               "each op a target could take stayed on the host.")  # fmt: skip
-@click.option("--list-backends", is_flag=True, help="List the installed backends and exit.")
+@click.option("--list-backends", is_flag=True, expose_value=False, is_eager=True, callback=_list_backends,
+              help="List the installed backends and exit (no MODEL needed).")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
-    model, output, targets, inputs, min_region_size, backend_assignments, print_graph, list_backends, quiet, debug,
+    model, output, targets, inputs, min_region_size, backend_assignments, print_graph, quiet, debug,
     **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
-    if list_backends:
-        click.echo("host (always)")
-        for backend in _installed_backends():
-            click.echo(f"{backend.name} (min region {backend.min_region_size} ops, "
-                       f"{'weights in its payload' if backend.bind_constants else 'weights on the host'})")  # fmt: skip
-        return
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
     start = time.perf_counter()
 

@@ -12,8 +12,9 @@ from aot.inspect import load_view, render_html, render_svg, summarize_bundle
 from aot.inspect.draw import dot_executable
 from aot.inspect.onnx_view import to_onnx
 from aot.packager.writer import atomic_write_text
+from aot.words import counted
 from runtime_lite.errors import BundleError
-from runtime_lite.files import atomic_write
+from runtime_lite.files import atomic_write, check_writable
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,6 +49,11 @@ def main(bundle: str, graph_path: str | None, collapse_regions: bool, columns: i
     suffix = os.path.splitext(graph_path or "")[1].lower()
     if graph_path is not None and suffix not in (".svg", ".html", ".htm", ".onnx"):
         raise click.ClickException(f"--graph {graph_path!r}: the graph is written as .svg, .html or .onnx")
+    if graph_path is not None:
+        try:
+            check_writable(graph_path)  # before the summary is printed: nothing is computed for a lost drawing
+        except OSError as e:
+            raise click.ClickException(f"cannot write --graph '{graph_path}': {e.strerror or e}") from None
     if suffix in (".svg", ".html", ".htm"):
         try:
             dot_executable()  # before anything is printed: say what is missing, once
@@ -74,7 +80,17 @@ def main(bundle: str, graph_path: str | None, collapse_regions: bool, columns: i
             raise click.ClickException(str(e)) from None
         except OSError as e:
             raise click.ClickException(f"cannot write --graph '{graph_path}': {e.strerror or e}") from None
-        click.echo(f"wrote {len(view.nodes)} nodes to {graph_path}")
+        click.echo(f"wrote {_drawn(view, collapse_regions and suffix != '.onnx')} to {graph_path}")
+
+
+def _drawn(view, collapsed: bool) -> str:
+    """What the file shows: with collapsed regions, one box per region instead of its ops."""
+    nodes = counted(len(view.nodes), "node")
+    if not collapsed:
+        return nodes
+    regions = {n.region for n in view.nodes if n.region is not None}
+    boxes = sum(1 for n in view.nodes if n.region is None) + len(regions)
+    return f"{counted(boxes, 'box', 'boxes')} ({nodes}, {counted(len(regions), 'region')} collapsed)"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -48,7 +48,24 @@ def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[
         if unsupported:
             parts.append(f"no {backend.name} pattern for {_counted(unsupported)}")
         lines.append(f"{backend.name} left on the host: " + "; ".join(parts) + " (--print-graph shows each op)")
+        if any("symbolic shape" in r.reason for _, r in refused):
+            lines.append(_fix_symbolic_dims(pg, backend.name))
     return lines
+
+
+def _fix_symbolic_dims(pg: PartitionedGraph, backend: str) -> str:
+    """How to give ``backend`` static shapes: each symbolic input dim fixed (to 1 for the example)."""
+    fixes = [
+        f"{v.name}:" + "x".join(str(d) if isinstance(d, int) else "1" for d in v.type.shape)
+        for v in pg.inputs
+        if not v.type.is_static
+    ]
+    flags = " ".join(f"--input {fix}" for fix in fixes)
+    api = ", ".join(f"{fix.split(':')[0]!r}: ({', '.join(fix.rsplit(':', 1)[1].split('x'))})" for fix in fixes)
+    return (
+        f"{backend} plans static shapes: fix the symbolic dims to offload, e.g. {flags} "
+        f"(aot.build(..., input_shapes={{{api}}}))"
+    )
 
 
 __all__ = ["explain_host"]

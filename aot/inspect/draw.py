@@ -467,14 +467,18 @@ def render_svg(view: BundleView, *, collapse_regions: bool = False, columns: int
         parts.append(
             f'<g class="cluster" data-region="{_attr(c.region)}"><title>{html.escape(label)}</title>'
             f'<rect x="{c.x:.1f}" y="{c.y:.1f}" width="{c.w:.1f}" height="{c.h:.1f}" rx="6" fill="{color}" '
-            f'fill-opacity="0.22" stroke="{color}" stroke-width="2"/>'
-            f'<text class="cluster-label" x="{c.x + 6:.1f}" y="{c.y + 12:.1f}" font-size="10" font-weight="bold" '
-            f'fill="#333">{html.escape(c.label)}</text></g>'
+            f'fill-opacity="0.22" stroke="{color}" stroke-width="2"/></g>'
         )
     parts.append('</g><g class="edges" fill="none" stroke="#777" stroke-width="1.1">')
     for e in layout.edges:
         dashed = ' stroke-dasharray="3 3"' if e.tail in ports or e.head in ports else ""
         parts.append(f'<path d="{e.d}" marker-end="url(#aot-arrow)" data-from="{e.tail}" data-to="{e.head}"{dashed}/>')
+    # Region labels over the edges (an edge leaving a region crosses its top-left corner), haloed.
+    parts.append('</g><g class="cluster-labels" pointer-events="none" font-size="10" font-weight="bold" fill="#333" '
+                 'stroke="#fff" stroke-width="3" stroke-linejoin="round" paint-order="stroke">')  # fmt: skip
+    for c in layout.clusters:
+        parts.append(f'<text class="cluster-label" data-region="{_attr(c.region)}" x="{c.x + 6:.1f}" '
+                     f'y="{c.y + 12:.1f}">{html.escape(c.label)}</text>')  # fmt: skip
     parts.append('</g><g class="nodes">')
     for u, unit in enumerate(units):
         b = layout.boxes[f"n{u}"]

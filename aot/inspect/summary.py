@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from aot.inspect.bundle_view import BundleView
+from aot.words import counted
 
 
 def _spec(spec: dict) -> str:
@@ -36,8 +37,8 @@ def summarize_bundle(view: BundleView) -> str:
         *(f"input     {_spec(s)}" for s in header["signature"]["inputs"]),
         *(f"output    {_spec(s)}" for s in header["signature"]["outputs"]),
         f"features  {', '.join(header.get('required_features', []))}",
-        f"plan      {len(plan['instructions'])} instructions ({view.host_ops} host ops, {calls} backend calls), "
-        f"{len(header.get('constants', []))} constants",
+        f"plan      {counted(len(plan['instructions']), 'instruction')} ({counted(view.host_ops, 'host op')}, "
+        f"{counted(calls, 'backend call')}), {counted(len(header.get('constants', [])), 'constant')}",
         "ops       " + ", ".join(f"{b}: {n}" for b, n in view.ops_by_backend().items()),
     ]
     host_ops = [n.op for n in view.nodes if n.backend == "host"]

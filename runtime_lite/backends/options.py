@@ -35,6 +35,8 @@ class Option:
     #: switch that sets that value (``--no-engines`` sets ``engines=never``).
     flag: str | None = None
     flag_value: Any = None
+    #: What the switch does, for its own --help line (``help`` describes the option's values).
+    flag_help: str = ""
 
     def default_value(self) -> Any:
         """The default as it stands now (a callable default is read at this moment)."""

@@ -4,7 +4,7 @@ A bundle is compiled for backends (the NPU, TensorRT); a host may not have them.
 The default is to run anywhere: a TensorRT region without a usable engine runs its
 host plan, correctly but slower. That must not be silent: each module that does
 not run where it was compiled for logs one WARNING (logger
-``runtime_lite.execution.placement``). A deployment that would rather fail names the backends
+``runtime_lite.placement``). A deployment that would rather fail names the backends
 it requires, ``load(..., require=("tensorrt",))``, and the load stops at the first
 module that misses it, with one line naming the module and what is missing.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from runtime_lite.errors import PlacementError
 
-logger = logging.getLogger("runtime_lite.execution.placement")
+logger = logging.getLogger("runtime_lite.placement")
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,15 @@ def check_required_present(require: tuple[str, ...], backends: list[str]) -> Non
 
 
 def enforce(placement: Placement, require: tuple[str, ...]) -> None:
-    """Raise when a required backend's module runs elsewhere; otherwise warn once when it runs off its backend."""
+    """Raise when a required backend's module runs elsewhere; otherwise warn once when it runs off its backend.
+
+    Every module's placement is logged at INFO (``-v``), whichever backend it belongs to.
+    """
     if placement.as_compiled:
+        logger.info(
+            "module %r compiled for %s runs on %s%s", placement.module, placement.backend, placement.runs_on,
+            f" ({placement.detail})" if placement.detail else "",
+        )  # fmt: skip
         return
     where = placement.detail or f"on the {placement.runs_on}"  # a backend's detail reads "on the host: ..."
     if placement.backend in require:

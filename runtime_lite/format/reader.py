@@ -122,11 +122,22 @@ class _ViewReader:
         return chunk
 
 
+def _what_it_is(buf: memoryview) -> str:
+    """A hint for the models people pass by mistake: they must be compiled first."""
+    start = bytes(buf[:4])
+    if start == b"PK\x03\x04":
+        return "; it is a zip archive, e.g. a torch.export .pt2: compile it with aot-build first"
+    # An ONNX ModelProto as onnx writes it begins with field 1, ir_version, a small varint.
+    if len(start) >= 2 and start[0] == 0x08 and 1 <= start[1] <= 20:
+        return "; it looks like an ONNX model: compile it with aot-build first (aot-build MODEL.onnx -o MODEL.aotb)"
+    return ""
+
+
 def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
     """Parse magic, version, header bytes, header digest and padding; return the verified digest (hex)
     and where data starts."""
     if bytes(buf[: len(fmt.MAGIC_BYTES)]) != fmt.MAGIC_BYTES:
-        raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')")
+        raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')" + _what_it_is(buf))
     unpacker = _unpacker(_ViewReader(buf[len(fmt.MAGIC_BYTES) :]), fmt.MAX_HEADER_BYTES)
     try:
         version = next(unpacker)

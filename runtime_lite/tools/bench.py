@@ -81,6 +81,8 @@ class BenchResult:
     latencies_s: tuple[float, ...]
     rss_after_load: int | None
     peak_rss: int | None
+    #: What the runs were fed, for the report: ``describe_feed``'s words.
+    feed: str = "inputs as given"
 
     def _ms(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) * 1e3
@@ -125,6 +127,7 @@ class BenchResult:
             "iterations": self.iterations,
             "warmup": self.warmup,
             "batch": self.batch,
+            "inputs": self.feed,
             "threads": self.threads,
             "load_ms": self.load_s * 1e3,
             "latency_unit": "ms",
@@ -143,7 +146,7 @@ class BenchResult:
     def lines(self) -> list[str]:
         """The human-readable report ``bench`` prints."""
         threads = f"{self.threads} BLAS threads" if self.threads else "BLAS threads: library default"
-        batch = f"batch {self.batch}" if self.batch else "inputs as given"
+        batch = f"batch {self.batch}, {self.feed}" if self.batch else self.feed
         return [
             f"{self.bundle}: {self.iterations} runs after {self.warmup} warm-up, {batch}, {threads}",
             f"  load        {self.load_s * 1e3:.1f} ms",
@@ -166,6 +169,7 @@ def benchmark(
     warmup: int = 10,
     batch: int | None = None,
     load_options: Mapping[str, Any] | None = None,
+    inputs_label: str = "inputs as given",
 ) -> BenchResult:
     """Load ``source``, time ``warmup + iterations`` runs, and return every latency.
 
@@ -197,4 +201,14 @@ def benchmark(
         latencies_s=tuple(latencies),
         rss_after_load=rss_after_load,
         peak_rss=peak_resident_bytes(),
+        feed=inputs_label,
     )
+
+
+def describe_feed(files: int, random: bool, seed: int) -> str:
+    """How a report names its inputs: from files, random (with the seed that repeats them), or both."""
+    if random and files:
+        return f"{files} input{'s' if files != 1 else ''} from files, the rest random (seed {seed})"
+    if random:
+        return f"random inputs (seed {seed})"
+    return "inputs from files"

@@ -26,7 +26,7 @@ import runtime_lite
 from runtime_lite.backends import available_backends, get_backend
 from runtime_lite.backends.options import split_assignments
 from runtime_lite.errors import RuntimeLiteError
-from runtime_lite.files import atomic_write, refuse_special_file
+from runtime_lite.files import atomic_write, check_writable
 from runtime_lite.tools import bench
 from runtime_lite.tools.inputs import load_inputs, output_filenames, parse_input, preview
 
@@ -52,7 +52,7 @@ def _non_negative(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.profile is not None:  # before the run: a wrong path must not cost a model run first
         with _naming_the_path("--profile", args.profile):
-            refuse_special_file(args.profile)
+            check_writable(args.profile)
     if args.output_dir:
         _writable_directory(args.output_dir)
     start = time.perf_counter()
@@ -87,6 +87,8 @@ def _naming_the_path(option: str, path: Path) -> Iterator[None]:
 
 def _writable_directory(directory: Path) -> None:
     with _naming_the_path("--output-dir", directory):
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "it exists and is not a directory", str(directory))
         directory.mkdir(parents=True, exist_ok=True)
         if not os.access(directory, os.W_OK | os.X_OK):
             raise PermissionError(errno.EACCES, "Permission denied", str(directory))
@@ -140,9 +142,14 @@ def _bench(args: argparse.Namespace) -> int:
             f"--threads {args.threads} must be set before numpy starts; "
             f"run the command as a process, or set OPENBLAS_NUM_THREADS={args.threads}"
         )
+    # As trtexec and onnxruntime_perf_test do: no input given means random inputs, said once.
+    random = args.random_inputs or not args.input
+    if not args.input and not args.random_inputs:
+        print(f"no --input given: random inputs of the signature's shapes (seed {args.seed})", file=sys.stderr)
     result = bench.benchmark(
         args.bundle,
-        lambda module: load_inputs(module.inputs, args.input, args.random_inputs, args.seed, args.batch),
+        lambda module: load_inputs(module.inputs, args.input, random, args.seed, args.batch),
+        inputs_label=bench.describe_feed(len(args.input), random, args.seed),
         iterations=args.iterations,
         warmup=args.warmup,
         batch=args.batch,
@@ -245,7 +252,8 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--random-inputs", action="store_true",
-        help="fill the inputs not given with random data of the signature's shape (symbolic dims 1)",
+        help="fill the inputs not given with random data of the signature's shape (symbolic dims 1); "
+        "bench does this by default when no --input is given",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
 

@@ -79,6 +79,13 @@ def load_inputs(
     batch: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Every input the signature names: from its file, else random (with ``random``), else a one-line error."""
+    known = {spec.name for spec in specs}
+    unknown = [name for name, _ in pairs if name not in known]
+    if unknown:
+        raise RuntimeLiteError(
+            f"unknown input {', '.join(map(repr, unknown))}: this bundle's inputs are "
+            + ", ".join(str(s) for s in specs)
+        )
     inputs = {}
     for name, path in pairs:
         try:

@@ -24,6 +24,7 @@ from aot.frontend.onnx.converters import CONVERTERS
 from aot.frontend.onnx.dtypes import onnx_dtype_name
 from aot.ir.graph import Graph, Value
 from aot.ir.types import Dim, TensorType
+from aot.words import counted
 
 log = logging.getLogger("aot.frontend.onnx")
 
@@ -131,7 +132,7 @@ def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
             f"{op} (node '{names[0]}'" + (f", {len(names)} nodes)" if len(names) > 1 else ")")
             for op, names in missing.items()
         ]
-        raise UnsupportedOpsError(f"unsupported ops ({len(missing)} types): " + ", ".join(parts))
+        raise UnsupportedOpsError(f"unsupported ops ({counted(len(missing), 'type')}): " + ", ".join(parts))
 
 
 def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:

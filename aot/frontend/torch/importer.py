@@ -21,9 +21,11 @@ import numpy as np
 from aot.errors import ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN, PYTHON_CALLS
 from aot.frontend.torch.context import AtenContext, numpy_dtype
+from aot.frontend.torch.dim_names import rename_dims, user_dim_names
 from aot.frontend.torch.symbolic import SYMBOLIC_PREFIX
 from aot.ir.graph import Graph, Value
 from aot.ir.types import Dim, TensorType
+from aot.words import counted
 
 InputShapes = Mapping[str, Sequence[Dim]]
 SKIPPED_PREFIXES = ("aten._assert", "aten.sym_constrain_range")
@@ -109,7 +111,7 @@ def _check_supported(program: Any) -> None:
             f"{op} (node '{names[0]}'{f', {len(names)} nodes' if len(names) > 1 else ''})"
             for op, names in missing.items()
         ]
-        raise UnsupportedOpsError(f"unsupported ATen ops ({len(missing)} types): {', '.join(parts)}")
+        raise UnsupportedOpsError(f"unsupported ATen ops ({counted(len(missing), 'type')}): {', '.join(parts)}")
 
 
 def _array(tensor: Any, what: str) -> np.ndarray:
@@ -210,6 +212,7 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
         if value.producer is not None and value not in outputs[:i]:
             value.name = graph.unique_name("output" if len(outputs) == 1 else f"output_{i}")
     graph.outputs = outputs
+    rename_dims(graph, user_dim_names(user_inputs))
     graph.metadata.update(frontend="torch.export", source_nodes=len(_calls(program)))
     return graph
 

@@ -111,7 +111,6 @@ class TensorRTModule:
         self.runner, self.placement = self._resolve(options)
         #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
         self.runs_on = "tensorrt" if self.runner is not None else "host"
-        logger.info("tensorrt region %s runs %s", self.id, self.placement)
 
     def _resolve(self, options: dict[str, Any]) -> tuple[Any, str]:
         """(engine runner or None, where the region runs and why): the four steps of the module docstring."""

@@ -48,7 +48,8 @@ OPTIONS = (
     Option("cache_dir", path, None, "engine cache shared with deployed runtimes (default: $AOT_CACHE_DIR, else "
            "the XDG cache dir)", flag="--cache-dir"),
     Option("engines", choice("auto", "never"), "auto", "build engines where this machine has TensorRT and a GPU "
-           "(auto), or write recipes only (never)", flag="--no-engines", flag_value="never"),
+           "(auto), or write recipes only (never)", flag="--no-engines", flag_value="never",
+           flag_help="write ONNX recipes only and build no engine, even where TensorRT and a GPU are present"),
 )  # fmt: skip
 
 
