@@ -5,7 +5,7 @@ result = aot.build("model.onnx", input_shapes={"images": (1, 3, 224, 224)})
 result.save("model.aotb")
 """
 
-from aot.compiler import BuildResult, build
+from aot.compiler import BuildResult, QuantizeConfig, build
 from aot.errors import AotError, BuildError, ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend import from_onnx
 from aot.ir import Graph, TensorType
@@ -17,6 +17,7 @@ __all__ = [
     "BuildResult",
     "Graph",
     "ModelError",
+    "QuantizeConfig",
     "ShapeError",
     "TensorType",
     "UnsupportedOpsError",

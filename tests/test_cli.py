@@ -66,7 +66,7 @@ def test_tensorrt_target_without_a_gpu_writes_recipes_and_says_so(model_file, tm
         ("--workspace", "lots", "--workspace 'lots': expected a size such as 512MiB"),
         ("--batch", "8:4:1", "batch range must satisfy 1 <= MIN <= OPT <= MAX"),
         ("--batch", "1-8", "--batch '1-8': expected MIN:OPT:MAX"),
-        ("--precision", "int4", "--precision 'int4': expected one of fp32, fp16"),
+        ("--precision", "int4", "--precision 'int4': expected one of fp32, fp16, int8"),
         ("--backend-option", "tensorrt.precision=int4", "tensorrt option precision='int4': expected one of fp32"),
         ("--backend-option", "tensorrt.precison=fp16", "tensorrt has no option 'precison' (its options: precision"),
         ("--backend-option", "precision=fp16", "--backend-option must look like BACKEND.NAME=VALUE"),

@@ -115,7 +115,8 @@ def test_npu_registers_its_patterns_in_priority_order():
     assert names == [
         f"npu.{n}"
         for n in (
-            "conv2d_relu_fused matmul_relu_fused depthwise_conv2d conv2d conv1d matmul dense avg_pool2d "
+            "int8_conv int8_dense conv2d_relu_fused matmul_relu_fused depthwise_conv2d conv2d conv1d matmul dense "
+            "avg_pool2d "
             "max_pool2d batch_norm softmax gelu relu relu6 sigmoid tanh divide subtract multiply add "
             "dequantize quantize"
         ).split()

@@ -11,6 +11,7 @@ import click
 
 from aot.compiler.backends import CompilerBackend, available_compiler_backends, get_compiler_backend
 from aot.compiler.build import BuildResult, build, parse_input_shapes
+from aot.compiler.quantize import QuantizeConfig
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
 from aot.words import counted
@@ -66,6 +67,11 @@ def _regions_line(result: BuildResult) -> str:
     return ", ".join(parts)
 
 
+def calibration_table_path(bundle: str) -> str:
+    """Where the calibration table is kept: beside the bundle, ``model.aotb`` -> ``model.calibration.json``."""
+    return os.path.splitext(bundle)[0] + ".calibration.json"
+
+
 def _check_output(model: str, output: str) -> None:
     """Before any work: the bundle must not replace the model it is built from, a device, a FIFO or a directory."""
     if os.path.exists(output) and os.path.exists(model) and os.path.samefile(model, output):
@@ -87,13 +93,17 @@ def _installed_backends() -> list[CompilerBackend]:
     return backends
 
 
-def _aliases() -> dict[str, tuple[str, Option]]:
-    """Each backend option's command-line alias (``--precision``) -> (backend, option); the first claim wins."""
-    aliases: dict[str, tuple[str, Option]] = {}
+def _aliases() -> dict[str, list[tuple[str, Option]]]:
+    """Each backend option's command-line alias (``--precision``) -> the (backend, option) pairs it sets.
+
+    Several backends may share an alias (npu and tensorrt both take ``--precision``):
+    the value goes to each of them that is a target of the build.
+    """
+    aliases: dict[str, list[tuple[str, Option]]] = {}
     for backend in _installed_backends():
         for option in backend.options:
-            if option.flag and option.flag not in aliases:
-                aliases[option.flag] = (backend.name, option)
+            if option.flag:
+                aliases.setdefault(option.flag, []).append((backend.name, option))
     return aliases
 
 
@@ -108,41 +118,55 @@ class _BuildCommand(click.Command):
                 formatter.write_dl(rows or [("(none)", "")])
 
 
-def _alias_dest(backend: str, option: Option) -> str:
-    """The click parameter an alias fills: one name per (backend, option)."""
-    return f"alias_{backend}_{option.name}".replace("-", "_")
+def _alias_dest(flag: str) -> str:
+    """The click parameter an alias fills: one per flag."""
+    return "alias_" + flag.lstrip("-").replace("-", "_")
 
 
 def _with_backend_aliases(command):
-    for flag, (backend, option) in reversed(list(_aliases().items())):
-        dest = _alias_dest(backend, option)
-        same = f"--backend-option {backend}.{option.name}"
+    for flag, claims in reversed(list(_aliases().items())):
+        dest = _alias_dest(flag)
+        backend, option = claims[0]
+        same = " and ".join(f"--backend-option {b}.{o.name}" for b, o in claims)
+        owners = ", ".join(b for b, _ in claims)
         if option.flag_value is not None:
             command = click.option(flag, dest, is_flag=True, flag_value=option.flag_value, default=None,
-                                   help=f"{backend}: {option.flag_help or option.help} "
+                                   help=f"{owners}: {option.flag_help or option.help} "
                                         f"(= {same}={option.flag_value})")(command)  # fmt: skip
         else:
+            helps = "; ".join(f"{b}: {o.help}" for b, o in claims)
             command = click.option(flag, dest, default=None, metavar="VALUE",
-                                   help=f"{backend}: {option.help} (= {same}=VALUE)")(command)  # fmt: skip
+                                   help=f"{helps} (= {same}=VALUE)")(command)  # fmt: skip
     return command
 
 
-def backend_options_from(assignments: tuple[str, ...], aliases_given: dict[str, object]) -> dict[str, dict]:
-    """--backend-option BACKEND.NAME=VALUE and the aliases, as ``build(backend_options=...)``."""
+def backend_options_from(
+    assignments: tuple[str, ...], aliases_given: dict[str, object], targets: tuple[str, ...] | None = None
+) -> dict[str, dict]:
+    """--backend-option BACKEND.NAME=VALUE and the aliases, as ``build(backend_options=...)``.
+
+    An alias shared by several backends sets the option of each one among ``targets``
+    (of the first that declares it when none is a target, so the build says so).
+    """
     try:
         given = split_assignments(assignments)
     except OptionError as e:
         raise BuildError(str(e)) from None
-    for flag, (backend, option) in _aliases().items():
-        value = aliases_given.get(_alias_dest(backend, option))
+    for flag, claims in _aliases().items():
+        value = aliases_given.get(_alias_dest(flag))
         if value is None:
             continue
-        if isinstance(value, str):
-            try:
-                value = option.parse(value)
-            except ValueError as e:
-                raise BuildError(f"{flag} {value!r}: {e}") from None
-        given.setdefault(backend, {})[option.name] = value
+        chosen = [(b, o) for b, o in claims if targets is None or b in targets] or claims[:1]
+        for backend, option in chosen:
+            parsed = value
+            if isinstance(value, str):
+                try:
+                    parsed = option.parse(value)
+                except ValueError as e:
+                    raise BuildError(
+                        f"{flag} {value!r}" + (f" ({backend})" if len(chosen) > 1 else "") + f": {e}"
+                    ) from None
+            given.setdefault(backend, {})[option.name] = parsed
     return given
 
 
@@ -186,6 +210,32 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="A backend's own build option, e.g. tensorrt.precision=fp16; repeatable (listed below).",
 )
 @_with_backend_aliases
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, file_okay=False),
+    metavar="DIR",
+    help="Quantize to int8 (npu, tensorrt), calibrating on DIR's .npy samples (docs/quantization.md).",
+)
+@click.option(
+    "--calibration-table",
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="Quantize with the ranges of an earlier build's calibration table instead of calibrating.",
+)
+@click.option(
+    "--calibration-method",
+    type=click.Choice(["percentile", "minmax"]),
+    default="percentile",
+    show_default=True,
+    help="How a tensor's range is taken: 99.99th percentile of |x|, or min-max.",
+)
+@click.option(
+    "--holdout",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.1,
+    show_default=True,
+    help="Share of the calibration samples kept out of calibration, for the accuracy report.",
+)
 @click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions, with why "
               "each op a target could take stayed on the host.")  # fmt: skip
 @click.option("--list-backends", is_flag=True, expose_value=False, is_eager=True, callback=_list_backends,
@@ -194,8 +244,8 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
-    model, output, targets, inputs, min_region_size, backend_assignments, print_graph, quiet, debug,
-    **aliases_given,
+    model, output, targets, inputs, min_region_size, backend_assignments, calibration, calibration_table,
+    calibration_method, holdout, print_graph, quiet, debug, **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
@@ -208,17 +258,25 @@ def main(
     try:
         _check_output(model, output)
         shapes = parse_input_shapes(inputs)
+        quantize = None
+        if calibration or calibration_table:
+            quantize = QuantizeConfig(calibration, calibration_method, table=calibration_table, holdout=holdout)
         result = build(
             model,
             targets=targets or ("host",),
             input_shapes=shapes,
             min_region_size=min_region_size,
-            backend_options=backend_options_from(backend_assignments, aliases_given),
+            backend_options=backend_options_from(backend_assignments, aliases_given, targets),
             progress=progress,
             log=None if quiet else sys.stderr,
+            quantize=quantize,
         )
         size = result.save(output)
         progress("write", result.timings["write"])
+        if result.quantization is not None:
+            table_path = calibration_table_path(output)
+            if not (calibration_table and os.path.abspath(calibration_table) == os.path.abspath(table_path)):
+                result.quantization.table.save(table_path)
     except AotError as e:
         raise click.ClickException(str(e)) from None
     except KeyboardInterrupt:

@@ -14,11 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import numpy as np
+
 from aot.compiler.backends import get_compiler_backend
 from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
+from aot.compiler.quantize import Quantization, QuantizeConfig, accuracy_report, quantize_graph
 from aot.compiler.targets import check_targets
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
@@ -47,6 +50,8 @@ class BuildResult:
     partitioned: PartitionedGraph | None = None
     #: Lines each backend adds to the build summary (``CompilerBackend.report``), by backend.
     reports: dict[str, list[str]] = field(default_factory=dict)
+    #: What the quantize stage did (``build(..., quantize=...)``): calibration table, accuracy report.
+    quantization: Quantization | None = None
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -85,6 +90,7 @@ def build(
     backend_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     log: TextIO | None = sys.stderr,
+    quantize: QuantizeConfig | None = None,
 ) -> BuildResult:
     """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
 
@@ -98,11 +104,14 @@ def build(
     objects or command-line text), or its own options object
     (``{"tensorrt": TensorRTOptions(...)}``, ``{"npu": DeviceProfile(...)}``).
     ``log`` is where backends write progress of long work (engine builds); None is quiet.
+    ``quantize`` calibrates on the host plan and computes in int8 where the targets can
+    (docs/quantization.md); it turns ``precision`` to int8 on every target with an int8 path.
     """
     report = progress or (lambda stage, seconds: None)
     ordered = check_targets(targets)
     offload = [t for t in ordered if t != "host"]
-    configured = _configure(offload, backend_options or {}, log)
+    given, int8_targets = _int8_options(offload, backend_options or {}, quantize)
+    configured = _configure(offload, given, log)
     notes: list[str] = []
     timings: dict[str, float] = {}
 
@@ -118,6 +127,15 @@ def build(
     else:
         graph = stage("import", lambda: _import(model, input_shapes, name or _default_name(model)))
     stats = stage("optimize", lambda: optimize(graph))
+    quantization = None
+    if quantize is not None:
+        rules = {t: get_compiler_backend(t).int8 for t in int8_targets}
+        quantization = stage("quantize", lambda: quantize_graph(graph, quantize, rules, log))
+        notes.extend(quantization.notes)
+        for t in int8_targets:  # the table's digest goes into each target's settings (and cache keys)
+            configured[t] = get_compiler_backend(t).configure(
+                {**given[t], "calibration": quantization.table.digest}, log
+            )
     blobs = BlobTable()
     partitioned, modules = None, []
     if partitioner is not None:
@@ -135,7 +153,65 @@ def build(
         backend = get_compiler_backend(name)
         if backend.report is not None and name in configured:
             reports[name] = backend.report(configured[name])
-    return BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned, reports)
+    result = BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned, reports, quantization)
+    if quantization is not None and quantization.samples:
+        stage("accuracy", lambda: _accuracy(result, quantization, log))
+        notes.extend(a.line() for a in quantization.accuracy)
+    return result
+
+
+def _int8_options(
+    offload: list[str], given: Mapping[str, Any], quantize: QuantizeConfig | None
+) -> tuple[dict[str, Any], list[str]]:
+    """The options with precision int8 on every target that has an int8 path when quantizing, and those targets.
+
+    Asking for int8 without calibration data is an error, as is quantizing for targets none of which has int8.
+    """
+    options = dict(given)
+    int8_targets = []
+    for name in offload:
+        backend = get_compiler_backend(name)
+        mine = options.get(name)
+        if mine is not None and not isinstance(mine, Mapping):
+            continue  # the backend's own options object: the caller decided
+        mine = dict(mine or {})
+        declares = any(o.name == "precision" for o in backend.options)
+        if quantize is None:
+            if declares and str(mine.get("precision", "")).lower() == "int8":
+                raise BuildError(
+                    f"{name} precision int8 needs calibration data: --calibration DIR (or --calibration-table "
+                    "FILE), quantize=QuantizeConfig(...) in aot.build"
+                )
+            continue
+        if backend.int8 is None or not declares:
+            continue
+        mine.setdefault("precision", "int8")
+        if str(mine["precision"]).lower() != "int8":
+            raise BuildError(f"{name} precision {mine['precision']} contradicts calibrating for int8; drop one")
+        options[name] = mine
+        int8_targets.append(name)
+    if quantize is not None and not int8_targets:
+        raise BuildError(
+            f"quantizing needs a target that computes in int8 (npu, tensorrt); targets: {', '.join(offload) or 'host'}"
+        )
+    return options, int8_targets
+
+
+def _accuracy(result: BuildResult, quantization: Quantization, log: TextIO | None) -> None:
+    """Run the built bundle (its npu regions in integers) on every sample and compare with the float outputs."""
+    import runtime_lite
+    from aot.compiler.quantize.calibrate import progress_bar
+
+    module = runtime_lite.load(result.to_bytes())
+    tick = progress_bar(log, "accuracy", len(quantization.samples))
+    tick(0)
+    quantized = []
+    for i, sample in enumerate(quantization.samples):
+        quantized.append([np.array(a) for a in module.run(sample)])
+        tick(i + 1)
+    quantization.accuracy = accuracy_report(
+        quantization.output_names, quantization.float_outputs, quantized, quantization.calibrated
+    )
 
 
 def _configure(offload: list[str], given: Mapping[str, Any], log: TextIO | None) -> dict[str, Any]:
@@ -222,4 +298,4 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple]:
     return shapes
 
 
-__all__ = ["BuildResult", "build", "parse_input_shapes"]
+__all__ = ["BuildResult", "QuantizeConfig", "build", "parse_input_shapes"]

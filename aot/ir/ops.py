@@ -773,3 +773,24 @@ register_op(
     "quantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.attrs["dtype"])], axis=1, dtype="uint8"
 )
 register_op("dequantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.types[1].dtype)], axis=1)
+
+
+# -- integer arithmetic (what the NPU runs for a quantized composite; runtime_lite/kernels/integer.py) --
+
+
+def _int8_conv(ctx: InferContext) -> list[TensorType]:
+    x, w = ctx.types[:2]
+    if w.rank < 3 or x.rank != w.rank:
+        raise ctx.fail("int8_conv", f"input {x} and weight {w} must both be (N, C, *spatial)")
+    return [_conv(w.rank - 2)(InferContext(ctx.types[:2], ctx.attrs, ctx.fresh_dim, ctx.node))[0].with_dtype("int8")]
+
+
+def _int8_dense(ctx: InferContext) -> list[TensorType]:
+    return [_dense(InferContext(ctx.types[:2], ctx.attrs, ctx.fresh_dim, ctx.node))[0].with_dtype("int8")]
+
+
+register_op(
+    "int8_conv", "x w bias multiplier shift", _int8_conv,
+    strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, groups=1, act_min=-128, act_max=127,
+)  # fmt: skip
+register_op("int8_dense", "x w bias multiplier shift", _int8_dense, act_min=-128, act_max=127)

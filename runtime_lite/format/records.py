@@ -202,6 +202,8 @@ class DispatchRecord(Record):
     tiles: int = declare(INT)
     macs: int = declare(INT)
     cycles: int = declare(INT)
+    #: "int8": an integer kernel (int8 products, int32 accumulation); "float" otherwise.
+    precision: str = declare(STR, default="float")
 
     def describe(self, name: str) -> str:
         """One log line."""
@@ -212,6 +214,7 @@ class DispatchRecord(Record):
         return (
             f"dispatch {name}: engine={self.engine} reads={reads} writes={writes} tiles={tiles} "
             f"fused={fused} cycles={self.cycles}"
+            + (f" precision={self.precision}" if self.precision != "float" else "")
         )
 
 

@@ -27,6 +27,7 @@ from runtime_lite.kernels import (  # noqa: E402,F401
     conv,
     elementwise,
     indexing,
+    integer,
     linalg,
     logic,
     normalization,

@@ -12,7 +12,8 @@ compiler backend is a :class:`CompilerBackend` value:
 * ``options``: the :class:`~runtime_lite.backends.options.Option`\\ s its codegen accepts
   (``aot-build --backend-option NAME.KEY=VALUE``, ``build(backend_options=...)``),
   and ``make_options`` turning them into the object ``codegen`` takes;
-* ``report``: optional lines for the build summary (e.g. the engine cache's hits).
+* ``report``: optional lines for the build summary (e.g. the engine cache's hits);
+* ``int8``: which ops it computes in int8 when a build quantizes (docs/quantization.md).
 
 Built-in backends live in ``aot.compiler.backends.<name>``; a backend from another
 package is found through the ``aot.backends`` entry-point group, whose value is its
@@ -63,6 +64,9 @@ class CompilerBackend:
     make_options: Callable[[dict[str, Any], TextIO | None], Any] | None = None
     #: ``report(options)``: extra lines for the build summary once codegen ran.
     report: Callable[[Any], list[str]] | None = None
+    #: ``int8(node)``: why this backend keeps ``node`` in float, or None when it computes it in int8
+    #: (``aot.compiler.quantize``); None: the backend has no int8 path.
+    int8: Callable[[Any], str | None] | None = None
 
     def patterns(self) -> list[FusionPattern]:
         return get_patterns_with_prefix(self.name)

@@ -90,6 +90,8 @@ def build_engine(
         config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
     if strongly_typed is None and settings.precision == "fp16":  # pre-strong-typing TensorRT needs the flag
         config.set_flag(trt.BuilderFlag.FP16)
+    if strongly_typed is None and settings.precision == "int8" and hasattr(trt.BuilderFlag, "INT8"):
+        config.set_flag(trt.BuilderFlag.INT8)  # explicit Q/DQ: the scales come from the recipe, no calibrator
     cache_bytes = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)
     config.set_timing_cache(cache, ignore_mismatch=True)

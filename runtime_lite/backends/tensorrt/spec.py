@@ -20,7 +20,7 @@ from runtime_lite.format.schema import BOOL, INT, MAP, STR, ListOf, Nested, Null
 from runtime_lite.format.signature import TensorSpec
 
 FORMAT = fmt.TENSORRT_RECIPE
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "int8")
 #: TensorRT's hardware-compatibility levels: "none" ties an engine to one compute capability.
 HARDWARE_LEVELS = ("none", "ampere_plus")
 DEFAULT_WORKSPACE = 1 << 30
@@ -42,6 +42,8 @@ class BuildSettings(Record):
     hardware_compatibility: str = declare(STR, default="none", optional=False)
     #: Version-compatible engines embed host code; loading one is a trust decision made at load.
     version_compatible: bool = declare(BOOL, default=False, optional=False)
+    #: The calibration table's digest when the build quantized (int8): part of every engine's cache key.
+    calibration: str | None = declare(Nullable(STR), default=None)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -11,23 +11,33 @@ from typing import Any, TextIO
 from aot.compiler.backends import CompilerBackend, register_compiler_backend
 from aot.compiler.backends.npu.codegen import npu_codegen
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
-from aot.compiler.backends.npu.patterns import npu_patterns, register
+from aot.compiler.backends.npu.patterns import int8_reason, npu_patterns, register
 from aot.errors import BuildError
-from runtime_lite.backends.options import Option, integer
+from runtime_lite.backends.options import Option, choice, integer
 
 OPTIONS = (
     Option(
         "macs_per_cycle", integer, DEFAULT_PROFILE.macs_per_cycle, "multiply-accumulates per cycle of the CONV engine"
     ),
+    Option(
+        "int8_macs_per_cycle", integer, DEFAULT_PROFILE.int8_macs_per_cycle, "int8 MACs per cycle of CONV and MATRIX"
+    ),
     Option("vector_lanes", integer, DEFAULT_PROFILE.vector_lanes, "lanes of the VECTOR engine"),
     Option("tile_start", integer, DEFAULT_PROFILE.tile_start, "first tile edge tried when an output exceeds L1"),
     Option("tile_floor", integer, DEFAULT_PROFILE.tile_floor, "smallest tile edge before the tiler gives up"),
-)
+    Option(
+        "precision", choice("fp32", "int8"), "fp32",
+        "int8: quantized convolutions and matrix products run as integer kernels (needs --calibration)",
+        flag="--precision",
+    ),
+    Option("calibration", str, None, "the calibration table's digest (set by the build when it quantizes)"),
+)  # fmt: skip
+_SETTINGS = ("precision", "calibration")
 
 
 def make_options(values: dict[str, Any], log: TextIO | None) -> DeviceProfile:
     for name, value in values.items():
-        if not isinstance(value, int) or value <= 0:
+        if name not in _SETTINGS and (not isinstance(value, int) or value <= 0):
             raise BuildError(f"npu option {name} must be a positive integer, got {value!r}")
     return dataclasses.replace(DEFAULT_PROFILE, **values)
 
@@ -35,8 +45,14 @@ def make_options(values: dict[str, Any], log: TextIO | None) -> DeviceProfile:
 register()
 BACKEND = register_compiler_backend(
     CompilerBackend(
-        "npu", npu_codegen, bind_constants=False, min_region_size=1, options=OPTIONS, make_options=make_options
-    )
+        "npu",
+        npu_codegen,
+        bind_constants=False,
+        min_region_size=1,
+        options=OPTIONS,
+        make_options=make_options,
+        int8=int8_reason,
+    )  # fmt: skip
 )
 
 __all__ = ["BACKEND", "DEFAULT_PROFILE", "DeviceProfile", "npu_codegen", "npu_patterns"]

@@ -25,6 +25,7 @@ import json
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
+from aot.compiler.backends.npu.int8 import lower_int8
 from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import plain
 from aot.compiler.partition import Region, boundary
@@ -35,6 +36,8 @@ from runtime_lite.format.dtypes import to_numpy_dtype
 from runtime_lite.format.records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
 
 FORMAT = fmt.NPU_GRAPH
+#: Composites lowered to one integer kernel (int8.py) instead of their ops' float kernels.
+INT8_COMPOSITES = frozenset({"npu.int8_conv", "npu.int8_dense"})
 
 
 def _tensor(value: Value) -> NpuTensor:
@@ -49,11 +52,38 @@ def _kernel_plans(region: Region) -> list[KernelPlan]:
                 f"npu region {region.id}: composite {composite.name} has {len(composite.outputs)} outputs; "
                 "an NPU dispatch writes exactly one"
             )
+        name, output = composite.nodes[-1].name, composite.outputs[0]
+        if composite.name in INT8_COMPOSITES:
+            lowered = lower_int8(composite.nodes)
+            body = (
+                BodyOp(
+                    op=lowered.op,
+                    inputs=tuple(("arg", i) for i in range(len(lowered.inputs))),
+                    attrs={k: plain(v, f"{lowered.op} '{name}'.{k}") for k, v in lowered.attrs.items()},
+                ),
+            )
+            plans.append(KernelPlan(name, composite.name, composite.nodes, lowered.inputs, output, lowered.anchor,
+                                    body, "int8"))  # fmt: skip
+            continue
         inputs, _ = boundary(composite.nodes, (), {}, bind_constants=False)
-        plans.append(
-            KernelPlan(composite.nodes[-1].name, composite.name, composite.nodes, inputs, composite.outputs[0])
-        )
+        plans.append(KernelPlan(name, composite.name, composite.nodes, inputs, output))
     return plans
+
+
+def _body(k: KernelPlan) -> tuple[BodyOp, ...]:
+    """The composite's canonical ops, each reading the kernel's inputs or an earlier op."""
+    if k.body is not None:
+        return k.body
+    local = {id(n.outputs[0]): j for j, n in enumerate(k.nodes)}
+    args = {id(v): j for j, v in enumerate(k.inputs)}
+    return tuple(
+        BodyOp(
+            op=n.op,
+            inputs=tuple(("op", local[id(v)]) if id(v) in local else ("arg", args[id(v)]) for v in n.inputs),
+            attrs={key: plain(val, f"{n.op} '{n.name}'.{key}") for key, val in n.attrs.items()},
+        )
+        for n in k.nodes
+    )
 
 
 def npu_codegen(region: Region, options: DeviceProfile | None = None) -> ModuleArtifact:
@@ -77,16 +107,7 @@ def npu_codegen(region: Region, options: DeviceProfile | None = None) -> ModuleA
 
     dispatch = plan_dispatch(kernels, region.inputs, region.outputs, profile)
     for k, record in zip(kernels, dispatch):
-        local = {id(n.outputs[0]): j for j, n in enumerate(k.nodes)}
-        args = {id(v): j for j, v in enumerate(k.inputs)}
-        body = tuple(
-            BodyOp(
-                op=n.op,
-                inputs=tuple(("op", local[id(v)]) if id(v) in local else ("arg", args[id(v)]) for v in n.inputs),
-                attrs={key: plain(val, f"{n.op} '{n.name}'.{key}") for key, val in n.attrs.items()},
-            )
-            for n in k.nodes
-        )
+        body = _body(k)
         output = _tensor(k.output)
         index[id(k.output)] = len(nodes)
         kernel = NpuKernel(composite=k.composite, shape=output.shape, dtype=output.dtype, body=body, dispatch=record)
@@ -100,4 +121,7 @@ def npu_codegen(region: Region, options: DeviceProfile | None = None) -> ModuleA
     payloads = {"graph": json.dumps(graph.to_record(), sort_keys=True, separators=(",", ":")).encode()}
     if weights:
         payloads["weights"] = bytes(weights)
-    return ModuleArtifact(payloads, {"format": FORMAT})
+    specs = {"format": FORMAT}
+    if profile.calibration:
+        specs["calibration"] = profile.calibration
+    return ModuleArtifact(payloads, specs)

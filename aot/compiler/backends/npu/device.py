@@ -28,6 +28,8 @@ class DeviceProfile:
         Tier("L3", 1024 * 1024 * 1024, 32),  # DRAM
     )
     macs_per_cycle: int = 256  # 16x16 systolic array / conv engine
+    #: int8 x int8 MACs per cycle of the CONV and MATRIX engines: four 8-bit products per 32-bit lane.
+    int8_macs_per_cycle: int = 1024
     vector_lanes: int = 64
     tile_start: int = 32
     tile_floor: int = 8
@@ -47,6 +49,11 @@ class DeviceProfile:
             "gelu": "ACTIVATION",
         }
     )
+
+    #: "int8": the build quantized for this NPU (docs/quantization.md); "fp32": it did not.
+    precision: str = "fp32"
+    #: The calibration table's digest when the build quantized (recorded in each region's compile specs).
+    calibration: str | None = None
 
     def engine(self, op: str) -> str:
         return self.engines.get(op, "VECTOR")

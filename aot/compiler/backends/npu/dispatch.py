@@ -7,14 +7,16 @@ The runtime executes what is decided here; it never re-decides. Rules (docs/npu.
 * **tiling**: an output larger than L1 is cut along its last two dims, starting
   at 32x32 and halving (floor 8) until one tile fits in L1;
 * **fusion**: a fused composite's intermediates stay in the engine, costing no traffic;
-* **cycles**: MACs / 256 on CONV and MATRIX, elements / 64 elsewhere, plus the
-  bytes each operand moves divided by its tier's bandwidth.
+* **cycles**: MACs / 256 on CONV and MATRIX (int8 kernels: MACs / 1024), elements / 64
+  elsewhere, plus the bytes each operand moves divided by its tier's bandwidth (int8
+  operands move a quarter of float32's bytes).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,12 @@ class KernelPlan:
     nodes: list[Node]
     inputs: list[Value]
     output: Value
+    #: The node that picks the engine and counts the MACs (default: the first).
+    anchor: Node | None = None
+    #: The kernel's body when it is not the nodes' own ops (an integer kernel), as BodyOps.
+    body: Any = None
+    #: "int8": integer products at the engine's int8 rate; "float" otherwise.
+    precision: str = "float"
 
 
 def _macs(node: Node) -> int:
@@ -108,7 +116,7 @@ def plan_dispatch(
     for v in {id(v): v for k in kernels for v in k.inputs if v.is_constant and id(v) not in alloc.where}.values():
         alloc.place(v)  # weights baked into the payload are resident like inputs
     for i, k in enumerate(kernels):
-        anchor = k.nodes[0]
+        anchor = k.anchor or k.nodes[0]
         engine = profile.engine(anchor.op)
         reads = [alloc.describe(v) for v in k.inputs]
         write = alloc.place(k.output)
@@ -116,7 +124,8 @@ def plan_dispatch(
         tile, tiles = _tile(tuple(k.output.type.shape), itemsize, profile)
         macs = sum(_macs(n) for n in k.nodes)
         if engine in ("CONV", "MATRIX"):
-            compute = math.ceil(_macs(anchor) / profile.macs_per_cycle)
+            rate = profile.int8_macs_per_cycle if k.precision == "int8" else profile.macs_per_cycle
+            compute = math.ceil(_macs(anchor) / rate)
         else:
             compute = math.ceil(max(k.output.type.numel, *(v.type.numel for v in k.inputs)) / profile.vector_lanes)
         traffic = sum(math.ceil(v.type.nbytes / alloc.bandwidth(v)) for v in k.inputs)
@@ -132,6 +141,7 @@ def plan_dispatch(
             tiles=tiles,
             macs=macs,
             cycles=compute + traffic,
+            precision=k.precision,
         )
         records.append(record)
         for v in {id(v): v for v in k.inputs}.values():

@@ -11,9 +11,35 @@ intermediate value that escapes the match.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, SUPPORTED_DTYPES
 from aot.compiler.pattern import is_const, is_op, wildcard
 from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.ir.graph import Node
+
+#: What the NPU's integer kernels compute (runtime_lite/kernels/integer.py): conv1d/2d (grouped and
+#: depthwise included) and matrix products with constant weights, with a fused relu, relu6 or clip.
+INT8_OPS = frozenset({"conv1d", "conv2d", "dense", "matmul"})
+INT8_ACTIVATIONS = ("relu", "relu6", "clip")
+
+
+def int8_reason(node: Node) -> str | None:
+    """Why the NPU keeps ``node`` in float when quantizing, or None when its integer kernels compute it."""
+    if node.op not in INT8_OPS:
+        return f"the npu has no int8 kernel for {node.op}"
+    weight = node.inputs[1]
+    if not weight.is_constant:
+        return f"{node.op} of two activations; the npu's int8 kernels take constant weights"
+    if node.op == "matmul" and weight.type.rank != 2:
+        return f"matmul with a rank-{weight.type.rank} weight; the npu's int8 matmul takes a 2-d (K, N) weight"
+    if weight.type.dtype != "float32":
+        return f"weights are {weight.type.dtype}"
+    if not all(v.type.is_static for v in (*node.inputs, *node.outputs)):
+        return "symbolic shape; the npu plans static shapes only"
+    return None
 
 
 def _tensors_supported(ctx: PatternCheckContext) -> bool | Rejected:
@@ -58,6 +84,67 @@ def _dequantize(ctx: PatternCheckContext) -> bool | Rejected:
     return _standard(ctx)
 
 
+@dataclass(frozen=True)
+class Int8Roles:
+    """The nodes of a quantized composite by role (the codegen lowers them to one integer kernel)."""
+
+    dequantize_x: Node
+    dequantize_w: Node
+    compute: Node
+    activation: Node | None
+    quantize: Node
+
+
+def int8_roles(nodes: list[Node]) -> Int8Roles:
+    compute = next(n for n in nodes if n.op in INT8_OPS)
+    activation = next((n for n in nodes if n.op in INT8_ACTIVATIONS), None)
+    quantize = next(n for n in nodes if n.op == "quantize")
+    return Int8Roles(compute.inputs[0].producer, compute.inputs[1].producer, compute, activation, quantize)
+
+
+def _symmetric_int8(ctx: PatternCheckContext) -> bool | Rejected:
+    """The integer kernels' contract: int8 tensors, zero points of 0, per-tensor activation scales."""
+    roles = int8_roles(ctx.nodes)
+    dequantize_x, dequantize_w, quantize, compute = (
+        roles.dequantize_x,
+        roles.dequantize_w,
+        roles.quantize,
+        roles.compute,
+    )
+    for node in (dequantize_x, dequantize_w, quantize):
+        if len(node.inputs) > 2 and np.asarray(node.inputs[2].data).any():
+            return reject(f"{node.op} '{node.name}' has a non-zero zero point; the npu's integer path is symmetric")
+    if dequantize_x.inputs[0].type.dtype != "int8" or dequantize_w.inputs[0].type.dtype != "int8":
+        return reject("the npu's integer kernels take int8 operands")
+    if quantize.outputs[0].type.dtype != "int8":
+        return reject(f"quantizes to {quantize.outputs[0].type.dtype}; the npu's integer kernels write int8")
+    for node in (dequantize_x, quantize):
+        if node.inputs[1].type.numel != 1:
+            return reject(f"{node.op} '{node.name}' has a per-axis scale; activations take one scale")
+    weight = dequantize_w.inputs[0]
+    if compute.op == "matmul" and weight.type.rank != 2:
+        return reject(f"matmul with a rank-{weight.type.rank} weight; the npu's int8 matmul takes a 2-d (K, N) weight")
+    channels = compute.inputs[1].type.shape[1 if compute.op == "matmul" else 0]
+    scale = dequantize_w.inputs[1]
+    axis = dequantize_w.attrs["axis"] % max(compute.inputs[1].type.rank, 1)
+    if scale.type.numel not in (1, channels) or (scale.type.numel > 1 and axis != (1 if compute.op == "matmul" else 0)):
+        return reject("weight scales must be per tensor or per output channel")
+    activation = roles.activation
+    if activation is not None and activation.op == "clip":
+        low, high = activation.attrs["min"], activation.attrs["max"]
+        if low is not None and high is not None and low > high:
+            return reject("clip with min > max")
+    return _standard(ctx)
+
+
+def _int8_pattern(compute):
+    dequantized = is_op("dequantize")(wildcard(), is_const(), ...)
+    weights = is_op("dequantize")(is_const(), is_const(), ...)
+    op = compute(dequantized, weights) | compute(dequantized, weights, is_const())
+    activated = op | is_op(*INT8_ACTIVATIONS)(op)
+    return is_op("quantize")(activated, is_const(), ...)
+
+
 def _pattern(name: str, pattern, check=_standard, **annotations) -> FusionPattern:
     return FusionPattern(f"npu.{name}", pattern, {"root": pattern, **annotations}, check)
 
@@ -67,6 +154,9 @@ def npu_patterns() -> list[FusionPattern]:
     conv2d = is_op("conv2d")(wildcard(), wildcard(), ...)
     matmul = is_op("matmul")(wildcard(), wildcard()) | is_op("dense")(wildcard(), wildcard(), ...)
     patterns = [
+        # quantized composites, run as integer kernels: dequantize -> op -> [activation] -> quantize
+        _pattern("int8_conv", _int8_pattern(is_op("conv1d", "conv2d")), _symmetric_int8),
+        _pattern("int8_dense", _int8_pattern(is_op("dense", "matmul")), _symmetric_int8),
         _pattern("conv2d_relu_fused", is_op("relu")(conv2d), conv=conv2d),
         _pattern("matmul_relu_fused", is_op("relu")(matmul), matmul=matmul),
         _pattern("depthwise_conv2d", conv2d, _depthwise, conv=conv2d),

@@ -11,7 +11,7 @@ declared in ``options.py``. The run side is ``runtime_lite.backends.tensorrt``.
 from aot.compiler.backends import CompilerBackend, register_compiler_backend
 from aot.compiler.backends.tensorrt.codegen import TensorRTOptions, tensorrt_codegen
 from aot.compiler.backends.tensorrt.options import OPTIONS, make_options, report
-from aot.compiler.backends.tensorrt.patterns import register, tensorrt_patterns
+from aot.compiler.backends.tensorrt.patterns import int8_reason, register, tensorrt_patterns
 from aot.compiler.backends.tensorrt.recipe import write_recipe
 
 register()
@@ -24,6 +24,7 @@ BACKEND = register_compiler_backend(
         options=OPTIONS,
         make_options=make_options,
         report=report,
+        int8=int8_reason,
     )
 )
 

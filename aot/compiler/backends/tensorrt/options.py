@@ -38,7 +38,8 @@ def parse_batch(text: str) -> tuple[int, int, int]:
 
 OPTIONS = (
     Option("precision", choice(*PRECISIONS), "fp32", "precision written into each recipe (fp16: fp16 weights, "
-           "casts at the region boundary)", flag="--precision"),
+           "casts at the region boundary; int8: explicit Q/DQ from calibration, needs --calibration)",
+           flag="--precision"),
     Option("workspace", parse_size, DEFAULT_WORKSPACE, "builder workspace limit, e.g. 512MiB", flag="--workspace"),
     Option("batch", parse_batch, None, "optimization profile MIN:OPT:MAX for a symbolic batch dim", flag="--batch"),
     Option("hardware_compatible", boolean, False, "engines that run on any Ampere or newer GPU (AMPERE_PLUS)",
@@ -50,6 +51,8 @@ OPTIONS = (
     Option("engines", choice("auto", "never"), "auto", "build engines where this machine has TensorRT and a GPU "
            "(auto), or write recipes only (never)", flag="--no-engines", flag_value="never",
            flag_help="write ONNX recipes only and build no engine, even where TensorRT and a GPU are present"),
+    Option("calibration", str, None, "the calibration table's digest (set by the build when it quantizes; "
+           "part of the engine cache key)"),
 )  # fmt: skip
 
 
@@ -61,6 +64,7 @@ def make_options(values: dict[str, Any], log: TextIO | None) -> TensorRTOptions:
             batch=values["batch"],
             hardware_compatibility="ampere_plus" if values["hardware_compatible"] else "none",
             version_compatible=values["version_compatible"],
+            calibration=values["calibration"],
         )
     except ValueError as e:
         raise BuildError(f"tensorrt options: {e}") from None

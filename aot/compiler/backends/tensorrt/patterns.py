@@ -16,7 +16,7 @@ from collections.abc import Callable
 from aot.compiler.backends.tensorrt.recipe import EXPORTS
 from aot.compiler.pattern import is_const, is_op, wildcard
 from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
-from aot.ir.graph import Value
+from aot.ir.graph import Node, Value
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS
 
 FLOAT_DTYPES = frozenset({"float32", "float16"})
@@ -89,6 +89,35 @@ def _quantized(ctx: PatternCheckContext) -> bool | Rejected:
     return _tensors(ctx, FLOAT_DTYPES | QUANTIZED_DTYPES)
 
 
+def int8_reason(node: Node) -> str | None:
+    """Why TensorRT keeps ``node`` in float when quantizing, or None when it takes it in int8 (explicit Q/DQ).
+
+    TensorRT fuses Q/DQ around convolutions and matrix products with constant
+    weights into int8 kernels; the per-channel weight scales must be known at build.
+    """
+    if node.op not in (*CONV_OPS, "dense", "matmul"):
+        return f"tensorrt computes {node.op} in float between Q/DQ"
+    weight = node.inputs[1]
+    if not weight.is_constant:
+        return f"{node.op} of two activations; quantized here only with constant weights"
+    if node.op == "matmul" and weight.type.rank != 2:
+        return f"matmul with a rank-{weight.type.rank} weight; per-channel scales need a 2-d (K, N) weight"
+    if weight.type.dtype != "float32":
+        return f"weights are {weight.type.dtype}"
+    return None
+
+
+def _conv_weights(ctx: PatternCheckContext) -> bool | Rejected:
+    """Float weights, or int8 weights through a symmetric dequantize (explicit quantization)."""
+    dequantize = [n for n in ctx.nodes if n.op == "dequantize"]
+    if not dequantize:
+        return _tensors(ctx)
+    zero_point = dequantize[0].inputs[2] if len(dequantize[0].inputs) > 2 else None
+    if zero_point is not None and (zero_point.type.dtype != "int8" or zero_point.data.any()):
+        return reject("quantized weights with a non-zero or non-int8 zero point; tensorrt quantizes symmetrically")
+    return _tensors(ctx, FLOAT_DTYPES | QUANTIZED_DTYPES)
+
+
 def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
     return FusionPattern(f"tensorrt.{name}", pattern, {"root": pattern}, check)
 
@@ -97,9 +126,13 @@ def tensorrt_patterns() -> list[FusionPattern]:
     """TensorRT's patterns (single ops: their order does not matter)."""
     patterns = []
     for conv in (*CONV_OPS, *CONV_TRANSPOSE_OPS):
-        # TensorRT wants weights and bias fixed at build time: they go into the engine.
+        # TensorRT wants weights and bias fixed at build time: they go into the engine. Quantized
+        # weights (int8 constants through a dequantize, per output channel) are fixed too.
+        weights = is_const() | is_op("dequantize")(is_const(), is_const(), ...)
         patterns.append(
-            _pattern(conv, is_op(conv)(wildcard(), is_const()) | is_op(conv)(wildcard(), is_const(), is_const()))
+            _pattern(
+                conv, is_op(conv)(wildcard(), weights) | is_op(conv)(wildcard(), weights, is_const()), _conv_weights
+            )
         )
     for pool in (*MAX_POOL_OPS, *AVG_POOL_OPS):
         patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))

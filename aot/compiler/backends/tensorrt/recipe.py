@@ -27,7 +27,7 @@ from aot.ir.graph import Graph, Node, Value
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS, REDUCE_OPS
 
 OPSET = 17
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "int8")  # int8: float32 between explicit Q/DQ
 NARROWED = {"fp16": "float16"}  # precision -> the dtype float32 tensors take inside the recipe
 
 

@@ -23,7 +23,9 @@ from aot.testing import relative_l2
 from runtime_lite.backends.options import resolve_options
 from runtime_lite.backends.tensorrt import LOAD_OPTIONS, TensorRTModule
 
-TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+#: int8: onnxruntime fuses Q/DQ around convolutions into its own integer kernels, whose rounding
+#: can differ from the host's float-simulated Q/DQ by one 8-bit step at a few elements.
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 3e-2}
 
 
 def region_inputs(module: TensorRTModule, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0):

@@ -1,0 +1,124 @@
+"""Run the float graph on the host plan over the calibration samples and observe tensor ranges.
+
+The graph is copied (its weights shared, not copied) with every tensor to observe
+made an output, lowered to a host plan and run by runtime_lite, the same kernels
+a deployed bundle uses. Percentiles come from a histogram of |x| per tensor whose
+range doubles (merging bin pairs) when a sample exceeds it, so memory stays at a
+few KiB per tensor whatever the number of samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import numpy as np
+
+from aot.compiler.host_plan import lower_to_host_plan
+from aot.compiler.quantize.samples import Sample
+from aot.compiler.quantize.table import CalibrationTable, TensorRange
+from aot.ir.graph import Graph, Value
+from runtime_lite.execution.plan import HostPlan
+
+BINS = 2048
+
+
+class RangeObserver:
+    """min, max and a histogram of |x| over everything observed."""
+
+    def __init__(self) -> None:
+        self.min = np.inf
+        self.max = -np.inf
+        self.top = 0.0  # the histogram spans [0, top]
+        self.hist = np.zeros(BINS, np.int64)
+
+    def observe(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float32).ravel()
+        if x.size == 0:
+            return
+        finite = x[np.isfinite(x)] if not np.isfinite(x).all() else x
+        if finite.size == 0:
+            return
+        self.min = min(self.min, float(finite.min()))
+        self.max = max(self.max, float(finite.max()))
+        magnitude = np.abs(finite)
+        peak = float(magnitude.max())
+        if self.top == 0.0:
+            self.top = peak if peak > 0 else 0.0
+        while peak > self.top > 0:  # double the range: bin pairs merge
+            self.hist = np.concatenate([self.hist.reshape(-1, 2).sum(axis=1), np.zeros(BINS // 2, np.int64)])
+            self.top *= 2
+        if self.top == 0.0:
+            self.hist[0] += magnitude.size
+            return
+        index = np.minimum((magnitude * (BINS / self.top)).astype(np.int64), BINS - 1)
+        self.hist += np.bincount(index, minlength=BINS)
+
+    def range(self, method: str, percentile: float) -> TensorRange:
+        if not np.isfinite(self.min):
+            return TensorRange(0.0, 0.0, 0.0)
+        peak = max(abs(self.min), abs(self.max))
+        if method == "minmax" or self.top == 0.0:
+            return TensorRange(self.min, self.max, peak)
+        cumulative = np.cumsum(self.hist)
+        bin_index = int(np.searchsorted(cumulative, cumulative[-1] * percentile / 100.0))
+        amax = min(peak, (bin_index + 1) * self.top / BINS)
+        return TensorRange(self.min, self.max, amax)
+
+
+def probe_plan(graph: Graph, tensors: list[Value]) -> HostPlan:
+    """A host plan of ``graph`` whose outputs are the graph's own, then ``tensors`` (the graph is not changed)."""
+    memo: dict[int, object] = {id(graph._unknown_dims): graph._unknown_dims}
+    for value in graph.constants():
+        memo[id(value.data)] = value.data  # the copy shares the weights
+    probe = copy.deepcopy(graph, memo)
+    by_name = {v.name: v for v in probe.values()}
+    probe.outputs = list(probe.outputs) + [by_name[v.name] for v in tensors]
+    lowered = lower_to_host_plan(probe)
+    return HostPlan(lowered.plan, lowered.constants)
+
+
+def progress_bar(stream: TextIO | None, label: str, total: int) -> Callable[[int], None]:
+    """``tick(done)`` redraws ``label [#####.....] done/total`` on one stderr line (nothing when stream is None)."""
+    if stream is None:
+        return lambda done: None
+    interactive = getattr(stream, "isatty", lambda: False)()
+
+    def tick(done: int) -> None:
+        if not interactive and done != total:
+            return  # a log file gets the finished bar only
+        filled = 30 * done // max(total, 1)
+        end = "\n" if done == total else ""
+        stream.write(f"\r  {label:<9}[{'#' * filled}{'.' * (30 - filled)}] {done}/{total}{end}")
+        stream.flush()
+
+    return tick
+
+
+def run_float(
+    graph: Graph, tensors: list[Value], samples: list[Sample], observe: int, stream: TextIO | None = sys.stderr
+) -> tuple[dict[str, RangeObserver], list[list[np.ndarray]]]:
+    """Observe ``tensors`` on the first ``observe`` samples; return the observers and every sample's float outputs."""
+    plan = probe_plan(graph, tensors)
+    names = [v.name for v in graph.inputs]
+    observers = {v.name: RangeObserver() for v in tensors}
+    outputs = []
+    n_out = len(graph.outputs)
+    tick = progress_bar(stream, "calibrate", len(samples))
+    tick(0)
+    for i, sample in enumerate(samples):
+        results = plan.execute([sample[n] for n in names])
+        outputs.append([np.array(r) for r in results[:n_out]])
+        if i < observe:
+            for value, array in zip(tensors, results[n_out:]):
+                observers[value.name].observe(array)
+        tick(i + 1)
+    return observers, outputs
+
+
+def make_table(observers: dict[str, RangeObserver], method: str, percentile: float, samples: int,
+               digest: str) -> CalibrationTable:  # fmt: skip
+    tensors = {name: obs.range(method, percentile) for name, obs in observers.items()}
+    return CalibrationTable(method, percentile if method == "percentile" else None, samples, digest, tensors)

@@ -1,0 +1,113 @@
+"""Calibration samples: read from a directory of .npy files or taken from an iterable, checked against the inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aot.errors import BuildError
+from aot.ir.graph import Value
+
+Sample = dict[str, np.ndarray]
+
+
+def _fits(array: np.ndarray, value: Value) -> bool:
+    shape = value.type.shape
+    return array.ndim == len(shape) and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
+
+
+def _load(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise BuildError(f"calibration file {path} is not a readable .npy array: {e}") from None
+
+
+def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> list[Sample]:
+    if not root.is_dir():
+        raise BuildError(f"calibration data {root} is not a directory")
+    names = [v.name for v in inputs]
+    samples: list[Sample] = []
+    if len(inputs) == 1:
+        files = sorted(p for p in root.iterdir() if p.suffix == ".npy")
+        if not files:
+            raise BuildError(f"calibration directory {root} holds no .npy files")
+        for path in files:
+            array = _load(path)
+            if _fits(array, inputs[0]):
+                samples.append({names[0]: array})
+            elif array.ndim == len(inputs[0].type.shape) + 1 and _fits(array[0], inputs[0]):
+                samples.extend({names[0]: a} for a in array)  # a stack of samples
+            else:
+                raise BuildError(
+                    f"calibration file {path} has shape {list(array.shape)}; input {names[0]!r} is {inputs[0].type}"
+                )
+            if limit is not None and len(samples) >= limit:
+                break
+    else:
+        folders = sorted(p for p in root.iterdir() if p.is_dir())
+        if not folders:
+            raise BuildError(
+                f"calibration directory {root}: a model with inputs {', '.join(names)} needs one subdirectory per "
+                "sample holding <input name>.npy"
+            )
+        for folder in folders[:limit]:
+            missing = [n for n in names if not (folder / f"{n}.npy").is_file()]
+            if missing:
+                raise BuildError(f"calibration sample {folder} has no {missing[0]}.npy")
+            samples.append({n: _load(folder / f"{n}.npy") for n in names})
+    return samples[:limit] if limit is not None else samples
+
+
+def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], inputs: list[Value],
+                 limit: int | None = None) -> list[Sample]:  # fmt: skip
+    """Every sample as {input name: array of the input's dtype and shape}; a misfit is a one-line BuildError."""
+    if isinstance(source, (str, os.PathLike)):
+        raw = _from_directory(Path(source), inputs, limit)
+    else:
+        raw = []
+        for i, item in enumerate(source):
+            if limit is not None and i >= limit:
+                break
+            if not isinstance(item, Mapping):
+                raise BuildError(f"calibration sample {i} is a {type(item).__name__}, not a dict of input arrays")
+            raw.append({k: np.asarray(v) for k, v in item.items()})
+    if not raw:
+        raise BuildError("calibration data holds no samples")
+    samples = []
+    for i, sample in enumerate(raw):
+        unknown = sorted(set(sample) - {v.name for v in inputs})
+        if unknown:
+            raise BuildError(f"calibration sample {i} names {unknown[0]!r}, not an input of the model")
+        checked = {}
+        for value in inputs:
+            if value.name not in sample:
+                raise BuildError(f"calibration sample {i} has no array for input {value.name!r}")
+            array = sample[value.name]
+            if not _fits(array, value):
+                raise BuildError(
+                    f"calibration sample {i}: input {value.name!r} is {value.type}, got shape {list(array.shape)}"
+                )
+            if array.dtype.kind != np.dtype(value.type.dtype).kind:
+                raise BuildError(
+                    f"calibration sample {i}: input {value.name!r} is {value.type.dtype}, got {array.dtype}"
+                )
+            checked[value.name] = np.ascontiguousarray(array, dtype=value.type.dtype)
+        samples.append(checked)
+    return samples
+
+
+def data_digest(samples: list[Sample]) -> str:
+    """sha256 over every sample's names, dtypes, shapes and bytes: which data a table came from."""
+    h = hashlib.sha256()
+    for sample in samples:
+        for name in sorted(sample):
+            array = sample[name]
+            h.update(f"{name}|{array.dtype.str}|{list(array.shape)}|".encode())
+            h.update(array.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,296 @@
+"""int8 with calibration at build time: integer kernels, calibration, Q/DQ for the NPU and TensorRT, the report.
+
+The acceptance test trains a small CNN on scikit-learn's bundled digits (no download),
+calibrates on 100 training images and checks the int8 builds lose at most one point of
+test accuracy on the NPU (integer kernels) and in the TensorRT recipe run by onnxruntime.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import aot
+import runtime_lite
+from aot.compiler.quantize import CalibrationTable, QuantizeConfig
+from aot.compiler.quantize.fixed_point import quantize_multiplier
+from aot.errors import BuildError
+from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
+from runtime_lite.kernels import integer
+from tests import int8_reference
+
+CALIBRATION_IMAGES = 100
+
+# -- the integer kernels against the reference --------------------------------------------------
+
+
+def _channel_params(rng, channels: int, reduction: int):
+    bias = rng.integers(-(2**14), 2**14, channels).astype(np.int32)
+    # rescales s_x * s_w / s_y that put the accumulators' spread (about sqrt(K) * 128 * 74) near 40 steps
+    real = rng.uniform(0.5, 2.0, channels) * 40 / (np.sqrt(reduction) * 128 * 74)
+    multiplier, shift = quantize_multiplier(real)
+    return bias, multiplier, shift
+
+
+CONV_CASES = {
+    "3x3": dict(x=(2, 8, 9, 9), w=(16, 8, 3, 3), strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1], groups=1),
+    "strided": dict(x=(1, 4, 11, 10), w=(6, 4, 3, 3), strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 1], groups=1),
+    "depthwise": dict(x=(1, 12, 8, 8), w=(12, 1, 3, 3), strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1], groups=12),
+    "grouped": dict(x=(1, 8, 7, 7), w=(8, 2, 3, 3), strides=[1, 1], pads=[0, 0, 0, 0], dilations=[2, 2], groups=4),
+    "pointwise": dict(x=(1, 32, 5, 5), w=(16, 32, 1, 1), strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], groups=1),
+    "conv1d": dict(x=(2, 4, 20), w=(5, 4, 3), strides=[2], pads=[1, 1], dilations=[1], groups=1),
+    # K = 128 * 9 > 1024: the exact sums need float64
+    "deep": dict(x=(1, 128, 6, 6), w=(8, 128, 3, 3), strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1], groups=1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+@pytest.mark.parametrize("act", [(-128, 127), (0, 127), (0, 90)])
+def test_int8_conv_is_bit_exact_to_the_integer_reference(case, act):
+    spec = dict(CONV_CASES[case])
+    rng = np.random.default_rng(len(case))
+    x = rng.integers(-128, 128, spec.pop("x")).astype(np.int8)
+    w = rng.integers(-127, 128, spec.pop("w")).astype(np.int8)
+    bias, multiplier, shift = _channel_params(rng, w.shape[0], int(np.prod(w.shape[1:])))
+    attrs = {**spec, "act_min": act[0], "act_max": act[1]}
+    got = integer.int8_conv(x, w, bias, multiplier, shift, **attrs)
+    expected = int8_reference.conv(x, w, bias, multiplier, shift, **attrs)
+    assert got.dtype == np.int8 and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    assert len(np.unique(got)) > 20  # the case exercises the range, not one saturated value
+
+
+@pytest.mark.parametrize("x_shape", [(4, 64), (2, 5, 300), (1, 2000)])
+def test_int8_dense_is_bit_exact_to_the_integer_reference(x_shape):
+    rng = np.random.default_rng(x_shape[-1])
+    x = rng.integers(-128, 128, x_shape).astype(np.int8)
+    w = rng.integers(-127, 128, (24, x_shape[-1])).astype(np.int8)
+    bias, multiplier, shift = _channel_params(rng, 24, x_shape[-1])
+    got = integer.int8_dense(x, w, bias, multiplier, shift, act_min=-128, act_max=127)
+    np.testing.assert_array_equal(got, int8_reference.dense(x, w, bias, multiplier, shift, act_min=-128, act_max=127))
+
+
+def test_requantization_rounds_half_away_from_zero():
+    acc = np.array([3, -3, 5, -5, 1, -1, 4, -4], np.int32)
+    half = (np.full(8, 2**30, np.int32), np.full(8, 31, np.int32))  # x 0.5 exactly: every odd value is a tie
+    np.testing.assert_array_equal(integer.requantize(acc, *half, -128, 127), [2, -2, 3, -3, 1, -1, 2, -2])
+
+
+def test_fixed_point_multipliers_represent_the_rescale():
+    real = np.geomspace(1e-12, 1e4, 400)
+    multiplier, shift = quantize_multiplier(real)
+    assert multiplier.dtype == shift.dtype == np.int32 and shift.min() >= 1 and shift.max() <= 62
+    approx = multiplier.astype(np.float64) / 2.0 ** shift.astype(np.float64)
+    normal = real > 2.0**-31  # below that the capped shift leaves fewer than 31 mantissa bits
+    assert np.max(np.abs(approx[normal] / real[normal] - 1)) < 2.0**-30
+    assert np.all(multiplier[normal] >= 2**30)
+    assert quantize_multiplier(np.zeros(1)) == (np.array([0], np.int32), np.array([1], np.int32))
+    with pytest.raises(BuildError, match="too large"):
+        quantize_multiplier(np.array([2.0**31]))
+
+
+# -- the digits CNN: trained here, exported as ONNX, built at int8 ------------------------------
+
+
+def _train_digits():
+    torch = pytest.importorskip("torch")
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]
+    labels = digits.target
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(labels))
+    train, test = order[:1400], order[1400:]
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, padding=1),
+        torch.nn.ReLU6(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16 * 4 * 4, 10),
+    )
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    x, y = torch.from_numpy(images[train]), torch.from_numpy(labels[train])
+    for _ in range(50):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+    weights = [p.detach().numpy().copy() for p in net.parameters()]
+    with torch.no_grad():
+        float_accuracy = float((net(torch.from_numpy(images[test])).argmax(1).numpy() == labels[test]).mean())
+    return weights, images[train], images[test], labels[test], float_accuracy
+
+
+def _digits_onnx(weights) -> onnx.ModelProto:
+    """The trained network as ONNX, written node by node (Conv, Relu, Clip, MaxPool, Flatten, Gemm)."""
+    w1, b1, w2, b2, w3, b3 = weights
+    init = [numpy_helper.from_array(a, n) for a, n in zip(weights, ["w1", "b1", "w2", "b2", "w3", "b3"])]
+    init += [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.float32(6), "six")]
+    nodes = [
+        helper.make_node("Conv", ["images", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c2", "zero", "six"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "digits", [helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 10])], init,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    weights, train, test, labels, float_accuracy = _train_digits()
+    path = tmp_path_factory.mktemp("digits") / "digits.onnx"
+    onnx.save(_digits_onnx(weights), path)
+    calibration = [{"images": train[i : i + 1]} for i in range(CALIBRATION_IMAGES + 20)]  # 20 held back
+    return {"path": str(path), "calibration": calibration, "test": test, "labels": labels, "float": float_accuracy}
+
+
+def _config(digits, **kw) -> QuantizeConfig:
+    return QuantizeConfig(digits["calibration"], holdout=20 / (CALIBRATION_IMAGES + 20), **kw)
+
+
+def _accuracy(predict, digits) -> float:
+    predictions = [int(np.argmax(predict(digits["test"][i : i + 1]))) for i in range(len(digits["labels"]))]
+    return float(np.mean(np.array(predictions) == digits["labels"]))
+
+
+@pytest.fixture(scope="module")
+def npu_int8(digits):
+    return aot.build(digits["path"], targets=["npu"], quantize=_config(digits), log=None)
+
+
+def test_digits_at_int8_on_the_npu_lose_at_most_one_point(digits, npu_int8):
+    assert digits["float"] > 0.9, "the float model did not learn"
+    module = runtime_lite.load(npu_int8.to_bytes())
+    accuracy = _accuracy(lambda x: module.run({"images": x})[0], digits)
+    print(f"digits: float {digits['float']:.4f}, npu int8 {accuracy:.4f}")
+    assert accuracy >= digits["float"] - 0.01
+    # the convolutions and the dense layer ran as integer kernels, bit-exact to the reference
+    checked, elements = int8_reference.replay_npu_int8(npu_int8.to_bytes(), {"images": digits["test"][:1]})
+    assert checked == 3 and elements == 8 * 64 + 16 * 64 + 10
+    composites = [c.name for r in npu_int8.partitioned.regions for c in r.composites]
+    assert composites.count("npu.int8_conv") == 2 and composites.count("npu.int8_dense") == 1
+
+
+def test_the_build_reports_accuracy_on_calibration_and_held_back_samples(npu_int8):
+    report = npu_int8.quantization.accuracy
+    assert [(a.split, a.samples) for a in report] == [("calibration", 100), ("held-back", 20)]
+    for a in report:
+        assert 0 < a.relative_l2 < 0.05 and a.max_abs > 0 and a.top1_agreement >= 0.95
+    assert any(n.startswith("accuracy logits (held-back, 20 samples): relative L2") for n in npu_int8.notes)
+    assert "int8: 3 ops compute in int8 (conv2d 2, dense 1)" in npu_int8.notes
+    assert any(n.startswith("int8: max_pool2d x1 stays float:") for n in npu_int8.notes)
+
+
+def test_int8_dispatches_say_so_and_cost_fewer_cycles(digits, npu_int8):
+    float_build = aot.build(digits["path"], targets=["npu"], log=None)
+
+    def conv_dispatches(result):
+        module = runtime_lite.load(result.to_bytes())
+        profile = module.profile({"images": digits["test"][:1]})
+        return [d for d in profile.dispatches if d["engine"] == "CONV"]
+
+    quantized, plain = conv_dispatches(npu_int8), conv_dispatches(float_build)
+    assert [d["precision"] for d in quantized] == ["int8", "int8"] and [d["precision"] for d in plain] == ["float"] * 2
+    for q, f in zip(quantized, plain):
+        assert q["macs"] == f["macs"] and q["cycles"] < f["cycles"]
+        assert sum(r["bytes"] for r in q["reads"]) < sum(r["bytes"] for r in f["reads"]) / 2
+
+
+def test_digits_at_int8_in_the_tensorrt_recipe_lose_at_most_one_point(digits):
+    import onnxruntime
+
+    result = aot.build(digits["path"], targets=["tensorrt"], quantize=_config(digits, report=False),
+                       backend_options={"tensorrt": {"engines": "never"}}, log=None)  # fmt: skip
+    (record,) = result.header["modules"]
+    recipe = onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"]["recipe"]]))
+    assert record["compile_specs"]["settings"]["precision"] == "int8"
+    quantizers = [n for n in recipe.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    initializers = {t.name: numpy_helper.to_array(t) for t in recipe.graph.initializer}
+    assert quantizers and all(not initializers[n.input[2]].any() for n in quantizers)  # zero points of 0
+    per_channel = [n for n in quantizers if initializers[n.input[1]].size > 1]
+    assert len(per_channel) == 3 and all(initializers[n.input[0]].dtype == np.int8 for n in per_channel)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # it drops the scales it folded into its QLinear kernels, and says so
+    session = onnxruntime.InferenceSession(recipe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    accuracy = _accuracy(lambda x: session.run(None, {name: x})[0], digits)
+    print(f"digits: float {digits['float']:.4f}, tensorrt recipe int8 (onnxruntime) {accuracy:.4f}")
+    assert accuracy >= digits["float"] - 0.01
+    # and the host plan that rides along (the region's fallback) computes the same quantized graph
+    host = runtime_lite.load(result.to_bytes())
+    agree = _accuracy(lambda x: host.run({"images": x})[0], digits)
+    assert abs(agree - accuracy) <= 0.005
+
+
+def test_a_calibration_table_reproduces_the_build_and_enters_every_cache_key(digits, npu_int8, tmp_path):
+    table = npu_int8.quantization.table
+    assert table.samples == CALIBRATION_IMAGES and table.method == "percentile"
+    path = tmp_path / "digits.calibration.json"
+    table.save(path)
+    again = aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(table=path), log=None)
+    assert again.to_bytes() == npu_int8.to_bytes()
+    assert CalibrationTable.load(path).digest == table.digest
+    assert npu_int8.header["model"]["calibration"] == table.digest
+    assert all(m["compile_specs"]["calibration"] == table.digest for m in npu_int8.header["modules"])
+    device = DeviceSignature("10.0", "12.4", "H100", "9.0")
+    keys = {json.dumps(ingredients(BuildSettings(precision="int8", calibration=c), {}, device)) for c in ("a", "b")}
+    assert len(keys) == 2
+    minmax = aot.build(
+        digits["path"], targets=["npu"], quantize=_config(digits, method="minmax", report=False), log=None
+    )
+    assert minmax.quantization.table.digest != table.digest and minmax.to_bytes() != npu_int8.to_bytes()
+
+
+def test_int8_mistakes_are_one_line_errors(digits, tmp_path):
+    with pytest.raises(BuildError, match="precision int8 needs calibration data"):
+        aot.build(digits["path"], targets=["npu"], backend_options={"npu": {"precision": "int8"}}, log=None)
+    with pytest.raises(BuildError, match="needs a target that computes in int8"):
+        aot.build(digits["path"], quantize=_config(digits), log=None)
+    with pytest.raises(BuildError, match="input 'images' is float32, got int64"):
+        aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig([{"images": np.zeros((1, 1, 8, 8), int)}]))
+    with pytest.raises(BuildError, match=r"input 'images' is float32\[1,1,8,8\], got shape \[8, 8\]"):
+        aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig([{"images": np.zeros((8, 8))}]))
+    with pytest.raises(BuildError, match="is not an aot-calibration/1 table"):
+        (tmp_path / "t.json").write_text("{}")
+        aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(table=tmp_path / "t.json"), log=None)
+
+
+def test_aot_build_quantizes_from_a_directory_and_keeps_the_table(digits, tmp_path):
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    np.save(calibration / "images.npy", np.concatenate([s["images"] for s in digits["calibration"][:40]])[:, None])
+    out = tmp_path / "digits.aotb"
+    command = [sys.executable, "-m", "aot.cli.build", digits["path"], "-o", str(out), "--target", "npu",
+               "--target", "tensorrt", "--no-engines", "--precision", "int8", "--calibration", str(calibration)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "calibrate" in result.stderr and "accuracy logits (held-back, 4 samples)" in result.stdout
+    table = CalibrationTable.load(tmp_path / "digits.calibration.json")
+    assert table.samples == 36
+    module = runtime_lite.load(out)
+    assert module.run({"images": digits["test"][:1]})[0].shape == (1, 10)
+    reuse = subprocess.run(
+        [*command[:-2], "--calibration-table", str(tmp_path / "digits.calibration.json"), "-o", str(tmp_path / "b.aotb")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert reuse.returncode == 0, reuse.stderr
+    missing = subprocess.run([*command[:-2]], capture_output=True, text=True)
+    assert missing.returncode != 0 and missing.stderr.strip().splitlines()[-1].startswith("Error: ")
+    assert "needs calibration data" in missing.stderr and "Traceback" not in missing.stderr
