@@ -7,6 +7,7 @@ callback so a CLI can show progress on large models.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import sys
 import time
@@ -202,7 +203,13 @@ def _accuracy(result: BuildResult, quantization: Quantization, log: TextIO | Non
     import runtime_lite
     from aot.compiler.quantize.calibrate import progress_bar
 
-    module = runtime_lite.load(result.to_bytes())
+    placement = logging.getLogger("runtime_lite.placement")
+    level = placement.level
+    placement.setLevel(logging.ERROR)  # a TensorRT region on its host plan here is expected, not news
+    try:
+        module = runtime_lite.load(result.to_bytes())
+    finally:
+        placement.setLevel(level)
     tick = progress_bar(log, "accuracy", len(quantization.samples))
     tick(0)
     quantized = []

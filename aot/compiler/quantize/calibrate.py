@@ -9,7 +9,6 @@ few KiB per tensor whatever the number of samples.
 
 from __future__ import annotations
 
-import copy
 import sys
 from collections.abc import Callable
 from typing import TextIO
@@ -19,7 +18,7 @@ import numpy as np
 from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.quantize.samples import Sample
 from aot.compiler.quantize.table import CalibrationTable, TensorRange
-from aot.ir.graph import Graph, Value
+from aot.ir.graph import Graph, Node, Value
 from runtime_lite.execution.plan import HostPlan
 
 BINS = 2048
@@ -68,14 +67,36 @@ class RangeObserver:
         return TensorRange(self.min, self.max, amax)
 
 
+def clone(graph: Graph) -> tuple[Graph, dict[int, Value]]:
+    """A structural copy of ``graph`` sharing its weights, and the map from each value's id to its copy."""
+    copy = Graph(graph.name)
+    copy.metadata = dict(graph.metadata)
+    copy._names = {kind: set(names) for kind, names in graph._names.items()}
+    copy._unknown_dims = graph._unknown_dims
+    mapping: dict[int, Value] = {}
+
+    def get(value: Value) -> Value:
+        if id(value) not in mapping:  # a constant: the copy holds the same array
+            mapping[id(value)] = Value(value.name, value.type, None, value.data)
+        return mapping[id(value)]
+
+    for value in graph.inputs:
+        mapping[id(value)] = Value(value.name, value.type)
+        copy.inputs.append(mapping[id(value)])
+    for node in graph.nodes:
+        twin = Node(node.op, node.name, [get(v) for v in node.inputs], dict(node.attrs))
+        for out in node.outputs:
+            mapping[id(out)] = Value(out.name, out.type, twin)
+            twin.outputs.append(mapping[id(out)])
+        copy.nodes.append(twin)
+    copy.outputs = [get(v) for v in graph.outputs]
+    return copy, mapping
+
+
 def probe_plan(graph: Graph, tensors: list[Value]) -> HostPlan:
     """A host plan of ``graph`` whose outputs are the graph's own, then ``tensors`` (the graph is not changed)."""
-    memo: dict[int, object] = {id(graph._unknown_dims): graph._unknown_dims}
-    for value in graph.constants():
-        memo[id(value.data)] = value.data  # the copy shares the weights
-    probe = copy.deepcopy(graph, memo)
-    by_name = {v.name: v for v in probe.values()}
-    probe.outputs = list(probe.outputs) + [by_name[v.name] for v in tensors]
+    probe, mapping = clone(graph)
+    probe.outputs = list(probe.outputs) + [mapping[id(v)] for v in tensors]
     lowered = lower_to_host_plan(probe)
     return HostPlan(lowered.plan, lowered.constants)
 
