@@ -18,6 +18,8 @@ from onnx import helper, numpy_helper
 
 import aot
 import runtime_lite
+from aot.cli.build import backend_options_from
+from aot.compiler.backends.tensorrt.verify import verify_recipe
 from aot.compiler.quantize import CalibrationTable, QuantizeConfig
 from aot.compiler.quantize.fixed_point import quantize_multiplier
 from aot.errors import BuildError
@@ -233,6 +235,10 @@ def test_digits_at_int8_in_the_tensorrt_recipe_lose_at_most_one_point(digits):
     accuracy = _accuracy(lambda x: session.run(None, {name: x})[0], digits)
     print(f"digits: float {digits['float']:.4f}, tensorrt recipe int8 (onnxruntime) {accuracy:.4f}")
     assert accuracy >= digits["float"] - 0.01
+    # the recipe as written (onnxruntime's own fusion off) equals the region's host plan
+    payloads = {k: result.blobs.payloads[i] for k, i in record["payloads"].items()}
+    verdict = verify_recipe(payloads, record["compile_specs"], {name: digits["test"][:1]})
+    assert verdict["ok"] and verdict["precision"] == "int8" and verdict["error"] < 1e-3
     # and the host plan that rides along (the region's fallback) computes the same quantized graph
     host = runtime_lite.load(result.to_bytes())
     agree = _accuracy(lambda x: host.run({"images": x})[0], digits)
@@ -294,3 +300,15 @@ def test_aot_build_quantizes_from_a_directory_and_keeps_the_table(digits, tmp_pa
     missing = subprocess.run([*command[:-2]], capture_output=True, text=True)
     assert missing.returncode != 0 and missing.stderr.strip().splitlines()[-1].startswith("Error: ")
     assert "needs calibration data" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_precision_goes_to_every_target_that_takes_the_value():
+    both = ("npu", "tensorrt")
+    assert backend_options_from((), {"alias_precision": "int8"}, both) == {
+        "npu": {"precision": "int8"},
+        "tensorrt": {"precision": "int8"},
+    }
+    assert backend_options_from((), {"alias_precision": "fp16"}, both) == {"tensorrt": {"precision": "fp16"}}
+    assert backend_options_from((), {"alias_precision": "int8"}, ("npu",)) == {"npu": {"precision": "int8"}}
+    with pytest.raises(BuildError, match=r"--precision 'int4' \(npu\): expected one of fp32, int8"):
+        backend_options_from((), {"alias_precision": "int4"}, both)

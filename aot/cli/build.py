@@ -157,16 +157,16 @@ def backend_options_from(
         if value is None:
             continue
         chosen = [(b, o) for b, o in claims if targets is None or b in targets] or claims[:1]
+        parsed, refusals = {}, []
         for backend, option in chosen:
-            parsed = value
-            if isinstance(value, str):
-                try:
-                    parsed = option.parse(value)
-                except ValueError as e:
-                    raise BuildError(
-                        f"{flag} {value!r}" + (f" ({backend})" if len(chosen) > 1 else "") + f": {e}"
-                    ) from None
-            given.setdefault(backend, {})[option.name] = parsed
+            try:
+                parsed[backend] = (option, option.parse(value) if isinstance(value, str) else value)
+            except ValueError as e:
+                refusals.append(f"{flag} {value!r}" + (f" ({backend})" if len(chosen) > 1 else "") + f": {e}")
+        if not parsed:  # a value only one of several targets takes is for that one (--precision fp16: tensorrt)
+            raise BuildError(refusals[0])
+        for backend, (option, result) in parsed.items():
+            given.setdefault(backend, {})[option.name] = result
     return given
 
 
@@ -296,6 +296,10 @@ def main(
         for backend, lines in result.reports.items():
             for line in lines:
                 click.echo(f"  {backend:<8} {line}")
+        if result.quantization is not None:
+            table = result.quantization.table
+            click.echo(f"  int8     calibration table {calibration_table_path(output)} ({table.digest[:12]}, "
+                       f"{table.method}, {table.samples} samples)")  # fmt: skip
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -105,7 +105,9 @@ def _check_int8_dense_attrs(attrs: dict) -> None:
 def int8_dense(x, w, bias, multiplier, shift, *, act_min, act_max):
     """``x @ w.T`` of int8 operands (w laid out (units, in), as ``dense``), int32 accumulation, int8 out."""
     _check_int8("int8_dense", x=x, w=w)
-    _check_channels("int8_dense", w.shape[0] if w.ndim == 2 else -1, bias, multiplier, shift)
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"int8_dense: input {list(x.shape)} and weight {list(w.shape)} (units, in) do not fit")
+    _check_channels("int8_dense", w.shape[0], bias, multiplier, shift)
     wide = exact_float(w.shape[1])
     acc = _accumulate(dense(x.astype(wide), w.astype(wide)), bias, (-1,))
     return requantize(acc, multiplier, shift, act_min, act_max)

@@ -23,9 +23,11 @@ from aot.testing import relative_l2
 from runtime_lite.backends.options import resolve_options
 from runtime_lite.backends.tensorrt import LOAD_OPTIONS, TensorRTModule
 
-#: int8: onnxruntime fuses Q/DQ around convolutions into its own integer kernels, whose rounding
-#: can differ from the host's float-simulated Q/DQ by one 8-bit step at a few elements.
-TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 3e-2}
+#: int8 recipes run with onnxruntime's graph optimizations off, Q/DQ as written: its fusion into
+#: its own integer kernels (QLinearConv) rescales differently and, with the tiny scales of some
+#: random-weight models, far off, which would test onnxruntime rather than the lowering. Float
+#: sums in another order can still move a value across a rounding boundary: one 8-bit step.
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 1e-2}
 
 
 def region_inputs(module: TensorRTModule, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0):
@@ -41,7 +43,7 @@ def region_inputs(module: TensorRTModule, feeds: Mapping[str, np.ndarray] | None
     return arrays
 
 
-def _run(recipe: bytes, feeds: dict[str, np.ndarray], evaluator: str) -> list[np.ndarray]:
+def _run(recipe: bytes, feeds: dict[str, np.ndarray], evaluator: str, literal: bool = False) -> list[np.ndarray]:
     if evaluator == "reference":
         import onnx
         from onnx.reference import ReferenceEvaluator
@@ -52,6 +54,8 @@ def _run(recipe: bytes, feeds: dict[str, np.ndarray], evaluator: str) -> list[np
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
+    if literal:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     return onnxruntime.InferenceSession(recipe, options, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
@@ -67,8 +71,9 @@ def verify_recipe(
     module = TensorRTModule(views, compile_specs, options)
     inputs = region_inputs(module, feeds)
     host = module.fallback.execute(inputs)
-    recipe = _run(bytes(views["recipe"]), {s.name: x for s, x in zip(module.inputs, inputs)}, evaluator)
-    errors = [relative_l2(r, h) for r, h in zip(recipe, host)]
     precision = module.settings.precision
+    feeds = {s.name: x for s, x in zip(module.inputs, inputs)}
+    recipe = _run(bytes(views["recipe"]), feeds, evaluator, literal=precision == "int8")
+    errors = [relative_l2(r, h) for r, h in zip(recipe, host)]
     worst = max(errors, default=0.0)
     return {"region": module.id, "precision": precision, "error": worst, "ok": worst <= TOLERANCE[precision]}
