@@ -312,3 +312,44 @@ def test_precision_goes_to_every_target_that_takes_the_value():
     assert backend_options_from((), {"alias_precision": "int8"}, ("npu",)) == {"npu": {"precision": "int8"}}
     with pytest.raises(BuildError, match=r"--precision 'int4' \(npu\): expected one of fp32, int8"):
         backend_options_from((), {"alias_precision": "int4"}, both)
+
+
+def test_percentile_ranges_follow_the_data_as_its_range_grows():
+    from aot.compiler.quantize.calibrate import BINS, RangeObserver
+
+    rng = np.random.default_rng(3)
+    chunks = [rng.standard_normal(20000).astype(np.float32) * scale for scale in (0.5, 1.0, 4.0, 2.0)]
+    chunks[2][7] = 60.0  # one outlier: minmax follows it, the percentile does not
+    observer = RangeObserver()
+    for chunk in chunks:
+        observer.observe(chunk.reshape(100, 200))
+    everything = np.abs(np.concatenate(chunks))
+    minmax = observer.range("minmax", 99.99)
+    assert minmax.amax == 60.0 and minmax.max == 60.0 and minmax.min == float(np.concatenate(chunks).min())
+    for q in (99.0, 99.9, 99.99):
+        amax = observer.range("percentile", q).amax
+        assert abs(amax - np.percentile(everything, q)) <= 2 * observer.top / BINS
+    assert observer.range("percentile", 99.99).amax < 20
+
+
+def test_a_calibration_directory_holds_one_sample_per_file(digits, tmp_path):
+    from aot.compiler.quantize.samples import load_samples
+    from aot.ir.graph import Graph
+    from aot.ir.types import TensorType
+
+    for i in range(3):
+        np.save(tmp_path / f"{i:03d}.npy", digits["calibration"][i]["images"])
+    g = Graph()
+    images = g.add_input("images", TensorType((1, 1, 8, 8), "float32"))
+    samples = load_samples(tmp_path, [images])
+    assert len(samples) == 3 and np.array_equal(samples[2]["images"], digits["calibration"][2]["images"])
+    tokens = g.add_input("tokens", TensorType((1, 4), "int64"))
+    with pytest.raises(BuildError, match="needs one subdirectory per sample holding <input name>.npy"):
+        load_samples(tmp_path, [images, tokens])
+    (tmp_path / "s0").mkdir()
+    np.save(tmp_path / "s0" / "images.npy", digits["calibration"][0]["images"])
+    with pytest.raises(BuildError, match="s0 has no tokens.npy"):
+        load_samples(tmp_path, [images, tokens])
+    np.save(tmp_path / "s0" / "tokens.npy", np.zeros((1, 4), np.int64))
+    (both,) = load_samples(tmp_path, [images, tokens])
+    assert both["tokens"].dtype == np.int64

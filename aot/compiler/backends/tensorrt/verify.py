@@ -25,9 +25,12 @@ from runtime_lite.backends.tensorrt import LOAD_OPTIONS, TensorRTModule
 
 #: int8 recipes run with onnxruntime's graph optimizations off, Q/DQ as written: its fusion into
 #: its own integer kernels (QLinearConv) rescales differently and, with the tiny scales of some
-#: random-weight models, far off, which would test onnxruntime rather than the lowering. Float
-#: sums in another order can still move a value across a rounding boundary: one 8-bit step.
-TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 1e-2}
+#: random-weight models, far off, which would test onnxruntime rather than the lowering. Even as
+#: written, a float sum in another order can land a value on the other side of a rounding
+#: boundary: one 8-bit step, which the next layers carry and multiply. On ResNet-50 (random
+#: weights) the first quantized tensors agree exactly, the first flip appears in the third, and
+#: the output differs by about 4% relative L2, as much as int8 differs from float; hence 0.1.
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 1e-1}
 
 
 def region_inputs(module: TensorRTModule, feeds: Mapping[str, np.ndarray] | None = None, seed: int = 0):
