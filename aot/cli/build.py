@@ -145,8 +145,9 @@ def backend_options_from(
 ) -> dict[str, dict]:
     """--backend-option BACKEND.NAME=VALUE and the aliases, as ``build(backend_options=...)``.
 
-    An alias shared by several backends sets the option of each one among ``targets``
-    (of the first that declares it when none is a target, so the build says so).
+    An alias shared by several backends sets the option of each one among ``targets`` that
+    takes the value (``--precision fp16``: tensorrt's, not the npu's); when none does, the
+    first backend that would, so the build says to target it.
     """
     try:
         given = split_assignments(assignments)
@@ -163,7 +164,14 @@ def backend_options_from(
                 parsed[backend] = (option, option.parse(value) if isinstance(value, str) else value)
             except ValueError as e:
                 refusals.append(f"{flag} {value!r}" + (f" ({backend})" if len(chosen) > 1 else "") + f": {e}")
-        if not parsed:  # a value only one of several targets takes is for that one (--precision fp16: tensorrt)
+        if not parsed:  # no target takes it: a backend that would names itself (build: "add --target tensorrt")
+            for backend, option in claims:
+                try:
+                    parsed[backend] = (option, option.parse(value) if isinstance(value, str) else value)
+                    break
+                except ValueError:
+                    continue
+        if not parsed:
             raise BuildError(refusals[0])
         for backend, (option, result) in parsed.items():
             given.setdefault(backend, {})[option.name] = result
