@@ -134,7 +134,7 @@ def main() -> None:
         "## int8 with calibration (random weights)",
         "",
         f"`{command_line('bench_int8.py')}` on {machine()}. Build times include calibration on the host plan "
-        "and the accuracy run; agreement is the int8 bundle against the float graph on held-back samples.",
+        "and the accuracy run (wall-clock on a machine shared with other jobs: noisy); agreement is the int8 bundle against the float graph on held-back samples (random inputs: quantization noise, not task accuracy). The TensorRT check runs the recipe with onnxruntime's graph optimizations off against the host plan; one-step rounding flips compound through ResNet-50 and BERT (docs/quantization.md).",
         "",
         "| model | target | float build | int8 build (stages) | ops in int8 | held-back agreement | check |",
         "|---|---|---|---|---|---|---|",
