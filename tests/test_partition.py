@@ -136,6 +136,14 @@ def _graph_for(name: str) -> Graph:
         out = g.op(name, x4)
     elif name in ("divide", "subtract", "multiply", "add"):
         out = g.op(name, x4, const(8))
+    elif name in ("int8_conv", "int8_dense"):  # dequantize -> op -> relu6 -> quantize, symmetric int8
+        q = g.add_input("q", TensorType((1, 4, 8, 8), "int8"))
+        scale, zero = g.constant(np.float32(0.1)), g.constant(np.int8(0))
+        x = g.op("dequantize", q, scale, zero)
+        w_q = g.constant(rng.integers(-127, 128, (4, 4, 3, 3) if name == "int8_conv" else (4, 8)).astype(np.int8))
+        w = g.op("dequantize", w_q, g.constant(np.full(4, 0.01, np.float32)), const(4, dtype=np.int8), axis=0)
+        y = g.op("conv2d", x, w, const(4), **CONV) if name == "int8_conv" else g.op("dense", x, w, const(4))
+        out = g.op("quantize", g.op("relu6", y), scale, zero, dtype="int8")
     elif name == "dequantize":
         q = g.add_input("q", TensorType((1, 4, 8, 8), "int8"))
         out = g.op("dequantize", q, g.constant(np.float32(0.1)), g.constant(np.int8(3)))
