@@ -112,7 +112,7 @@ def progress_bar(stream: TextIO | None, label: str, total: int) -> Callable[[int
             return  # a log file gets the finished bar only
         filled = 30 * done // max(total, 1)
         end = "\n" if done == total else ""
-        stream.write(f"\r  {label:<9}[{'#' * filled}{'.' * (30 - filled)}] {done}/{total}{end}")
+        stream.write(f"\r  {label:<10}[{'#' * filled}{'.' * (30 - filled)}] {done}/{total}{end}")
         stream.flush()
 
     return tick
