@@ -309,9 +309,13 @@ class DeviceArray:
         if not self._stream_ordered:
             cuda.cudaFree(ptr)
             return
-        for consumer in self._consumers - {self.stream}:
-            wait_for_stream(cuda, self.stream, consumer)
-        cuda.cudaFreeAsync(ptr, self.stream)
+        try:
+            for consumer in self._consumers - {self.stream}:
+                wait_for_stream(cuda, self.stream, consumer)
+            check(cuda, "cudaFreeAsync", ptr, self.stream)
+        except RuntimeError:  # the stream is gone (its runner was closed): free it the synchronous way
+            self.synchronize()
+            cuda.cudaFree(ptr)
 
     def __del__(self) -> None:
         try:
@@ -333,10 +337,10 @@ class DeviceMemory:
     def allocate(self, nbytes: int, stream: int) -> int:
         if self.stream_ordered:
             try:
-                return check(self.cuda, "cudaMallocAsync", max(nbytes, 1), stream)
+                return int(check(self.cuda, "cudaMallocAsync", max(nbytes, 1), stream))
             except RuntimeError:
                 self.stream_ordered = False  # no memory pools on this device/driver: plain cudaMalloc from now on
-        return check(self.cuda, "cudaMalloc", max(nbytes, 1))
+        return int(check(self.cuda, "cudaMalloc", max(nbytes, 1)))
 
     def array(self, ptr: int, shape: Sequence[int], dtype: np.dtype, stream: int, **kwargs: Any) -> DeviceArray:
         return DeviceArray(self.cuda, ptr, shape, dtype, stream, stream_ordered=self.stream_ordered, **kwargs)
