@@ -245,6 +245,21 @@ def test_the_callers_stream_carries_the_work(machine, tmp_path):
     assert relative_l2(out.numpy(), _host()) <= 1e-5
 
 
+def test_consecutive_runs_are_ordered_on_the_device_and_the_host_waits_only_to_reuse_staging(machine, tmp_path):
+    module = _load(_bundle(tmp_path))
+    calls = _cudart().CALLS
+    x = StandinGpuArray(DATA)
+    module.run({"data": DATA}, outputs_on="device", stream=101)  # host input staged, nothing waited for
+    waits, host_waits = calls["cudaStreamWaitEvent"], calls["cudaEventSynchronize"]
+    kept = module.run({"data": x}, outputs_on="device", stream=101)  # same stream, GPU input: no wait at all
+    assert (calls["cudaStreamWaitEvent"], calls["cudaEventSynchronize"]) == (waits, host_waits)
+    kept += module.run({"data": x}, outputs_on="device", stream=202)  # another stream: it waits on the device
+    assert calls["cudaStreamWaitEvent"] == waits + 1 and calls["cudaEventSynchronize"] == host_waits
+    module.run({"data": DATA}, outputs_on="device", stream=202)
+    module.run({"data": DATA}, stream=202)  # the staging the previous run copied from: the host waits first
+    assert calls["cudaEventSynchronize"] == host_waits + 1
+
+
 def test_gpu_inputs_a_runner_cannot_take_are_one_line_errors(machine, tmp_path):
     module = _load(_bundle(tmp_path))
     with pytest.raises(InputError, match="input 'data': expected dtype float32, got a GPU array of float64"):

@@ -243,7 +243,10 @@ class EngineRunner:
         self._shapes: tuple | None = None
         self._output_shapes: dict[str, tuple[int, ...]] = {}
         self._addresses: dict[str, int] = {}
-        self._last_done: ReadyEvent | None = None  # the previous run's end, while the host has not waited for it
+        # The previous run's end and stream while the host has not waited for it, and whether it read pinned staging
+        self._last_done: ReadyEvent | None = None
+        self._last_stream = self.stream
+        self._staged: ReadyEvent | None = None
         self._h2d, self._d2h = self._kind("HostToDevice"), self._kind("DeviceToHost")
         self._d2d = self._kind("DeviceToDevice")
         self._lock = threading.Lock()
@@ -269,12 +272,13 @@ class EngineRunner:
 
     def _run(self, inputs: Sequence[Any], outputs_on: str, stream: int) -> list[Any]:
         context = self.context
-        self._after_last_run()
+        self._after_last_run(stream)
         graphed = self.cuda_graphs
         keep: list[Any] = []
         shapes = []
-        for name, x in zip(self.inputs, inputs):
-            if is_device_array(x):
+        on_device = [is_device_array(x) for x in inputs]
+        for name, x, device in zip(self.inputs, inputs, on_device):
+            if device:
                 address, shape = self._device_input(name, x, stream, keep, copy=graphed)
             else:
                 address, shape = self._host_input(name, x, stream)
@@ -287,6 +291,7 @@ class EngineRunner:
                     raise InputError(f"input '{name}': shape {list(shape)} is outside the engine's profile")
             self._output_shapes = {n: tuple(context.get_tensor_shape(n)) for n in self.outputs}
             self._shapes = key
+        staged = not all(on_device)
         fresh = outputs_on == "device" and not graphed  # TensorRT writes straight into the returned arrays
         destinations = {}
         for name in self.outputs:
@@ -300,6 +305,8 @@ class EngineRunner:
         self._execute(key, stream)
         if outputs_on == "device":
             results = self._device_results(destinations, stream, keep, copy=not fresh)
+            self._staged = self._last_done if staged else None
+            self._last_stream = stream
         else:
             results = self._host_results(stream)
             for item in keep:
@@ -307,20 +314,23 @@ class EngineRunner:
                     item.release()
         return results
 
-    def _after_last_run(self) -> None:
-        """Order this run after the previous one, which shares the context, the buffers and the pinned staging.
+    def _after_last_run(self, stream: int) -> None:
+        """Order this run after the previous one, which shares the context and the buffers, on the device.
 
-        A run that returned host arrays ended with the host waiting for it; one that
-        returned device arrays did not, so the host waits for it here (its copies may
-        still read the staging this run is about to write).
+        A run that returned host arrays ended with the host waiting for it. One that
+        returned device arrays did not: on the same stream this run follows it anyway; on
+        another, this stream waits for its end event (the host goes on). Only writing the
+        pinned staging it may still be copying from makes the host wait (``_host_input``).
         """
         done, self._last_done = self._last_done, None
-        if done is None:
-            return  # the previous run ended with the host waiting for it
-        done.synchronize()  # its H2D copies may still read the pinned staging this run will write
+        if done is not None and self._last_stream != stream:
+            done.wait_on(stream)
 
     def _host_input(self, name: str, x: Any, stream: int) -> tuple[int, tuple[int, ...]]:
         x = np.asarray(x)
+        staged, self._staged = self._staged, None
+        if staged is not None:  # the previous run's H2D copies may still read this staging
+            staged.synchronize()
         buffer = self.staging[name]
         dtype = self.dtypes[name]
         self._grow(buffer, x.size * dtype.itemsize)
@@ -428,7 +438,9 @@ class EngineRunner:
         ready = ReadyEvent(self.cuda, stream)
         self._last_done = ready
         return [
-            self.memory.array(address, shape, dtype, stream, ready=ready, keepalive=keep, device_id=self.device_id)
+            self.memory.array(
+                address, shape, dtype, stream, ready=ready, keepalive=keep or None, device_id=self.device_id
+            )
             for address, shape, dtype in arrays.values()
         ]
 
@@ -439,7 +451,7 @@ class EngineRunner:
         with getattr(self, "_lock", threading.Lock()):
             if getattr(self, "stream", None) is None:
                 return
-            done, self._last_done = self._last_done, None
+            done, self._last_done, self._staged = self._last_done, None, None
             if done is not None:
                 done.synchronize()
             self._drop_graphs()
