@@ -137,6 +137,23 @@ def test_streams_are_read_from_every_library_convention():
         stream_handle("default")
 
 
+def _cuda_device_here() -> bool:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return False
+    err, count = runtime.cudaGetDeviceCount()
+    return err == runtime.cudaError_t.cudaSuccess and count > 0
+
+
+def test_device_outputs_without_a_gpu_are_a_one_line_error(small_bundle):
+    if _cuda_device_here():
+        pytest.skip("a CUDA device is here, so outputs_on='device' works (tests/gpu covers it)")
+    module = runtime_lite.load(small_bundle)  # no stand-in here: this machine's own CUDA (none) is asked
+    with pytest.raises(runtime_lite.ExecutionError, match="outputs_on='device': output 0 cannot be put on a GPU"):
+        module.run([np.zeros((1, 3, 8, 8), np.float32)], outputs_on="device")
+
+
 def test_host_arrays_are_never_device_arrays():
     assert not is_device_array(np.zeros(3)) and not is_device_array(torch.zeros(3)) and not is_device_array([1.0])
 

@@ -195,7 +195,12 @@ def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
             seen.add(id(value))
             placed.append(value)
         else:  # computed on the host, the caller's own GPU input, or a result repeated: a DeviceArray of its own
-            placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream))
+            try:
+                placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream))
+            except RuntimeError as e:  # no cuda-python, no device
+                raise ExecutionError(
+                    f"outputs_on='device': output {len(placed)} cannot be put on a GPU ({e})"
+                ) from None
     return placed
 
 
