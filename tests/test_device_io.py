@@ -184,6 +184,9 @@ def test_dlpack_only_inputs_are_ordered_on_the_runner_stream(machine, tmp_path):
     assert relative_l2(out, _host()) <= 1e-5
     assert x.dlpack_streams == [1]  # described at bind time; the legacy stream that blocking streams follow
     assert dlpack.live_exports() <= before  # our view of it was given back
+    torch_like = StandinGpuArray(DATA)  # an interface naming no stream (torch's v2), and __dlpack__
+    assert relative_l2(module.run({"data": torch_like})[0], _host()) <= 1e-5
+    assert torch_like.dlpack_streams == [_runner(module).stream]  # the producer ordered its work before ours
 
 
 def test_outputs_on_device_are_owned_arrays_ready_in_stream_order(machine, tmp_path):

@@ -147,6 +147,7 @@ class DeviceInput:
     def __init__(self, value: Any, name: str = "input"):
         self.value, self.name = value, name
         self._view: DLPackView | None = None
+        self._ready_stream: int | None = None
         self.producer_stream: int | None = None
         interface = None
         try:
@@ -183,15 +184,25 @@ class DeviceInput:
     def contiguous(self) -> bool:
         return self.byte_strides is None or self.byte_strides == _c_strides(self.shape, self.dtype.itemsize)
 
-    def ready_on(self, cuda: Any, stream: int) -> int:
-        """The address, readable by work enqueued on ``stream`` from now on."""
-        if self.producer_stream is not None and self.producer_stream != stream:
-            wait_for_stream(cuda, stream, self.producer_stream)
-        elif self._dlpack_sync and self._view is None:
-            try:
-                self._view = import_dlpack(self.value, stream)  # the producer orders its work before ours
-            except Exception:
-                self._dlpack_sync = False  # e.g. a tensor that requires grad: the interface's address stands
+    def ready_on(self, cuda: Any, stream: int, blocking: bool = False) -> int:
+        """The address, readable by work enqueued on ``stream`` from now on.
+
+        The first use settles the stream the data is ready on: the producer's (v3 interface),
+        else ``stream`` itself where DLPack lets the producer order its work before it, else
+        the legacy default stream. Any other stream then waits for that one on the device;
+        ``blocking`` says ``stream`` already follows the legacy default stream.
+        """
+        if self._ready_stream is None:
+            self._ready_stream = self.producer_stream or LEGACY_STREAM
+            if self.producer_stream is None and self._dlpack_sync:
+                try:
+                    self._view = import_dlpack(self.value, stream)
+                    self._ready_stream = stream
+                except Exception:  # e.g. a tensor that requires grad: the interface's address stands
+                    pass
+        ready = self._ready_stream
+        if ready != stream and not (blocking and ready == LEGACY_STREAM):
+            wait_for_stream(cuda, stream, ready)
         return self.ptr
 
     def release(self) -> None:
@@ -357,7 +368,7 @@ def to_host(value: Any) -> np.ndarray:
     out = np.empty(source.shape, source.dtype)
     stream = check(cuda, "cudaStreamCreate")
     try:
-        ptr = source.ready_on(cuda, stream)
+        ptr = source.ready_on(cuda, stream, blocking=True)
         if out.nbytes:
             kind = cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost
             check(cuda, "cudaMemcpyAsync", out.ctypes.data, ptr, out.nbytes, kind, stream)

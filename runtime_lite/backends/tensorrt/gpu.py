@@ -347,7 +347,7 @@ class EngineRunner:
             address, shape, contiguous = x.ptr, x.shape, True
         else:
             x = x if isinstance(x, DeviceInput) else DeviceInput(x, name)
-            address, shape, contiguous = x.ready_on(self.cuda, stream), x.shape, x.contiguous
+            address, shape, contiguous = x.ready_on(self.cuda, stream, stream == self.stream), x.shape, x.contiguous
         keep.append(x)  # alive until the run that reads it is over
         if x.dtype != dtype:
             raise InputError(f"input '{name}': a GPU array of dtype {x.dtype.name}, the engine takes {dtype.name} "
