@@ -213,6 +213,20 @@ def test_outputs_on_device_are_owned_arrays_ready_in_stream_order(machine, tmp_p
     assert cudart.CALLS["cudaFreeAsync"] == freed_async + 2 and cudart.live_allocations() == allocations
 
 
+def test_a_device_result_outlives_its_module(machine, tmp_path):
+    module = _load(_bundle(tmp_path))
+    calls = _cudart().CALLS
+    (result,) = module.run({"data": DATA}, outputs_on="device")
+    destroyed = calls["cudaStreamDestroy"]
+    module.close()
+    assert calls["cudaStreamDestroy"] == destroyed  # the stream it is freed on stays while it lives
+    assert relative_l2(result.numpy(), _host()) <= 1e-5
+    result.release()
+    assert calls["cudaFreeAsync"] >= 1 and calls["cudaStreamDestroy"] == destroyed + 1
+    with pytest.raises(ValueError, match="released"):
+        result.numpy()
+
+
 def test_gpu_in_gpu_out_makes_no_copy(machine, tmp_path):
     module = _load(_bundle(tmp_path))
     calls = _cudart().CALLS

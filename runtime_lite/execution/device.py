@@ -221,6 +221,24 @@ def wait_for_stream(cuda: Any, waiter: int, producer: int) -> None:
         cuda.cudaEventDestroy(event)
 
 
+class OwnedStream:
+    """A stream runtime_lite made: destroyed when the last runner or DeviceArray that uses it is gone.
+
+    A result may outlive its engine (``Module.close`` with results still held): it is
+    still freed in order on the stream it was made on, which must therefore still exist.
+    """
+
+    def __init__(self, cuda: Any):
+        self.cuda = cuda
+        self.handle = int(check(cuda, "cudaStreamCreate"))  # blocking: ordered after the legacy default stream
+
+    def __del__(self) -> None:
+        try:
+            self.cuda.cudaStreamDestroy(self.handle)
+        except Exception:  # interpreter shutdown
+            pass
+
+
 class ReadyEvent:
     """An event recorded after a run's work; destroyed when the last array it guards goes."""
 
@@ -250,9 +268,11 @@ class DeviceArray:
     def __init__(
         self, cuda: Any, ptr: int, shape: Sequence[int], dtype: np.dtype, stream: int, *,
         ready: ReadyEvent | None = None, keepalive: Any = None, device_id: int = 0, stream_ordered: bool = True,
+        stream_owner: OwnedStream | None = None,
     ):  # fmt: skip
         self._cuda, self.ptr, self.shape, self.dtype = cuda, ptr, tuple(shape), np.dtype(dtype)
         self.stream, self.ready, self.device_id = stream, ready, device_id
+        self._stream_owner = stream_owner  # keeps a runner's stream alive for the stream-ordered free
         self._keepalive, self._stream_ordered = keepalive, stream_ordered
         self._consumers: set[int] = set()
         self._lock = threading.Lock()
@@ -269,8 +289,13 @@ class DeviceArray:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    def _live(self) -> None:
+        if not self.ptr:
+            raise ValueError("this DeviceArray was released")
+
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
+        self._live()
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
                 "version": 3, "stream": self.stream or LEGACY_STREAM}  # fmt: skip
 
@@ -283,6 +308,7 @@ class DeviceArray:
             raise BufferError("DeviceArray.__dlpack__: copy=True is not supported; the export is never a copy")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DeviceArray.__dlpack__: the array lives on {self.__dlpack_device__()}, not {dl_device}")
+        self._live()
         consumer = LEGACY_STREAM if stream is None else stream_handle(stream)
         if consumer != -1:
             if self.ready is not None and consumer != self.stream:
@@ -298,6 +324,7 @@ class DeviceArray:
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the value)."""
+        self._live()
         out = np.empty(self.shape, self.dtype)
         self.synchronize()
         if out.nbytes:
@@ -324,9 +351,10 @@ class DeviceArray:
             for consumer in self._consumers - {self.stream}:
                 wait_for_stream(cuda, self.stream, consumer)
             check(cuda, "cudaFreeAsync", ptr, self.stream)
-        except RuntimeError:  # the stream is gone (its runner was closed): free it the synchronous way
+        except RuntimeError:  # the stream refuses (a caller's stream destroyed early): free it the synchronous way
             self.synchronize()
             cuda.cudaFree(ptr)
+        self._stream_owner = None
 
     def __del__(self) -> None:
         try:

@@ -52,6 +52,7 @@ from runtime_lite.execution.device import (
     DeviceArray,
     DeviceInput,
     DeviceMemory,
+    OwnedStream,
     ReadyEvent,
     check,
     cudart,
@@ -232,7 +233,8 @@ class EngineRunner:
         self.inputs, self.outputs = tuple(input_names), tuple(output_names)
         self.dtypes = {n: np.dtype(dtype_of(engine.get_tensor_dtype(n))) for n in names}
         self.context = engine.create_execution_context()
-        self.stream = int(_cuda(cuda, "cudaStreamCreate"))  # blocking: ordered after the legacy default stream
+        self._own_stream = OwnedStream(cuda)  # outlives the runner while results made on it are alive
+        self.stream = self._own_stream.handle
         self.device_id = int(_cuda(cuda, "cudaGetDevice"))
         self.staging = {n: _Staging(cuda) for n in self.inputs}
         self.results = {n: _Staging(cuda, pinned=False) for n in self.outputs}
@@ -437,10 +439,18 @@ class EngineRunner:
             arrays[name] = (address, shape, dtype)
         ready = ReadyEvent(self.cuda, stream)
         self._last_done = ready
+        owner = self._own_stream if stream == self.stream else None
         return [
             self.memory.array(
-                address, shape, dtype, stream, ready=ready, keepalive=keep or None, device_id=self.device_id
-            )
+                address,
+                shape,
+                dtype,
+                stream,
+                ready=ready,
+                keepalive=keep or None,
+                device_id=self.device_id,
+                stream_owner=owner,
+            )  # fmt: skip
             for address, shape, dtype in arrays.values()
         ]
 
@@ -458,7 +468,7 @@ class EngineRunner:
             for buffer in (*self.staging.values(), *self.results.values()):
                 buffer.release()
             self.pinned.close()
-            self.cuda.cudaStreamDestroy(self.stream)
+            self._own_stream = None  # destroyed now, or when the last result made on it goes
             self.stream = None
 
     def __del__(self) -> None:
