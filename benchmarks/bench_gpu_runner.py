@@ -11,7 +11,9 @@ TensorRT needed on the GPU machine). Per size, alternately in one process on one
   device, the device to a pinned output buffer, one stream synchronisation;
 * host floor + staging: the same plus writing the caller's (pageable) array into the
   pinned buffer, which any runner taking numpy input must do;
-* runner host: ``EngineRunner.run([x])`` with a numpy array, with and without CUDA graphs;
+* runner host: ``EngineRunner.run([x])`` with a numpy array, with and without CUDA graphs,
+  and with the input in the runner's pinned memory (``host_array``: no staging copy, the
+  like-for-like comparison with the host floor);
 * device floor: one device-to-device copy of the output bytes and a synchronisation
   (the least a device-resident call costs);
 * runner device: ``run([cupy_array], outputs_on="device")`` then ``synchronize()`` on the result.
@@ -84,6 +86,8 @@ def measure(shape: tuple[int, ...], reps: int, rounds: int) -> dict[str, float]:
 
     plain, graphed = runner(noop=True), runner(noop=True, cuda_graphs=True)
     on_gpu = cupy.asarray(x)
+    pinned_x = plain.host_array(shape)
+    pinned_x[...] = x
 
     def run_device():
         plain.run([on_gpu], outputs_on="device")[0].synchronize()
@@ -92,6 +96,7 @@ def measure(shape: tuple[int, ...], reps: int, rounds: int) -> dict[str, float]:
         "host floor": floor,
         "host floor + staging": floor_staging,
         "runner host": lambda: plain.run([x]),
+        "runner host, pinned in": lambda: plain.run([pinned_x]),
         "runner host, graphs": lambda: graphed.run([x]),
         "device floor": device_floor,
         "runner device": run_device,
@@ -131,14 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(describe_machine())
     print()
-    columns = ["host floor", "host floor + staging", "runner host", "runner host, graphs", "device floor",
-               "runner device"]  # fmt: skip
-    print("| size | " + " | ".join(f"{c} (us)" for c in columns) + " | runner host / floor |")
-    print("|---" * (len(columns) + 2) + "|")
+    columns = ["host floor", "host floor + staging", "runner host", "runner host, pinned in", "runner host, graphs",
+               "device floor", "runner device"]  # fmt: skip
+    print("| size | " + " | ".join(f"{c} (us)" for c in columns) + " | runner / floor + staging | pinned in / floor |")
+    print("|---" * (len(columns) + 3) + "|")
     for label, shape in SIZES.items():
         row = measure(shape, args.reps, args.rounds)
-        ratio = row["runner host"] / row["host floor"]
-        print(f"| {label} | " + " | ".join(f"{row[c]:.1f}" for c in columns) + f" | {ratio:.2f}x |")
+        staged = row["runner host"] / row["host floor + staging"]
+        pinned = row["runner host, pinned in"] / row["host floor"]
+        print(f"| {label} | " + " | ".join(f"{row[c]:.1f}" for c in columns) + f" | {staged:.2f}x | {pinned:.2f}x |")
     return 0
 
 

@@ -330,6 +330,20 @@ def test_host_results_are_pinned_blocks_handed_over_and_reused_once_dropped(mach
         np.testing.assert_allclose(result, _host(DATA * i), rtol=1e-5, atol=1e-5)
 
 
+def test_pinned_inputs_go_to_the_gpu_without_a_staging_copy(machine, tmp_path):
+    module = _load(_bundle(tmp_path))
+    runner = _runner(module)
+    x = runner.host_array(DATA.shape)  # pinned memory of the runner's, for the caller to fill
+    x[...] = DATA
+    staged = runner.staged_bytes
+    out = module.run({"data": x})[0]
+    assert runner.staged_bytes == staged and relative_l2(out, _host()) <= 1e-5
+    module.run({"data": DATA})
+    assert runner.staged_bytes == staged + DATA.nbytes  # an ordinary array: one copy into staging
+    module.run({"data": x}, outputs_on="device")  # asynchronous: the caller could change x meanwhile, so staged
+    assert runner.staged_bytes == staged + 2 * DATA.nbytes
+
+
 def test_shapes_and_addresses_go_to_tensorrt_only_when_they_change(machine, tmp_path):
     module = _load(_bundle(tmp_path))
     for _ in range(4):

@@ -8,7 +8,9 @@ imports and runs on machines that have neither. Every cudart call returns
 What a run costs beyond TensorRT's own work, and how the runner keeps it small:
 
 * a host input is written once, straight into pinned staging (``np.copyto`` also
-  does any layout or dtype conversion), then copied to the device asynchronously;
+  does any layout or dtype conversion), then copied to the device asynchronously; an
+  input already in pinned memory of the runner's (``host_array()``, or an earlier
+  result) is copied to the device from where it is;
 * a host output is copied from the device into a pinned block that becomes the
   returned array's memory: no copy out of staging. The block goes back to the runner's
   pool when the caller drops the array (beyond ``MAX_LEASED_BYTES`` outstanding, a
@@ -152,6 +154,7 @@ class _PinnedPool:
     def __init__(self, cuda: Any):
         self.cuda = cuda
         self.free: list[tuple[int, int]] = []  # (capacity, address)
+        self.out: dict[int, int] = {}  # address -> capacity of the blocks lent out
         self.leased = 0
         self.closed = False
         self._lock = threading.Lock()
@@ -177,12 +180,22 @@ class _PinnedPool:
                 with self._lock:
                     self.leased -= capacity
                 return np.empty(shape, dtype)
+        with self._lock:
+            self.out[address] = capacity
         raw = (ctypes.c_char * capacity).from_address(address)
         weakref.finalize(raw, self._give_back, capacity, address)
         return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
 
+    def holds(self, array: np.ndarray) -> bool:
+        """Whether ``array``'s bytes lie in one of the pinned blocks lent out (so a copy can DMA from them)."""
+        start = array.__array_interface__["data"][0]
+        with self._lock:
+            return any(address <= start and start + array.nbytes <= address + capacity
+                       for address, capacity in self.out.items())  # fmt: skip
+
     def _give_back(self, capacity: int, address: int) -> None:
         with self._lock:
+            self.out.pop(address, None)
             self.leased -= capacity
             if not self.closed and len(self.free) < MAX_FREE_BLOCKS:
                 self.free.append((capacity, address))
@@ -240,6 +253,8 @@ class EngineRunner:
         self.results = {n: _Staging(cuda, pinned=False) for n in self.outputs}
         self.pinned = _PinnedPool(cuda)
         self.memory = DeviceMemory(cuda)
+        #: bytes of host input copied into pinned staging so far (what host_array inputs avoid)
+        self.staged_bytes = 0
         self.cuda_graphs = cuda_graphs
         self._graphs: dict[tuple, Any] = {}  # input shapes -> graph exec, or None where capture failed
         self._shapes: tuple | None = None
@@ -252,6 +267,15 @@ class EngineRunner:
         self._h2d, self._d2h = self._kind("HostToDevice"), self._kind("DeviceToHost")
         self._d2d = self._kind("DeviceToDevice")
         self._lock = threading.Lock()
+
+    def host_array(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
+        """A pinned host array to fill and pass to ``run``: its bytes go to the GPU with no staging copy.
+
+        (Results of host runs are such arrays too.) The direct copy is used when the run
+        returns host arrays, as it ends with the host waiting for the GPU; an asynchronous
+        run stages the array, since the caller may change it while the copy is in flight.
+        """
+        return self.pinned.lease(tuple(int(d) for d in shape), np.dtype(dtype))
 
     def run(self, inputs: Sequence[Any], *, outputs_on: str = "host", stream: Any = None) -> list[Any]:
         """Run the engine on host and/or GPU arrays; numpy results, or DeviceArrays with ``outputs_on="device"``.
@@ -283,7 +307,7 @@ class EngineRunner:
             if device:
                 address, shape = self._device_input(name, x, stream, keep, copy=graphed)
             else:
-                address, shape = self._host_input(name, x, stream)
+                address, shape = self._host_input(name, x, stream, direct=outputs_on == "host")
             shapes.append(shape)
             self._bind(name, address)
         key = tuple(shapes)
@@ -328,17 +352,23 @@ class EngineRunner:
         if done is not None and self._last_stream != stream:
             done.wait_on(stream)
 
-    def _host_input(self, name: str, x: Any, stream: int) -> tuple[int, tuple[int, ...]]:
+    def _host_input(self, name: str, x: Any, stream: int, direct: bool) -> tuple[int, tuple[int, ...]]:
         x = np.asarray(x)
-        staged, self._staged = self._staged, None
-        if staged is not None:  # the previous run's H2D copies may still read this staging
-            staged.synchronize()
         buffer = self.staging[name]
         dtype = self.dtypes[name]
-        self._grow(buffer, x.size * dtype.itemsize)
-        np.copyto(buffer.host_array(x.shape, dtype), x, casting="same_kind")  # the one host copy of the input
-        if x.size:
-            _cuda(self.cuda, "cudaMemcpyAsync", buffer.device, buffer.host, x.size * dtype.itemsize, self._h2d, stream)
+        nbytes = x.size * dtype.itemsize
+        self._grow(buffer, nbytes)
+        source = buffer.host
+        if direct and x.dtype == dtype and x.flags.c_contiguous and self.pinned.holds(x):
+            source = x.ctypes.data  # already pinned (host_array, or an earlier result): no staging copy
+        else:
+            staged, self._staged = self._staged, None
+            if staged is not None:  # the previous run's H2D copies may still read this staging
+                staged.synchronize()
+            np.copyto(buffer.host_array(x.shape, dtype), x, casting="same_kind")  # the one host copy of the input
+            self.staged_bytes += nbytes
+        if nbytes:
+            _cuda(self.cuda, "cudaMemcpyAsync", buffer.device, source, nbytes, self._h2d, stream)
         return buffer.device, x.shape
 
     def _device_input(self, name: str, x: Any, stream: int, keep: list, copy: bool) -> tuple[int, tuple[int, ...]]:
