@@ -67,14 +67,14 @@ def _on_device(value: Any) -> bool:
 
 
 def _coerce(spec: TensorSpec, value: Any) -> np.ndarray:
-    if type(value) is not np.ndarray:
+    if type(value) is not np.ndarray:  # subclasses (np.matrix, memmap) too: the model sees plain arrays
         if _on_device(value):
             if value.dtype != spec.dtype:
                 raise InputError(
                     f"input '{spec.name}': expected dtype {spec.dtype.name}, got a GPU array of {value.dtype.name} "
                     "(GPU arrays are not converted: cast it on the GPU first)"
                 )
-            return value  # subclasses (np.matrix, memmap) too: the model sees plain arrays
+            return value
         if isinstance(value, np.ma.MaskedArray):
             raise InputError(f"input '{spec.name}': masked arrays are not supported; pass value.filled(...)")
         if isinstance(value, (np.ndarray, np.generic)):
