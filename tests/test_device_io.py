@@ -446,6 +446,9 @@ def test_the_lean_runtime_runs_engines_built_without_it_and_refuses_others(machi
     building = runtime_lite.load(full_engine, backend_options={"tensorrt": {"allow_engine_build": True,
                                                                             "cache_dir": tmp_path / "c2"}})  # fmt: skip
     assert "cannot build them" in building.modules[0]["placement"]
+    machine.become(lean=True, version="10.14.1")  # a lean runtime of another version: not the engine's
+    other = _load(lean_engine)
+    assert "built with TensorRT 10.13.0, the lean runtime here is 10.14.1" in other.modules[0]["placement"]
 
 
 def test_a_corrupt_engine_falls_back_to_the_host_with_the_reason(machine, tmp_path, caplog):
