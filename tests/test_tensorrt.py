@@ -286,13 +286,13 @@ def test_without_a_gpu_the_region_runs_on_the_host_and_says_so_once(caplog):
     weight = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)
     result = build(conv_relu_graph(weight), targets=["tensorrt"], min_region_size=1)
     assert any("no engine built" in note for note in result.notes)
-    with caplog.at_level(logging.INFO, logger="runtime_lite.tensorrt"):
+    with caplog.at_level(logging.INFO):
         module = runtime_lite.load(result.to_bytes())
         data = RNG.standard_normal((1, 3, 32, 32)).astype(np.float32)
         for _ in range(3):
             out = module.run({"data": data})[0]
-    messages = [r.getMessage() for r in caplog.records if r.name == "runtime_lite.tensorrt"]
-    assert len(messages) == 1 and "runs on the host" in messages[0], messages
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("runtime_lite")]
+    assert len(messages) == 1 and "runs on the host" in messages[0], messages  # the placement warning, once
     (described,) = module.modules
     assert described["backend"] == "tensorrt" and described["placement"].startswith("on the host")
     expected = build_and_load(conv_relu_graph(weight)).run({"data": data})[0]

@@ -10,7 +10,8 @@ backend, the built-in NPU and TensorRT ones included, subclasses :class:`Backend
 * ``is_available()``: whether this host can run it at all;
 * ``init(context, payloads, compile_specs) -> handle``: prepare one module from its
   blobs; raise :class:`IncompatiblePayload` when the payload is not for this host;
-* ``execute(context, handle, inputs) -> outputs``: run it on numpy arrays; when
+* ``execute(context, handle, inputs) -> outputs``: run it on numpy arrays (GPU arrays too where
+  ``accepts_device_arrays``); when
   ``context.trace`` is a list (``Module.profile``) append one event (a dict) per dispatch;
 * ``close(handle)``: release what ``init`` took (device memory, engines);
 * ``describe(handle) -> Placement``: where the module runs (its backend, or e.g.
@@ -64,6 +65,9 @@ class Backend:
 
     name: str = ""
     load_options: tuple[Option, ...] = ()
+    #: Whether ``execute`` takes GPU arrays (runtime_lite.execution.device) as they are; a backend that
+    #: does not gets numpy arrays, converted once at the boundary by the plan.
+    accepts_device_arrays: bool = False
 
     def is_available(self) -> bool:
         return True

@@ -16,8 +16,20 @@ from runtime_lite.backends import (
     get_backend,
     resolve_backend_options,
 )
-from runtime_lite.errors import BundleError, ExecutionError, RuntimeLiteError, one_line
+from runtime_lite.errors import BundleError, ExecutionError, InputError, RuntimeLiteError, one_line
 from runtime_lite.execution.allocator import keep_freed_memory
+from runtime_lite.execution.device import (
+    OUTPUTS_ON,
+    DeviceArray,
+    DeviceInput,
+    DeviceRun,
+    activate,
+    deactivate,
+    is_device_array,
+    stream_handle,
+    to_device,
+    to_host,
+)
 from runtime_lite.execution.limits import RunLimits
 from runtime_lite.execution.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.execution.plan import BoundModule, HostPlan
@@ -88,12 +100,20 @@ class Module:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-        """Run the model; ``inputs`` is a dict name -> array or a list in signature order.
+    def run(
+        self, inputs: Mapping[str, Any] | Sequence[Any], *, outputs_on: str = "host", stream: Any = None
+    ) -> list[Any]:
+        r"""Run the model; ``inputs`` is a dict name -> array or a list in signature order.
 
-        Returns the outputs as a list of numpy arrays in signature order.
+        Returns the outputs as a list of numpy arrays in signature order. Inputs may
+        also be GPU arrays (CuPy, torch.cuda: anything with ``__dlpack__`` or
+        ``__cuda_array_interface__``), which TensorRT regions read where they lie.
+        ``outputs_on="device"`` returns ``DeviceArray``\ s (``cupy.asarray``/
+        ``torch.from_dlpack`` take them without a copy); ``stream`` is the caller's CUDA
+        stream for the GPU work (an int handle, torch or CuPy stream; default: each
+        engine's own). See docs/tensorrt.md, "Device-resident I/O".
         """
-        return self._run(inputs, None)
+        return self._run(inputs, None, outputs_on, stream)
 
     def profile(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Profile:
         """Run once, recording a timed event per host instruction and per backend dispatch.
@@ -105,13 +125,30 @@ class Module:
         outputs = self._run(inputs, events)
         return Profile(outputs, events)
 
-    def _run(self, inputs: Mapping[str, Any] | Sequence[Any], trace: list | None) -> list[np.ndarray]:
+    def _run(
+        self, inputs: Mapping[str, Any] | Sequence[Any], trace: list | None, outputs_on: str = "host",
+        stream: Any = None,
+    ) -> list[Any]:  # fmt: skip
         """Inputs checked and made read-only, the plan run within the limits, outputs checked and owned."""
         if self._closed:
             raise ExecutionError("this Module was closed; load the bundle again to run it")
         self._buffer.check_unchanged()
-        arrays, dims = bind(self.inputs, ordered_values(self.inputs, inputs))
-        outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
+        values = ordered_values(self.inputs, inputs)
+        run = None
+        if outputs_on != "host" or stream is not None or any(is_device_array(v) for v in values):
+            if outputs_on not in OUTPUTS_ON:
+                raise InputError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
+            run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
+            values = [_device_input(v, s.name) for v, s in zip(values, self.inputs)]
+        arrays, dims = bind(self.inputs, values)
+        if run is None:
+            outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
+        else:
+            token = activate(run)
+            try:
+                outputs = _place(self._plan.execute(arrays, trace=trace, limits=self.limits, device=True), run)
+            finally:
+                deactivate(token)
         return check_outputs(self.outputs, outputs, dims)
 
     @property
@@ -138,6 +175,33 @@ class Module:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
+
+
+def _device_input(value: Any, name: str) -> Any:
+    """A caller's GPU array wrapped for the checks and the engines; anything else as it is."""
+    if is_device_array(value) and not getattr(type(value), "on_device", False):
+        return DeviceInput(value, name)
+    return value
+
+
+def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
+    """The outputs where the caller asked for them, each its own: host arrays, or DeviceArrays of this run."""
+    placed, seen = [], set()
+    for value in outputs:
+        on_device = getattr(type(value), "on_device", False)
+        if run.outputs_on == "host":
+            placed.append(to_host(value) if on_device else value)
+        elif isinstance(value, DeviceArray) and id(value) not in seen:
+            seen.add(id(value))
+            placed.append(value)
+        else:  # computed on the host, the caller's own GPU input, or a result repeated: a DeviceArray of its own
+            try:
+                placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream))
+            except RuntimeError as e:  # no cuda-python, no device
+                raise ExecutionError(
+                    f"outputs_on='device': output {len(placed)} cannot be put on a GPU ({e})"
+                ) from None
+    return placed
 
 
 def _producer(record: Any) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.errors import BundleError, ExecutionError
+from runtime_lite.execution.device import to_host
 from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
 from runtime_lite.format.fields import expect_dtype, expect_index
 from runtime_lite.format.records import Instruction, PlanRecord
@@ -296,11 +297,17 @@ class HostPlan:
                 if KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)
-            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source))
+            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs))
         # What the run loop unpacks per instruction: (step, the single non-view output or -1, free, entry)
         self._steps = [
             (e.step, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e) for e in self._program
         ]
+        # Instructions that must see numpy where a run holds GPU arrays: host kernels and host-only backends
+        self._host_only = [
+            ins.op != CALL_MODULE or not getattr(modules[ins.attrs["module"]].backend, "accepts_device_arrays", False)
+            for ins in self.instructions
+        ]
+        self._device_steps: list | None = None
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
                 raise BundleError(
@@ -308,31 +315,47 @@ class HostPlan:
                 )
 
     def execute(
-        self, inputs: list[np.ndarray], trace: list | None = None, limits: RunLimits | None = None
-    ) -> list[np.ndarray]:
+        self, inputs: list[np.ndarray], trace: list | None = None, limits: RunLimits | None = None,
+        device: bool = False,
+    ) -> list[np.ndarray]:  # fmt: skip
         """Run the plan; with ``trace``, append one timed event per instruction and backend dispatch.
 
         ``limits`` starts a run under a Module's budgets; without it (a backend's
-        plan inside a run) the budgets of the run in progress apply.
+        plan inside a run) the budgets of the run in progress apply. ``device``: slots
+        may hold GPU arrays (the caller's, or a GPU backend's results); each is copied
+        to the host once, where a host kernel or a host-only backend first reads it.
         """
         if limits is None:
-            return self._execute(inputs, trace, current_budget())
+            return self._execute(inputs, trace, current_budget(), device)
         token = limits.activate()
         try:
-            return self._execute(inputs, trace, current_budget())
+            return self._execute(inputs, trace, current_budget(), device)
         finally:
             RunLimits.reset(token)
 
-    def _execute(self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget) -> list[np.ndarray]:
+    def _boundary_steps(self) -> list:
+        """``_steps`` with each host-only step converting the GPU arrays it reads, once (written back to the slot)."""
+        if self._device_steps is None:
+            self._device_steps = [
+                (_on_host(step, entry.ins), out, free, entry) if host_only else (step, out, free, entry)
+                for (step, out, free, entry), host_only in zip(self._steps, self._host_only)
+            ]
+        return self._device_steps
+
+    def _execute(
+        self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget, device: bool = False
+    ) -> list[np.ndarray]:
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
         charged = [0] * self.num_slots  # bytes each slot's value holds that this run allocated
         live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
-            for index, (step, out, free, entry) in enumerate(self._steps):
+            for index, (step, out, free, entry) in enumerate(self._boundary_steps() if device else self._steps):
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
+                    if device and self._host_only[index]:
+                        step = _on_host(step, entry.ins)
                 try:
                     step(slots)
                     if out >= 0:  # one output, not a view: the common case, inline
@@ -397,6 +420,21 @@ class _Entry:
     outs: tuple[int, ...]
     #: for view kernels the operand whose memory the output may share, else -1
     view_source: int
+    #: the slots the instruction reads
+    ins: tuple[int, ...] = ()
+
+
+def _on_host(step: Step, inputs: tuple[int, ...]) -> Step:
+    """``step``, after replacing each GPU array among its operands by its host copy in the slot itself."""
+
+    def boundary(slots: list) -> None:
+        for slot in inputs:
+            value = slots[slot]
+            if type(value) is not np.ndarray and getattr(type(value), "on_device", False):
+                slots[slot] = to_host(value)
+        step(slots)
+
+    return boundary
 
 
 class _Origins:

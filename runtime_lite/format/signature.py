@@ -61,8 +61,20 @@ def _describe(specs: Sequence[TensorSpec]) -> str:
     return ", ".join(str(s) for s in specs)
 
 
+def _on_device(value: Any) -> bool:
+    """A GPU array as the execution layer wraps it (``on_device`` on its type): checked by shape and dtype only."""
+    return type(value) is not np.ndarray and getattr(type(value), "on_device", False)
+
+
 def _coerce(spec: TensorSpec, value: Any) -> np.ndarray:
     if type(value) is not np.ndarray:  # subclasses (np.matrix, memmap) too: the model sees plain arrays
+        if _on_device(value):
+            if value.dtype != spec.dtype:
+                raise InputError(
+                    f"input '{spec.name}': expected dtype {spec.dtype.name}, got a GPU array of {value.dtype.name} "
+                    "(GPU arrays are not converted: cast it on the GPU first)"
+                )
+            return value
         if isinstance(value, np.ma.MaskedArray):
             raise InputError(f"input '{spec.name}': masked arrays are not supported; pass value.filled(...)")
         if isinstance(value, (np.ndarray, np.generic)):
@@ -145,7 +157,7 @@ def bind(specs: Sequence[TensorSpec], values: Sequence[Any]) -> tuple[list[np.nd
     for spec, value in zip(specs, values):
         array = _coerce(spec, value)
         _check_shape(spec, array, bound)
-        arrays.append(_read_only(array))
+        arrays.append(array if _on_device(array) else _read_only(array))
     return arrays, bound
 
 
@@ -163,6 +175,12 @@ def check_outputs(specs: Sequence[TensorSpec], outputs: Sequence[Any], bound: di
     owners: set[int] = set()
     checked = []
     for spec, value in zip(specs, outputs):
+        if _on_device(value):  # a fresh GPU result of this run (the execution layer made sure of it)
+            if value.dtype != spec.dtype or value.ndim != len(spec.shape) or not _dims_match(spec, value.shape, bound):
+                raise ExecutionError(f"output '{spec.name}' is a GPU array {value.dtype.name}{list(value.shape)}, "
+                                     f"the signature declares {spec.dtype.name}[{','.join(str(d) for d in spec.shape)}]")  # fmt: skip
+            checked.append(value)
+            continue
         if type(value) is not np.ndarray:
             if not isinstance(value, (np.ndarray, np.generic)):
                 raise ExecutionError(f"output '{spec.name}' is a {type(value).__name__}, not an array")

@@ -74,3 +74,18 @@ def test_symbolic_batch_profile_on_the_gpu(tmp_path):
         data = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
         expected = build_and_load(conv_relu_graph(WEIGHT, batch)).run({"data": data})[0]
         assert relative_l2(module.run({"data": data})[0], expected) <= 1e-3
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_device_arrays_through_a_real_engine(tmp_path, cuda_graphs):
+    cupy = pytest.importorskip("cupy", reason="device-array tests need CuPy")
+    result = build(conv_relu_graph(WEIGHT, "N"), targets=["tensorrt"], min_region_size=1,
+                   backend_options=_options(tmp_path, batch=(1, 4, 8)))  # fmt: skip
+    module = runtime_lite.load(result.to_bytes(), backend_options={"tensorrt": {"cuda_graphs": cuda_graphs}})
+    for batch in (1, 4, 2, 4):
+        data = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        expected = build_and_load(conv_relu_graph(WEIGHT, batch)).run({"data": data})[0]
+        on_gpu = module.run({"data": cupy.asarray(data)}, outputs_on="device")[0]
+        assert relative_l2(cupy.asnumpy(cupy.asarray(on_gpu)), expected) <= 1e-3
+        assert relative_l2(module.run({"data": cupy.asarray(data)})[0], expected) <= 1e-3
+        assert relative_l2(module.run({"data": data})[0], expected) <= 1e-3

@@ -39,6 +39,7 @@ from runtime_lite.backends.tensorrt.spec import (
     profiles,
 )
 from runtime_lite.errors import BundleError
+from runtime_lite.execution.device import DeviceArray, current_run
 from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.reader import decode_record
 from runtime_lite.format.signature import TensorSpec
@@ -64,6 +65,7 @@ LOAD_OPTIONS = (
         False,
         "load version-compatible engines, which run host code embedded in the engine",
     ),
+    Option("cuda_graphs", boolean, False, "capture each input shape's engine launch in a CUDA graph and replay it"),
 )
 
 
@@ -108,6 +110,7 @@ class TensorRTModule:
                 f"bundle field '{FALLBACK_FIELD}.plan': module {self.id!r}'s fallback plan does not match "
                 "its inputs/outputs"
             )
+        self.cuda_graphs = bool(options.get("cuda_graphs"))
         self.runner, self.placement = self._resolve(options)
         #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
         self.runs_on = "tensorrt" if self.runner is not None else "host"
@@ -137,13 +140,17 @@ class TensorRTModule:
         from runtime_lite.backends.tensorrt.gpu import EngineIncompatible
 
         # An engine built or cached here is for this TensorRT: it embeds host code only if the caller trusts that.
+        host_code_ok = options["allow_version_compatible"] or self.settings.exclude_lean_runtime  # none inside those
         settings = dataclasses.replace(
-            self.settings, version_compatible=self.settings.version_compatible and options["allow_version_compatible"]
+            self.settings,
+            version_compatible=self.settings.version_compatible and host_code_ok,
+            exclude_lean_runtime=self.settings.exclude_lean_runtime and host_code_ok,
         )
         profile = profiles(self.inputs, settings)
         recipe = bytes(self.recipe)
         cache = EngineCache(options["cache_dir"])
-        trusted = {"version_compatible": settings.version_compatible}
+        trusted = {"version_compatible": settings.version_compatible,
+                   "exclude_lean_runtime": settings.exclude_lean_runtime}  # fmt: skip
         key, data, _ = cached_engine(cache, recipe, settings, profile, device, label=self.id, build=False)
         if data is not None:
             try:
@@ -173,7 +180,8 @@ class TensorRTModule:
             blob,
             [s.name for s in self.inputs],
             [s.name for s in self.outputs],
-            allow_host_code=bool(tags.get("version_compatible")),
+            allow_host_code=bool(tags.get("version_compatible")) and not tags.get("exclude_lean_runtime"),
+            cuda_graphs=self.cuda_graphs,
         )
 
     def close(self) -> None:
@@ -184,11 +192,14 @@ class TensorRTModule:
 
     def run(self, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
         start = time.perf_counter() if trace is not None else 0.0
+        device = current_run()  # GPU arrays in or out (Module.run's outputs_on/stream): see execution/device.py
         if self.runner is not None:
-            outputs = self.runner.run(inputs)
-            outputs = [o.astype(s.dtype, copy=False) for o, s in zip(outputs, self.outputs)]
+            options = {} if device is None else {"outputs_on": device.outputs_on, "stream": device.stream}
+            outputs = self.runner.run(inputs, **options)
+            outputs = [o if isinstance(o, DeviceArray) else o.astype(s.dtype, copy=False)
+                       for o, s in zip(outputs, self.outputs)]  # fmt: skip
         else:
-            outputs = self.fallback.execute(list(inputs))
+            outputs = self.fallback.execute(list(inputs), device=device is not None)
         if trace is not None:
             placement = "engine" if self.runner is not None else "host"
             trace.append(
@@ -201,6 +212,7 @@ class TensorRTModule:
 class TensorRTBackend(Backend):
     name = "tensorrt"
     load_options = LOAD_OPTIONS
+    accepts_device_arrays = True  # an engine reads GPU inputs in place; its host fallback converts them itself
 
     def is_available(self) -> bool:
         return True  # a region without a usable engine runs its host plan

@@ -4,7 +4,7 @@ Written for TensorRT 10 and 11: the network is created strongly typed where
 the version has the flag (11 removed the FP16/INT8 builder flags; precision is in
 the recipe), the recipe bytes go through ``OnnxParser`` (its errors name the node),
 the config gets the workspace limit, one optimization profile, the hardware
-compatibility level, the version-compatible flag when asked, and a timing cache
+compatibility level, the version-compatible flag (and exclude-lean-runtime) when asked, and a timing cache
 kept beside the engine cache so later builds are faster.
 """
 
@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache, engine_key
 from runtime_lite.backends.tensorrt.gpu import probe
+from runtime_lite.backends.tensorrt.lean import can_build
 from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
 from runtime_lite.files import atomic_write
 
@@ -67,6 +68,11 @@ def build_engine(
 ) -> bytes:
     """Serialized engine bytes for ``recipe`` on this machine's GPU; EngineBuildError on failure."""
     _, trt, _ = probe()
+    if not can_build(trt):
+        raise EngineBuildError(
+            f"{label}: the TensorRT here is the lean runtime ({trt.__name__}), which runs engines but cannot build "
+            "them; build with --version-compatible --exclude-lean-runtime where the full TensorRT is installed"
+        )
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
@@ -88,6 +94,8 @@ def build_engine(
         config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.AMPERE_PLUS
     if settings.version_compatible:
         config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
+    if settings.exclude_lean_runtime:  # the engine then runs only where this TensorRT version's lean runtime is
+        config.set_flag(trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME)
     if strongly_typed is None and settings.precision == "fp16":  # pre-strong-typing TensorRT needs the flag
         config.set_flag(trt.BuilderFlag.FP16)
     if strongly_typed is None and settings.precision == "int8" and hasattr(trt.BuilderFlag, "INT8"):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime_lite import format as fmt
+from runtime_lite.backends.tensorrt.lean import lean_misfit
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect
 from runtime_lite.format.records import ConstantRecord, PlanRecord
@@ -42,8 +43,13 @@ class BuildSettings(Record):
     hardware_compatibility: str = declare(STR, default="none", optional=False)
     #: Version-compatible engines embed host code; loading one is a trust decision made at load.
     version_compatible: bool = declare(BOOL, default=False, optional=False)
-    #: The calibration table's digest when the build quantized (int8): part of every engine's cache key.
-    calibration: str | None = declare(Nullable(STR), default=None)
+    #: With version_compatible: leave TensorRT's lean runtime out of the engine (no host code inside), for
+    #: deployments that run it with the lean runtime of the same version (``runtime-lite[tensorrt-lean]``).
+    #: Written only when set, so every engine key from before this setting stays what it was.
+    exclude_lean_runtime: bool = declare(BOOL, default=False, omit_default=True)
+    #: The calibration table's digest when the build quantized (int8): part of every engine's cache key
+    #: (written only when set, like exclude_lean_runtime).
+    calibration: str | None = declare(Nullable(STR), default=None, omit_default=True)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -52,6 +58,8 @@ class BuildSettings(Record):
             raise ValueError(
                 f"hardware compatibility {self.hardware_compatibility!r} is not one of {', '.join(HARDWARE_LEVELS)}"
             )
+        if self.exclude_lean_runtime and not self.version_compatible:
+            raise ValueError("exclude_lean_runtime needs version_compatible (the lean runtime runs only those engines)")
         if not isinstance(self.workspace, int) or self.workspace <= 0:
             raise ValueError(f"workspace must be a positive number of bytes, got {self.workspace!r}")
         if self.batch is not None:
@@ -138,6 +146,8 @@ class DeviceSignature:
     gpu: str
     compute_capability: str
     platform: str = field(default_factory=lambda: host_platform())
+    #: "full" TensorRT or its "lean" runtime (which decides what it can run); not part of engine keys.
+    runtime: str = "full"
 
     def to_record(self) -> dict[str, str]:
         return {
@@ -149,7 +159,8 @@ class DeviceSignature:
         }
 
     def __str__(self) -> str:
-        return f"{self.gpu} (sm {self.compute_capability}), TensorRT {self.tensorrt}, CUDA {self.cuda}, {self.platform}"
+        lean = " lean runtime" if self.runtime == "lean" else ""
+        return f"{self.gpu} (sm {self.compute_capability}), TensorRT {self.tensorrt}{lean}, CUDA {self.cuda}, {self.platform}"
 
 
 def host_platform() -> str:
@@ -180,6 +191,12 @@ def engine_fits(tags: dict[str, Any], device: DeviceSignature, allow_version_com
     """None if an engine with ``tags`` can run on ``device``; otherwise why not, in a few words."""
     if tags.get("platform") != device.platform:
         return f"built for {tags.get('platform')}"
+    if device.runtime == "lean":
+        why = lean_misfit(tags, device.tensorrt)
+        if why is not None:
+            return why
+    elif tags.get("exclude_lean_runtime") and tags.get("tensorrt") != device.tensorrt:
+        return f"built with TensorRT {tags.get('tensorrt')} without its lean runtime: only that version runs it"
     if tags.get("tensorrt") != device.tensorrt:
         same_major = str(tags.get("tensorrt", "")).split(".")[0] == device.tensorrt.split(".")[0]
         if not (tags.get("version_compatible") and allow_version_compatible and same_major):
@@ -194,6 +211,6 @@ def engine_fits(tags: dict[str, Any], device: DeviceSignature, allow_version_com
             ampere_plus = False
         if not ampere_plus:
             return f"built for sm {tags.get('compute_capability')}"
-    if tags.get("version_compatible") and not allow_version_compatible:
+    if tags.get("version_compatible") and not tags.get("exclude_lean_runtime") and not allow_version_compatible:
         return "version-compatible (embeds host code; load with allow_version_compatible=True)"
     return None

@@ -46,6 +46,9 @@ OPTIONS = (
            flag="--hardware-compatible", flag_value=True),
     Option("version_compatible", boolean, False, "engines later TensorRT versions can run; they embed host code, "
            "so loading one needs an opt-in", flag="--version-compatible", flag_value=True),
+    Option("exclude_lean_runtime", boolean, False, "with --version-compatible: leave the lean runtime out of the "
+           "engine (no host code inside); runs where runtime-lite[tensorrt-lean] of the same TensorRT is installed",
+           flag="--exclude-lean-runtime", flag_value=True),
     Option("cache_dir", path, None, "engine cache shared with deployed runtimes (default: $AOT_CACHE_DIR, else "
            "the XDG cache dir)", flag="--cache-dir"),
     Option("engines", choice("auto", "never"), "auto", "build engines where this machine has TensorRT and a GPU "
@@ -64,6 +67,7 @@ def make_options(values: dict[str, Any], log: TextIO | None) -> TensorRTOptions:
             batch=values["batch"],
             hardware_compatibility="ampere_plus" if values["hardware_compatible"] else "none",
             version_compatible=values["version_compatible"],
+            exclude_lean_runtime=values["exclude_lean_runtime"],
             calibration=values["calibration"],
         )
     except ValueError as e:
