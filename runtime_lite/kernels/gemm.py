@@ -44,8 +44,8 @@ BLOCKS_PER_THREAD = 3
 COLUMN_ALIGN = 16
 #: Under the ``blas`` policy, a product slower than this many times one thread's time
 #: (plus ``SLOW_SLACK_S``) means a co-tenant held a core while OpenBLAS's threads waited.
-SLOW_FACTOR = 1.5
-SLOW_SLACK_S = 0.1e-3
+SLOW_FACTOR = 1.0
+SLOW_SLACK_S = 50e-6
 #: ... and products then take the split for this long, doubling while slow products recur.
 FALLBACK_SECONDS = 2.0
 MAX_FALLBACK_SECONDS = 60.0

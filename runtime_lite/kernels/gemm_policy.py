@@ -27,8 +27,13 @@ keeps the split's robustness with a watchdog: a product that takes longer than o
 thread would have (from the measured single-thread rate) means a co-tenant, and
 products go back to the split for a while (``FALLBACK_SECONDS``, doubling while it persists).
 
-``RUNTIME_LITE_GEMM=blas`` (OpenBLAS's threads, no pool, no watchdog) or ``=split``
-(today's split with the default thresholds) skip the measurement; ``auto`` is the default.
+Reproducibility: for a given machine and verdict, a product's path depends on its shape
+only, so runs repeat bit for bit, except under ``blas`` while the watchdog has products on
+the split: OpenBLAS's threads and the split (and even one and two OpenBLAS threads) round
+differently, so those runs differ from quiet ones by float rounding. ``RUNTIME_LITE_GEMM=split``
+(the split with the default thresholds, robust and reproducible) or ``=blas`` (OpenBLAS's
+threads, no pool, no watchdog: reproducible, fastest on a dedicated host) skip the
+measurement; ``auto`` is the default.
 """
 
 from __future__ import annotations
@@ -141,8 +146,8 @@ def choose_policy(t: Timings) -> Policy:
     rate = t.macs / t.single_s
     low, high = MIN_PARALLEL_MACS_RANGE
     threshold = int(min(high, max(low, 2 * t.dispatch_s * rate)))
-    if disturbed(t):
-        return Policy("split", threshold, rate, "measured", cacheable=False)
+    if disturbed(t):  # the hand-off was measured under load too: keep the default threshold
+        return Policy("split", DEFAULT_MIN_PARALLEL_MACS, rate, "measured", cacheable=False)
     mode = "blas" if t.blas_s * BLAS_MARGIN < t.split_s else "split"
     return Policy(mode, threshold, rate, "measured")
 
