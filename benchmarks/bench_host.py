@@ -247,6 +247,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print the report instead of writing BENCHMARKS.md")
     args = parser.parse_args()
     command = command_line("bench_host.py")
+    print(machine(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, batch in [(m, b) for b in args.batch for m in args.models]:
