@@ -174,6 +174,13 @@ def test_measure_reports_the_best_of_each_way():
     assert result.macs == 10 and all(0 <= s < 1 for s in (result.single_s, result.split_s, result.blas_s))
 
 
+def test_measure_stops_early_on_a_busy_machine():
+    calls = []
+    ways = [lambda i=i: calls.append(i) for i in range(4)]
+    gemm_policy.measure(*ways, macs=10, threads=2, repeats=5, budget_s=0.0)  # every round is past the budget
+    assert calls == [0, 1, 2, 3] * 2  # warm-up and one round
+
+
 class RecordingBlas:
     """A stand-in for OpenBLAS's thread switch: records the counts it is set to."""
 
