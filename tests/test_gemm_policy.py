@@ -21,8 +21,9 @@ KEY = {"version": gemm_policy.VERSION, "cpu": "test CPU (avx512f)", "cores": 2, 
        "threads": 2}  # fmt: skip
 
 
-def timings(single_s=1.0e-3, split_s=0.6e-3, blas_s=0.55e-3, dispatch_s=30e-6, macs=100_000_000) -> Timings:
-    return Timings(threads=2, macs=macs, single_s=single_s, split_s=split_s, blas_s=blas_s, dispatch_s=dispatch_s)
+def timings(single_s=1.0e-3, split_s=0.6e-3, blas_s=0.55e-3, macs=100_000_000, small=(40e-6, 40e-6, 40e-6)) -> Timings:
+    """The large product's times as given; the small one (4M multiply-adds): one thread, split, OpenBLAS's threads."""
+    return Timings(2, macs, single_s, split_s, blas_s, 4_000_000, *small)
 
 
 class CountingMeasurement:
@@ -53,14 +54,21 @@ def test_a_measurement_with_a_co_tenant_picks_the_split_and_is_not_cached():
     assert policy.min_parallel_macs == gemm_policy.DEFAULT_MIN_PARALLEL_MACS  # the hand-off was timed under load too
 
 
-def test_the_parallel_threshold_follows_the_pool_hand_off_and_the_single_thread_rate():
-    fast = choose_policy(timings(single_s=1e-3, dispatch_s=20e-6, macs=100_000_000))  # 1e11 MAC/s
-    slow_pool = choose_policy(timings(single_s=1e-3, dispatch_s=40e-6, macs=100_000_000))
-    assert fast.min_parallel_macs == 4_000_000 and slow_pool.min_parallel_macs == 8_000_000
-    assert fast.single_macs_per_s == pytest.approx(1e11)
+def test_the_parallel_threshold_follows_the_speed_up_and_the_fixed_cost_of_going_parallel():
+    # 1e11 multiply-adds/s on one thread; split 2x faster on the large product. The small product
+    # (4M: 40 us on one thread) took 40 us split, 20 us of work at 2x plus 20 us fixed: parallel
+    # pays from 20 us * 1e11 / (1 - 1/2) = 4M multiply-adds.
+    policy = choose_policy(timings(single_s=1e-3, split_s=0.5e-3, blas_s=0.6e-3, small=(40e-6, 40e-6, 30e-6)))
+    assert policy.mode == "split" and policy.min_parallel_macs == pytest.approx(4_000_000, rel=1e-6)
+    assert policy.single_macs_per_s == pytest.approx(1e11)
+    # the same machine under the blas verdict reads the OpenBLAS-threaded small product instead
+    blas = choose_policy(timings(single_s=1e-3, split_s=0.9e-3, blas_s=0.5e-3, small=(40e-6, 80e-6, 30e-6)))
+    assert blas.mode == "blas" and blas.min_parallel_macs == pytest.approx(2_000_000, rel=1e-6)
     low, high = gemm_policy.MIN_PARALLEL_MACS_RANGE
-    assert choose_policy(timings(dispatch_s=1e-9)).min_parallel_macs == low
-    assert choose_policy(timings(dispatch_s=1.0)).min_parallel_macs == high
+    assert choose_policy(timings(split_s=0.5e-3, small=(40e-6, 20e-6, 20e-6))).min_parallel_macs == low
+    assert choose_policy(timings(split_s=0.5e-3, small=(40e-6, 1.0, 1.0))).min_parallel_macs == high
+    no_speed_up = choose_policy(timings(single_s=1e-3, split_s=0.99e-3, blas_s=0.99e-3))
+    assert no_speed_up.min_parallel_macs == high  # only the largest products go parallel
 
 
 def test_the_verdict_is_measured_once_then_read_from_the_cache(tmp_path):
@@ -76,11 +84,18 @@ def test_the_verdict_is_measured_once_then_read_from_the_cache(tmp_path):
     assert record["key"] == KEY and record["timings"]["blas_s"] == 0.4e-3
 
 
-def test_a_disturbed_measurement_is_measured_again_next_time(tmp_path):
+def test_a_disturbed_verdict_is_kept_for_a_while_then_measured_again(tmp_path):
     measurement = CountingMeasurement(timings(single_s=1e-3, blas_s=5e-3))
     assert resolve(KEY, measurement, root=tmp_path).mode == "split"
-    resolve(KEY, measurement, root=tmp_path)
-    assert measurement.calls == 2 and not gemm_policy.cache_path(KEY, tmp_path).exists()
+    assert resolve(KEY, measurement, root=tmp_path).source == "cache" and measurement.calls == 1
+    path = gemm_policy.cache_path(KEY, tmp_path)
+    assert gemm_policy.read_cached(path, KEY, now=time.time() + gemm_policy.DISTURBED_TTL_S + 1) is None
+    quiet = CountingMeasurement(timings(split_s=0.6e-3, blas_s=0.4e-3))
+    record = json.loads(path.read_text())
+    record["expires"] = time.time() - 1  # the while has passed
+    path.write_text(json.dumps(record))
+    assert resolve(KEY, quiet, root=tmp_path).mode == "blas" and quiet.calls == 1
+    assert "expires" not in json.loads(path.read_text())  # a quiet verdict is kept for good
 
 
 @pytest.mark.parametrize(
@@ -116,6 +131,16 @@ def test_a_disturbed_measurement_is_measured_again_next_time(tmp_path):
     ],
 )
 def test_a_corrupt_cache_file_is_ignored_and_rewritten(tmp_path, content):
+    _check_rewritten(tmp_path, content)
+
+
+def test_an_expiry_that_is_not_a_time_is_ignored_and_rewritten(tmp_path):
+    record = {"key": KEY, "expires": "never",
+              "policy": {"mode": "split", "min_parallel_macs": 8_000_000, "single_macs_per_s": 1e11}}  # fmt: skip
+    _check_rewritten(tmp_path, json.dumps(record).encode())
+
+
+def _check_rewritten(tmp_path, content: bytes) -> None:
     path = gemm_policy.cache_path(KEY, tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
@@ -169,16 +194,18 @@ def test_the_machine_key_names_the_cpu_numpy_blas_and_threads():
 
 def test_measure_reports_the_best_of_each_way():
     calls = []
-    result = gemm_policy.measure(*(lambda i=i: calls.append(i) for i in range(4)), macs=10, threads=2, repeats=3)
-    assert calls == [0, 1, 2, 3] * 4  # warm-up, then alternating
-    assert result.macs == 10 and all(0 <= s < 1 for s in (result.single_s, result.split_s, result.blas_s))
+    ways = tuple(lambda i=i: calls.append(i) for i in range(6))
+    result = gemm_policy.measure(ways, macs=10, small_macs=2, threads=2, repeats=3)
+    assert calls == list(range(6)) * 4  # warm-up, then alternating
+    assert (result.macs, result.small_macs) == (10, 2)
+    assert all(0 <= s < 1 for s in (result.single_s, result.split_s, result.blas_s, result.small_blas_s))
 
 
 def test_measure_stops_early_on_a_busy_machine():
     calls = []
-    ways = [lambda i=i: calls.append(i) for i in range(4)]
-    gemm_policy.measure(*ways, macs=10, threads=2, repeats=5, budget_s=0.0)  # every round is past the budget
-    assert calls == [0, 1, 2, 3] * 2  # warm-up and one round
+    ways = tuple(lambda i=i: calls.append(i) for i in range(6))
+    gemm_policy.measure(ways, macs=10, small_macs=2, threads=2, repeats=5, budget_s=0.0)  # every round past it
+    assert calls == list(range(6)) * 2  # warm-up and one round
 
 
 class RecordingBlas:

@@ -158,24 +158,25 @@ def _start() -> _Host | object:
 
 
 def _calibrate(blas: _BlasThreads, workers: ThreadPoolExecutor) -> gemm_policy.Timings:
-    """One mid-sized product on one thread, split, and on OpenBLAS's threads; and the pool's hand-off."""
-    m, k, n = gemm_policy.CALIBRATION_SHAPE
-    a, b = np.full((m, k), 0.5, np.float32), np.full((k, n), 0.25, np.float32)  # the values do not change the time
-    out = np.empty((m, n), np.float32)
+    """A large and a small product, each on one thread, split, and on OpenBLAS's threads."""
+    ways = []
+    for m, k, n in (gemm_policy.CALIBRATION_SHAPE, gemm_policy.SMALL_CALIBRATION_SHAPE):
+        a, b = np.full((m, k), 0.5, np.float32), np.full((k, n), 0.25, np.float32)  # values do not change the time
+        out = np.empty((m, n), np.float32)
 
-    def single() -> None:
-        with blas:
-            np.matmul(a, b, out=out)
+        def single(a=a, b=b, out=out) -> None:
+            with blas:
+                np.matmul(a, b, out=out)
 
-    def no_op() -> None:
-        pass
-
+        ways += [
+            single,
+            lambda a=a, b=b, out=out: _run_blocks(_blocks(a, b, out, blas.threads), blas, workers),
+            lambda a=a, b=b, out=out: np.matmul(a, b, out=out),
+        ]
     return gemm_policy.measure(
-        single,
-        lambda: _run_blocks(_blocks(a, b, out, blas.threads), blas, workers),
-        lambda: np.matmul(a, b, out=out),
-        lambda: _run_blocks([no_op] * (blas.threads * BLOCKS_PER_THREAD), blas, workers),
-        m * k * n,
+        tuple(ways),
+        math.prod(gemm_policy.CALIBRATION_SHAPE),
+        math.prod(gemm_policy.SMALL_CALIBRATION_SHAPE),
         blas.threads,
     )
 

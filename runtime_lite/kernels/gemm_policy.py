@@ -21,8 +21,8 @@ a file that does not parse, names another key or holds out-of-range values is ig
 and rewritten.
 
 A measurement in which OpenBLAS's threads lost to a single thread means another
-process held a core while it ran: it picks ``split`` for this process and is not
-cached, so a later, quieter process measures again. Where ``blas`` is picked, gemm.py
+process held a core while it ran: it picks ``split`` with the default threshold and is
+cached for ``DISTURBED_TTL_S`` only, so a process after that measures again. Where ``blas`` is picked, gemm.py
 keeps the split's robustness with a watchdog: a product that takes longer than one
 thread would have (from the measured single-thread rate) means a co-tenant, and
 products go back to the split for a while (``FALLBACK_SECONDS``, doubling while it persists).
@@ -57,7 +57,7 @@ from runtime_lite.files import atomic_write, default_cache_dir, read_regular
 logger = logging.getLogger("runtime_lite.kernels.gemm_policy")
 
 #: Bumped when the measurement or the record changes: older records are then ignored.
-VERSION = 1
+VERSION = 2
 MODES = ("auto", "blas", "split")
 #: Without a measurement (``RUNTIME_LITE_GEMM=split``): below this many multiply-adds a
 #: product runs on the calling thread alone (measured on an AMD EPYC without AVX-512: at 2
@@ -68,25 +68,33 @@ MIN_PARALLEL_MACS_RANGE = (1_000_000, 64_000_000)
 #: OpenBLAS's threads are picked only when this much faster than the split: a close call
 #: is not worth giving up the split's tolerance of a co-tenant between watchdog checks.
 BLAS_MARGIN = 1.15
-#: The calibration product: a ResNet-50 3x3 layer on a 28x28 map (128 x 1152 x 392).
+#: The calibration products: a ResNet-50 3x3 layer on a 28x28 map (128 x 1152 x 392, 58M
+#: multiply-adds), and a small one (64 x 256 x 256, 4M) where the hand-off cost shows.
 CALIBRATION_SHAPE = (128, 1152, 392)
+SMALL_CALIBRATION_SHAPE = (64, 256, 256)
 CALIBRATION_REPEATS = 5
 #: ... stopping after the first round past this: under a co-tenant one OpenBLAS-threaded
 #: product can take a whole time slice, and first use must stay cheap (quiet: about 10 ms).
 CALIBRATION_BUDGET_S = 0.05
 MAX_RECORD_BYTES = 64 << 10
+#: A verdict from a disturbed measurement (the split, default threshold) is kept this long,
+#: so that on a busy machine each new process does not pay a measurement slowed by the load.
+DISTURBED_TTL_S = 600.0
 
 
 @dataclass(frozen=True)
 class Timings:
-    """Best-of seconds for one calibration product, each way, and the pool's hand-off cost."""
+    """Best-of seconds for the two calibration products, each way."""
 
     threads: int
     macs: int
     single_s: float  #: OpenBLAS at one thread, on the caller
     split_s: float  #: OpenBLAS at one thread, blocks on the caller and the pool
     blas_s: float  #: OpenBLAS's own threads
-    dispatch_s: float  #: handing the pool ``threads * blocks`` empty blocks and waiting for them
+    small_macs: int
+    small_single_s: float
+    small_split_s: float
+    small_blas_s: float
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ class Policy:
     min_parallel_macs: int  #: smaller products run on the calling thread at one BLAS thread
     single_macs_per_s: float  #: one BLAS thread's rate: the watchdog's yardstick (0: none)
     source: str  #: "measured", "cache", "environment" or "default"
-    cacheable: bool = True  #: False when the measurement shows a co-tenant
+    cacheable: bool = True  #: False when the measurement shows a co-tenant: then cached for a while only
 
     def record(self) -> dict[str, Any]:
         return {"mode": self.mode, "min_parallel_macs": self.min_parallel_macs,
@@ -141,36 +149,45 @@ def disturbed(t: Timings) -> bool:
 def choose_policy(t: Timings) -> Policy:
     """The policy these timings call for (pure: the unit tests feed it timings).
 
-    ``blas`` where OpenBLAS's threads beat the split by ``BLAS_MARGIN`` on a quiet
-    measurement. The threshold for parallel products is where the work one thread
-    saves by sharing (half the product on two threads) pays for the pool's hand-off
-    twice over: ``2 * dispatch_s`` of single-thread work, within ``MIN_PARALLEL_MACS_RANGE``.
+    ``blas`` where OpenBLAS's threads beat the split by ``BLAS_MARGIN`` on the large
+    product. The threshold for parallel products comes from both products, timed the
+    chosen way: the large one gives the speed-up ``s`` over one thread, the small one
+    the fixed cost ``c`` of going parallel (its time less its share of work at that
+    speed-up). Parallel pays from ``c * rate / (1 - 1/s)`` multiply-adds, kept within
+    ``MIN_PARALLEL_MACS_RANGE``; without a speed-up, only the largest products go parallel.
     """
     rate = t.macs / t.single_s
-    low, high = MIN_PARALLEL_MACS_RANGE
-    threshold = int(min(high, max(low, 2 * t.dispatch_s * rate)))
-    if disturbed(t):  # the hand-off was measured under load too: keep the default threshold
+    if disturbed(t):  # the small products were timed under load too: keep the default threshold
         return Policy("split", DEFAULT_MIN_PARALLEL_MACS, rate, "measured", cacheable=False)
     mode = "blas" if t.blas_s * BLAS_MARGIN < t.split_s else "split"
-    return Policy(mode, threshold, rate, "measured")
+    parallel_s, small_parallel_s = (t.blas_s, t.small_blas_s) if mode == "blas" else (t.split_s, t.small_split_s)
+    return Policy(mode, parallel_threshold(rate, t.single_s / parallel_s, t.small_macs, small_parallel_s), rate,
+                  "measured")  # fmt: skip
+
+
+def parallel_threshold(rate: float, speedup: float, small_macs: int, small_parallel_s: float) -> int:
+    """The product size from which going parallel beats one thread, within ``MIN_PARALLEL_MACS_RANGE``."""
+    low, high = MIN_PARALLEL_MACS_RANGE
+    if speedup <= 1.05:
+        return high
+    fixed_s = max(0.0, small_parallel_s - small_macs / (rate * speedup))
+    return int(min(high, max(low, fixed_s * rate / (1 - 1 / speedup))))
 
 
 def measure(
-    single: Callable[[], None],
-    split: Callable[[], None],
-    threaded: Callable[[], None],
-    dispatch: Callable[[], None],
+    ways: tuple[Callable[[], None], ...],
     macs: int,
+    small_macs: int,
     threads: int,
     repeats: int = CALIBRATION_REPEATS,
     budget_s: float = CALIBRATION_BUDGET_S,
 ) -> Timings:
     """Best-of-``repeats`` seconds of each way, alternating so machine noise hits them alike.
 
-    Rounds stop early once ``budget_s`` has passed (a busy machine): the verdict is then
-    the best of fewer rounds, most likely ``disturbed`` and so not cached.
+    ``ways``: the large product on one thread, split, on OpenBLAS's threads, then the small
+    product the same three ways. Rounds stop early once ``budget_s`` has passed (a busy
+    machine): the verdict is then the best of fewer rounds, most likely ``disturbed``.
     """
-    ways = (single, split, threaded, dispatch)
     started = time.perf_counter()
     for way in ways:  # warm: OpenBLAS's buffers, the pool's threads
         way()
@@ -182,7 +199,8 @@ def measure(
             best[i] = min(best[i], time.perf_counter() - start)
         if time.perf_counter() - started > budget_s:
             break
-    return Timings(threads, macs, *best)
+    single_s, split_s, blas_s, small_single_s, small_split_s, small_blas_s = best
+    return Timings(threads, macs, single_s, split_s, blas_s, small_macs, small_single_s, small_split_s, small_blas_s)
 
 
 def _cpu_model() -> str:
@@ -212,12 +230,18 @@ def cache_path(key: Mapping[str, Any], root: Path | None = None) -> Path:
     return (root if root is not None else default_cache_dir()) / "host-tuning" / f"{digest}.json"
 
 
-def read_cached(path: Path, key: Mapping[str, Any]) -> Policy | None:
-    """The cached policy for ``key``, or None for a missing, unreadable, corrupt or foreign file."""
+def read_cached(path: Path, key: Mapping[str, Any], now: float | None = None) -> Policy | None:
+    """The cached policy for ``key``, or None for a missing, unreadable, corrupt, foreign or expired file."""
     try:
         record = json.loads(read_regular(path, MAX_RECORD_BYTES, follow_symlinks=False))
         if not isinstance(record, dict) or record.get("key") != dict(key):
             raise ValueError("the record names another machine key")
+        expires = record.get("expires")
+        if expires is not None:
+            if not isinstance(expires, (int, float)) or isinstance(expires, bool):
+                raise ValueError(f"expires {expires!r}")
+            if (time.time() if now is None else now) > expires:
+                return None  # a verdict from a busy moment, due to be measured again
         return Policy.from_record(record.get("policy"))
     except FileNotFoundError:
         return None
@@ -226,9 +250,13 @@ def read_cached(path: Path, key: Mapping[str, Any]) -> Policy | None:
         return None
 
 
-def write_cached(path: Path, key: Mapping[str, Any], policy: Policy, timings: Timings | None) -> None:
+def write_cached(
+    path: Path, key: Mapping[str, Any], policy: Policy, timings: Timings | None, ttl_s: float | None = None
+) -> None:
     """Atomically (a reader never sees half a record); a read-only or missing home only logs."""
     record = {"key": dict(key), "policy": policy.record(), "timings": asdict(timings) if timings else None}
+    if ttl_s is not None:
+        record["expires"] = time.time() + ttl_s
     data = json.dumps(record, indent=1, sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +277,5 @@ def resolve(key: Mapping[str, Any], measure_now: Callable[[], Timings], root: Pa
     timings = measure_now()
     policy = choose_policy(timings)
     logger.info("host GEMM policy %s from %s", policy, timings)
-    if policy.cacheable:
-        write_cached(path, key, policy, timings)
+    write_cached(path, key, policy, timings, None if policy.cacheable else DISTURBED_TTL_S)
     return policy
