@@ -130,7 +130,7 @@ class _Host:
             self._fallback_s = FALLBACK_SECONDS
 
 
-_state: _Host | None = None
+_state: _Host | object | None = None  # _NO_HOST once known that there is no pool
 _NO_HOST = object()  # numpy's BLAS is not OpenBLAS, one thread, or RUNTIME_LITE_GEMM=blas: numpy.matmul as is
 _state_lock = threading.Lock()
 
