@@ -21,14 +21,12 @@ THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, str(THREADS))
 
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 import aot  # noqa: E402
@@ -38,6 +36,7 @@ from aot.testing.zoo import zoo_input  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import command_line, publish  # noqa: E402
+from report import machine as report_machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,18 +183,7 @@ def bench_import(rounds: int) -> tuple[float, float]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores visible; Python {platform.python_version()}, numpy {np.__version__}, "
-        f"onnxruntime {ort.__version__}; {THREADS} threads for both runtimes"
-    )
+    return report_machine(THREADS)
 
 
 def render(rows: list[dict], cold: tuple[str, float, float], import_cost: tuple[float, float], command: str) -> str:
@@ -259,6 +247,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print the report instead of writing BENCHMARKS.md")
     args = parser.parse_args()
     command = command_line("bench_host.py")
+    print(machine(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, batch in [(m, b) for b in args.batch for m in args.models]:

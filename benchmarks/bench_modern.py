@@ -225,6 +225,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print the slowest op kinds per model")
     parser.add_argument("--no-write", action="store_true", help="print the report instead of writing BENCHMARKS.md")
     args = parser.parse_args()
+    print(bench_host.machine(), flush=True)
     rows, failures = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

@@ -25,6 +25,9 @@ from pathlib import Path
 
 THREADS = os.environ.get("BENCH_THREADS", "2")
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from report import machine  # noqa: E402
 
 PROBE = """
 import json, sys, time
@@ -109,7 +112,7 @@ def main() -> None:
                 for key in ("load_s", "run_s"):
                     ratios[name][key].append(ours[key] / theirs[key])
             print(f"round {r + 1}/{args.rounds} done", flush=True)
-    print(f"\nthis checkout / {args.base}, median of {args.rounds} rounds (range):")
+    print(f"\nthis checkout / {args.base}, median of {args.rounds} rounds (range), on {machine()}:")
     print("| bundle | load | run |")
     print("|---|---:|---:|")
     for name, values in ratios.items():

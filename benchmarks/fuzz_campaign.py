@@ -22,6 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import machine  # noqa: E402
+
 from tests import hostile  # noqa: E402
 
 
@@ -57,7 +61,7 @@ def main() -> int:
 
     print(
         f"\n{done} cases from seeds {[s.name for s in seed_list]}, seed {args.seed}, "
-        f"{args.workers} workers, {time.perf_counter() - started:.0f} s"
+        f"{args.workers} workers, {time.perf_counter() - started:.0f} s on {machine()}"
     )
     for outcome, count in harness.outcomes.most_common():
         print(f"  {count:>7}  {outcome}")

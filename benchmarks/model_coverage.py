@@ -39,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from report import machine  # noqa: E402
 
 ROUTES = ("torch.export", "onnx")
 BACKENDS = ("host", "npu", "tensorrt")
@@ -309,7 +312,7 @@ def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) ->
         "# Model coverage",
         "",
         f"Produced by `{command}` ({mode}; "
-        f"{len(rows)} models, {seconds / 60:.0f} min on 2 cores). Each cell: ✓ and the worst relative L2 "
+        f"{len(rows)} models, {seconds / 60:.0f} min on {machine()}). Each cell: ✓ and the worst relative L2 "
         "error against PyTorch over all outputs and sizes tried (tolerance 1e-4), or ✗ and the one-line "
         "error. `tensorrt` runs the host fallback here (no TensorRT on this machine). Text models keep a "
         "symbolic batch and sequence length on host and tensorrt (batch x seq: "

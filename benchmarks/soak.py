@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import command_line, write_section  # noqa: E402
+from report import command_line, machine, write_section  # noqa: E402
 
 import runtime_lite  # noqa: E402
 
@@ -181,7 +181,7 @@ def report(result: dict, command: str) -> str:
     rows = "\n".join(f"| {t:.0f} | {rss:.1f} |" for t, rss in curve(result["samples"]))
     return f"""## Soak: mixed load / run / unload
 
-`{command}`: {result["seconds"] / 60:g} minutes of {counts}.
+`{command}` on {machine()}: {result["seconds"] / 60:g} minutes of {counts}.
 Every run matched the first result of the same bundle and input. RSS after the
 warm-up (the first 10%) peaked at {result["after_max"]:.1f} MB, against
 {result["warm_max"]:.1f} MB during it: growth {growth:+.1%} (target ≤ +{GROWTH_LIMIT:.0%}: {verdict}).

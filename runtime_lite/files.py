@@ -1,4 +1,4 @@
-"""Careful file access shared by the bundle writer (aot), the bundle reader and the engine cache.
+"""Careful file access shared by the bundle writer (aot), the bundle reader and the caches (engines, host tuning).
 
 All-or-nothing writes, and opens that touch only regular files (a FIFO or a
 symlink planted where a bundle or a cache entry is expected must not block or redirect).
@@ -11,7 +11,17 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
+
+
+def default_cache_dir() -> Path:
+    """``$AOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/aot``, else ``~/.cache/aot``: the engine cache and the host tuning."""
+    explicit = os.environ.get("AOT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "aot" if xdg else Path.home() / ".cache" / "aot"
 
 
 def _umask() -> int:

@@ -20,6 +20,7 @@ import pytest
 
 from aot.compiler import build
 from aot.packager import to_bytes
+from runtime_lite.files import default_cache_dir
 from tests.conftest import small_cnn_model
 from tests.tensorrt_standin import child_env
 
@@ -65,12 +66,18 @@ def _watch(bundle_path, env=None) -> dict:
 
 
 #: The process's own memory map, read once by runtime_lite/kernels/gemm.py to find numpy's OpenBLAS
-#: (already loaded) and run it single-threaded under its own pool: no file outside the process.
-OWN_PROCESS = ("/proc/self/maps",)
+#: (already loaded) and run it single-threaded under its own pool, and the CPU's description, read
+#: once by kernels/gemm_policy.py for its cache key: no file outside the process and the machine.
+OWN_PROCESS = ("/proc/self/maps", "/proc/cpuinfo")
+
+
+def _host_tuning_dir() -> str:
+    """Where gemm_policy.py caches this machine's GEMM policy: the user's cache dir, never a bundle's word."""
+    return str(default_cache_dir() / "host-tuning")
 
 
 def _outside(touched, *allowed) -> list:
-    roots = [str(a) for a in allowed]
+    roots = [str(a) for a in allowed] + [_host_tuning_dir()]
     return [
         t
         for t in touched

@@ -1,4 +1,4 @@
-"""Matrix products split across the BLAS thread budget with work stealing.
+"""Matrix products split across the BLAS thread budget with work stealing, or on OpenBLAS's threads.
 
 numpy's OpenBLAS splits every large GEMM statically between its threads and waits for
 all of them. When another process holds a core (a shared 2-core machine, a busy
@@ -7,12 +7,18 @@ here with a fuzz campaign beside, a 197x768x768 GEMM took 60 ms at 2 BLAS thread
 against 3 ms on one, and a whole ViT-B/16 run went from 0.5 s (1 thread) to 3-7 s.
 onnxruntime's pool lets the calling thread take the work a late worker has not started.
 
-This module does the same: while it runs a product, OpenBLAS is set to one thread, the
-output is cut into a few column (or batch) blocks, and the caller plus ``threads - 1``
-pool workers take blocks from a shared iterator until none is left, so a late worker
-costs at most one block. The thread count is OpenBLAS's own (``OPENBLAS_NUM_THREADS``,
-``OMP_NUM_THREADS`` or the core count). Where numpy's BLAS is not OpenBLAS, or
-``RUNTIME_LITE_GEMM=blas`` is set, products go to numpy.matmul unchanged.
+This module does the same (the ``split``): while it runs a product, OpenBLAS is set to
+one thread, the output is cut into a few column (or batch) blocks, and the caller plus
+``threads - 1`` pool workers take blocks from a shared iterator until none is left, so a
+late worker costs at most one block. The thread count is OpenBLAS's own
+(``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or the core count).
+
+On a quiet machine OpenBLAS's own threads can be much faster, depending on the CPU and
+the kernel numpy's OpenBLAS picked: gemm_policy.py measures both ways once per machine
+(cached) and picks. Where it picks ``blas``, a watchdog keeps the split's robustness: a
+product slower than one thread would have been sends products back to the split for a
+while. Where numpy's BLAS is not OpenBLAS, or ``RUNTIME_LITE_GEMM=blas`` is set, products
+go to numpy.matmul unchanged.
 """
 
 from __future__ import annotations
@@ -22,29 +28,36 @@ import ctypes
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-#: Below this many multiply-adds a product runs on the calling thread alone: handing
-#: blocks to the pool costs tens of microseconds, and each worker's BLAS call and GIL
-#: hand-back more. Measured here side by side (one thread against the split): at 2 to 4M
-#: (MobileNetV3's pointwise layers) the split took 1.5 to 1.9x as long, at 7.5M 1.25x, and
-#: from about 10M it breaks even or wins (115M: 3.7 -> 2.7 ms).
-MIN_PARALLEL_MACS = 8_000_000
+from runtime_lite.kernels import gemm_policy
+
+#: Below the policy's ``min_parallel_macs`` a product runs on the calling thread alone:
+#: handing blocks to the pool costs tens of microseconds (gemm_policy.py measures it).
 #: Blocks per thread: more lets the caller absorb a late worker; fewer keeps blocks wide.
 BLOCKS_PER_THREAD = 3
 #: Column blocks are a multiple of this many columns (the BLAS kernels' register width).
 COLUMN_ALIGN = 16
+#: Under the ``blas`` policy, a product slower than this many times one thread's time
+#: (plus ``SLOW_SLACK_S``) means a co-tenant held a core while OpenBLAS's threads waited.
+SLOW_FACTOR = 1.0
+SLOW_SLACK_S = 50e-6
+#: ... and products then take the split for this long, doubling while slow products recur.
+FALLBACK_SECONDS = 2.0
+MAX_FALLBACK_SECONDS = 60.0
 
 
 class _BlasThreads:
     """OpenBLAS's thread count, switched to 1 while any product of ours runs."""
 
-    def __init__(self, set_threads: Callable[[int], None], threads: int) -> None:
+    def __init__(self, set_threads: Callable[[int], None], threads: int, config: str = "") -> None:
         self._set = set_threads
         self.threads = threads
+        self.config = config  #: OpenBLAS's version, build options and the kernel it picked
         self._active = 0
         self._lock = threading.Lock()
 
@@ -63,8 +76,6 @@ class _BlasThreads:
 
 def _find_openblas() -> _BlasThreads | None:
     """numpy's OpenBLAS thread controls, found among the process's mapped libraries (Linux)."""
-    if os.environ.get("RUNTIME_LITE_GEMM", "").strip().lower() == "blas":
-        return None
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
@@ -82,11 +93,45 @@ def _find_openblas() -> _BlasThreads | None:
                 setter.argtypes, setter.restype = (ctypes.c_int,), None
                 getter.argtypes, getter.restype = (), ctypes.c_int
                 threads = getter()
-                return _BlasThreads(setter, threads) if threads > 1 else None
+                return _BlasThreads(setter, threads, _blas_config(library, pattern)) if threads > 1 else None
     return None
 
 
-_state: tuple[_BlasThreads | None, ThreadPoolExecutor | None] | None = None
+def _blas_config(library: ctypes.CDLL, pattern: str) -> str:
+    """``openblas_get_config()`` and ``openblas_get_corename()``: the kernel numpy's OpenBLAS runs here."""
+    words = []
+    for name in ("get_config", "get_corename"):
+        function = getattr(library, pattern.format(name), None)
+        if function is not None:
+            function.argtypes, function.restype = (), ctypes.c_char_p
+            words.append((function() or b"").decode(errors="replace").strip())
+    return " / ".join(words)
+
+
+class _Host:
+    """The BLAS controls, the pool, and the machine's policy with its co-tenant watchdog."""
+
+    def __init__(self, blas: _BlasThreads, workers: ThreadPoolExecutor, policy: gemm_policy.Policy) -> None:
+        self.blas, self.workers, self.policy = blas, workers, policy
+        self._split_until = 0.0
+        self._fallback_s = FALLBACK_SECONDS
+
+    def blas_threads_now(self) -> bool:
+        """Whether this product goes to OpenBLAS's threads: the policy says so and no co-tenant was seen lately."""
+        return self.policy.mode == "blas" and time.monotonic() >= self._split_until
+
+    def judge(self, macs: int, seconds: float) -> None:
+        """After a product on OpenBLAS's threads: slower than one thread would have been means a co-tenant."""
+        expected = macs / self.policy.single_macs_per_s if self.policy.single_macs_per_s > 0 else math.inf
+        if seconds > SLOW_FACTOR * expected + SLOW_SLACK_S:
+            self._split_until = time.monotonic() + self._fallback_s
+            self._fallback_s = min(MAX_FALLBACK_SECONDS, 2 * self._fallback_s)
+        else:
+            self._fallback_s = FALLBACK_SECONDS
+
+
+_state: _Host | object | None = None  # _NO_HOST once known that there is no pool
+_NO_HOST = object()  # numpy's BLAS is not OpenBLAS, one thread, or RUNTIME_LITE_GEMM=blas: numpy.matmul as is
 _state_lock = threading.Lock()
 
 
@@ -100,15 +145,55 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _pool() -> tuple[_BlasThreads | None, ThreadPoolExecutor | None]:
+def _start() -> _Host | object:
+    if gemm_policy.requested_mode() == "blas":
+        return _NO_HOST
+    blas = _find_openblas()
+    if blas is None:
+        return _NO_HOST
+    workers = ThreadPoolExecutor(blas.threads - 1, "runtime_lite-gemm")
+    key = gemm_policy.machine_key(blas.config, blas.threads)
+    policy = gemm_policy.resolve(key, lambda: _calibrate(blas, workers))
+    return _Host(blas, workers, policy)
+
+
+def _calibrate(blas: _BlasThreads, workers: ThreadPoolExecutor) -> gemm_policy.Timings:
+    """A large and a small product, each on one thread, split, and on OpenBLAS's threads."""
+    ways = []
+    for m, k, n in (gemm_policy.CALIBRATION_SHAPE, gemm_policy.SMALL_CALIBRATION_SHAPE):
+        a, b = np.full((m, k), 0.5, np.float32), np.full((k, n), 0.25, np.float32)  # values do not change the time
+        out = np.empty((m, n), np.float32)
+
+        def single(a=a, b=b, out=out) -> None:
+            with blas:
+                np.matmul(a, b, out=out)
+
+        ways += [
+            single,
+            lambda a=a, b=b, out=out: _run_blocks(_blocks(a, b, out, blas.threads), blas, workers),
+            lambda a=a, b=b, out=out: np.matmul(a, b, out=out),
+        ]
+    return gemm_policy.measure(
+        tuple(ways),
+        math.prod(gemm_policy.CALIBRATION_SHAPE),
+        math.prod(gemm_policy.SMALL_CALIBRATION_SHAPE),
+        blas.threads,
+    )
+
+
+def _pool() -> _Host | None:
     global _state
     if _state is None:
         with _state_lock:
             if _state is None:
-                blas = _find_openblas()
-                workers = ThreadPoolExecutor(blas.threads - 1, "runtime_lite-gemm") if blas else None
-                _state = (blas, workers)
-    return _state
+                _state = _start()
+    return _state if isinstance(_state, _Host) else None
+
+
+def policy() -> gemm_policy.Policy | None:
+    """This process's policy for large products (None where numpy.matmul runs them as is)."""
+    host = _pool()
+    return host.policy if host is not None else None
 
 
 def run_blocks(blocks: list[Callable[[], None]]) -> None:
@@ -117,12 +202,12 @@ def run_blocks(blocks: list[Callable[[], None]]) -> None:
     Elementwise kernels use it too: a float32 gelu or a depthwise convolution cut into
     cache-sized blocks runs on every thread, with the same work stealing.
     """
-    blas, workers = _pool()
-    if blas is None or len(blocks) < 2:
+    host = _pool()
+    if host is None or len(blocks) < 2:
         for block in blocks:
             block()
         return
-    _run_blocks(blocks, blas, workers)
+    _run_blocks(blocks, host.blas, host.workers)
 
 
 def _run_blocks(blocks: list[Callable[[], None]], blas: _BlasThreads, workers: ThreadPoolExecutor) -> None:
@@ -153,35 +238,47 @@ def _each(a: np.ndarray, b: np.ndarray, out: np.ndarray, indices: list[tuple[int
         np.matmul(a[i], b[i], out=out[i])
 
 
+def _blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> list[Callable[[], None]]:
+    """``out = a @ b`` cut into about ``threads * BLOCKS_PER_THREAD`` independent products."""
+    batch = out.shape[:-2]
+    m, n = out.shape[-2:]
+    count = math.prod(batch)
+    blocks_wanted = threads * BLOCKS_PER_THREAD
+    if count >= blocks_wanted:  # attention's per-head products: blocks of whole matrices
+        a_all, b_all = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+        index = list(np.ndindex(batch))
+        step = -(-count // blocks_wanted)
+        return [lambda part=index[i : i + step]: _each(a_all, b_all, out, part) for i in range(0, count, step)]
+    if m > n:  # a tall product (ConvNeXt's 3136 x 384 @ 384 x 96): blocks of output rows
+        step = -(-m // blocks_wanted)
+        return [
+            lambda i=i: np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :]) for i in range(0, m, step)
+        ]
+    # a wide product (a transformer's weights): blocks of output columns, each reading its part of b
+    columns = -(-n // blocks_wanted)
+    step = -(-columns // COLUMN_ALIGN) * COLUMN_ALIGN
+    return [lambda j=j: np.matmul(a, b[..., j : j + step], out=out[..., j : j + step]) for j in range(0, n, step)]
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``numpy.matmul(a, b)`` for operands of rank 2 or more, spread over the BLAS threads."""
-    blas, workers = _pool()
-    if blas is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
+    host = _pool()
+    if host is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
         return np.matmul(a, b)
     # np.broadcast_shapes costs ~4 us, as much as a small product: only where both are stacked
     batch = (
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 and b.ndim > 2 else a.shape[:-2] + b.shape[:-2]
     )
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    count = math.prod(batch)
-    if count * m * n * k < MIN_PARALLEL_MACS:
-        with blas:
+    macs = math.prod(batch) * m * n * k
+    if macs < host.policy.min_parallel_macs:
+        with host.blas:
             return np.matmul(a, b)
+    if host.blas_threads_now():
+        start = time.perf_counter()
+        out = np.matmul(a, b)
+        host.judge(macs, time.perf_counter() - start)
+        return out
     out = np.empty(batch + (m, n), a.dtype)
-    blocks_wanted = blas.threads * BLOCKS_PER_THREAD
-    if count >= blocks_wanted:  # attention's per-head products: blocks of whole matrices
-        a_all, b_all = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
-        index = list(np.ndindex(batch))
-        step = -(-count // blocks_wanted)
-        blocks = [lambda part=index[i : i + step]: _each(a_all, b_all, out, part) for i in range(0, count, step)]
-    elif m > n:  # a tall product (ConvNeXt's 3136 x 384 @ 384 x 96): blocks of output rows
-        step = -(-m // blocks_wanted)
-        blocks = [
-            lambda i=i: np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :]) for i in range(0, m, step)
-        ]
-    else:  # a wide product (a transformer's weights): blocks of output columns, each reading its part of b
-        columns = -(-n // blocks_wanted)
-        step = -(-columns // COLUMN_ALIGN) * COLUMN_ALIGN
-        blocks = [lambda j=j: np.matmul(a, b[..., j : j + step], out=out[..., j : j + step]) for j in range(0, n, step)]
-    _run_blocks(blocks, blas, workers)
+    _run_blocks(_blocks(a, b, out, host.blas.threads), host.blas, host.workers)
     return out

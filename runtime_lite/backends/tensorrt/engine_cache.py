@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_lite.files import atomic_write, open_regular, read_regular
+from runtime_lite.files import atomic_write, default_cache_dir, open_regular, read_regular
 
 logger = logging.getLogger("runtime_lite.backends.tensorrt.engine_cache")
 
@@ -47,15 +47,6 @@ MAX_RECORD_BYTES = 1 << 20
 #: No serialized engine this cache stores is larger (TensorRT engines of the largest LLMs stay far below).
 MAX_ENGINE_BYTES = 64 << 30
 _HEX = frozenset("0123456789abcdef")
-
-
-def default_cache_dir() -> Path:
-    """``$AOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/aot``, else ``~/.cache/aot``."""
-    explicit = os.environ.get("AOT_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "aot" if xdg else Path.home() / ".cache" / "aot"
 
 
 def engine_key(recipe: bytes, ingredients: Mapping[str, Any]) -> str:
