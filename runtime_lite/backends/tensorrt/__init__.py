@@ -28,26 +28,23 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
+from runtime_lite.backends.fallback import fallback_plan
 from runtime_lite.backends.options import Option, boolean, env_flag, path
 from runtime_lite.backends.tensorrt.spec import (
     BuildSettings,
     DeviceSignature,
     EngineRecord,
-    FallbackRecord,
     TensorRTSpecs,
     engine_fits,
     profiles,
 )
 from runtime_lite.errors import BundleError
-from runtime_lite.execution.plan import HostPlan
-from runtime_lite.format.reader import decode_record
 from runtime_lite.format.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.tensorrt")
 
 #: Where this reader's BundleErrors point: ``bundle field 'tensorrt.compile_specs.inputs[0]' ...``.
 SPECS_FIELD = "tensorrt.compile_specs"
-FALLBACK_FIELD = "tensorrt.fallback"
 
 #: What a deployment may allow at load: ``load(path, backend_options={"tensorrt": {...}})``.
 LOAD_OPTIONS = (
@@ -65,17 +62,6 @@ LOAD_OPTIONS = (
         "load version-compatible engines, which run host code embedded in the engine",
     ),
 )
-
-
-def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
-    """The region's host plan, its constants viewed in place in the ``fallback_weights`` payload."""
-    if "fallback" not in payloads:
-        raise BundleError(f"bundle field 'tensorrt.payloads': module {module_id!r} has no 'fallback' payload")
-    raw = decode_record(bytes(payloads["fallback"]), f"bundle field '{FALLBACK_FIELD}'")
-    record = FallbackRecord.from_record(raw, FALLBACK_FIELD)
-    weights = payloads.get("fallback_weights")
-    constants = [c.view(weights, f"{FALLBACK_FIELD}.constants[{i}]") for i, c in enumerate(record.constants)]
-    return HostPlan(record.plan, constants, field=f"{FALLBACK_FIELD}.plan")
 
 
 def _engines(engines: tuple[EngineRecord, ...], payloads: dict[str, memoryview]) -> list[tuple[dict, memoryview]]:
@@ -102,12 +88,7 @@ class TensorRTModule:
             raise BundleError(f"bundle field 'tensorrt.payloads': module {self.id!r} has no 'recipe' payload")
         self.recipe = payloads["recipe"]
         self.engines = _engines(record.engines, payloads)
-        self.fallback = _fallback_plan(payloads, self.id)
-        if len(self.fallback.input_slots) != len(self.inputs) or len(self.fallback.output_slots) != len(self.outputs):
-            raise BundleError(
-                f"bundle field '{FALLBACK_FIELD}.plan': module {self.id!r}'s fallback plan does not match "
-                "its inputs/outputs"
-            )
+        self.fallback, _ = fallback_plan(payloads, self.id, "tensorrt", (len(self.inputs), len(self.outputs)))
         self.runner, self.placement = self._resolve(options)
         #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
         self.runs_on = "tensorrt" if self.runner is not None else "host"

@@ -1,0 +1,103 @@
+"""onnxruntime codegen: a region becomes a recipe whose weights are the host plan's own blobs.
+
+Payloads of one onnxruntime module:
+
+* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32) with no large weight
+  inside: each initializer over ``INLINE_BYTES`` is an external-data placeholder that
+  ``compile_specs.weights`` resolves to an array of the bundle;
+* ``fallback`` + ``fallback_weights``: the region's host plan and its constants, run where
+  onnxruntime is not installed. The recipe's weights are these same arrays, found by content,
+  so each weight is stored once;
+* ``recipe_weights``: the large arrays only the recipe needs (a weight the lowering had to
+  transpose), when there are any.
+
+The recipe is checked by the run side's own reader (``runtime_lite.backends.onnxruntime.
+recipe_check``) before it is written, so a bundle never holds a recipe the runtime refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import onnx
+
+from aot.compiler.backends import ModuleArtifact
+from aot.compiler.backends.fallback import host_fallback
+from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
+from aot.compiler.backends.recipe import inline_weight, write_recipe
+from aot.compiler.backends.weights import constant_record
+from aot.compiler.partition import Region
+from aot.errors import BuildError
+from aot.packager.bundle import spec_of
+from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
+from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs, WeightRef
+from runtime_lite.errors import BundleError
+
+
+def _content_key(array: np.ndarray) -> tuple:
+    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+    return array.dtype.name, array.shape, hashlib.sha256(memoryview(little).cast("B")).digest()
+
+
+#: Arrays up to this size stay inside the recipe: onnxruntime's shape inference reads operands such as a
+#: Reshape's target shape while it loads the model, before external initializers are bound.
+INLINE_BYTES = 4096
+
+
+class _SharedWeights:
+    """``store`` for ``write_recipe``: each initializer a placeholder, resolved to a fallback constant when one
+    has the same content, else to an array of ``recipe_weights``."""
+
+    def __init__(self, fallback_arrays: list[np.ndarray]):
+        self.shared = {}
+        for i, array in enumerate(fallback_arrays):
+            self.shared.setdefault(_content_key(array), i)
+        self.refs: list[WeightRef] = []
+        self.arrays: dict[str, np.ndarray] = {}
+        self.extra = bytearray()
+        self.extra_records = []
+
+    def __call__(self, tensor: onnx.TensorProto, array: np.ndarray) -> None:
+        if array.nbytes <= INLINE_BYTES:
+            inline_weight(tensor, array)
+            return
+        index = self.shared.get(_content_key(array))
+        if index is None:
+            self.extra_records.append(constant_record(self.extra, array))
+            ref = WeightRef(tensor.name, "recipe_weights", len(self.extra_records) - 1)
+        else:
+            ref = WeightRef(tensor.name, "fallback_weights", index)
+        self.refs.append(ref)
+        self.arrays[tensor.name] = np.asarray(array)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", PLACEHOLDER
+
+
+def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
+    graph = region.as_graph()
+    fallback = host_fallback(graph)
+    weights = _SharedWeights(fallback.arrays)
+    model = write_recipe(graph, "fp32", exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    recipe = model.SerializeToString()
+    try:  # the run side's own check: what it would refuse is a build error here
+        check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
+    except BundleError as e:
+        raise BuildError(str(e)) from None
+    payloads = {"recipe": recipe, **fallback.payloads()}
+    if weights.extra:
+        payloads["recipe_weights"] = bytes(weights.extra)
+    specs = OnnxRuntimeSpecs(
+        region=region.id,
+        inputs=tuple(spec_of(v) for v in graph.inputs),
+        outputs=tuple(spec_of(v) for v in graph.outputs),
+        weights=tuple(weights.refs),
+        recipe_constants=tuple(weights.extra_records),
+    )
+    shared = sum(ref.payload == "fallback_weights" for ref in weights.refs)
+    notes = [] if shared == len(weights.refs) else [
+        f"onnxruntime: {region.id} shares {shared} of its recipe's {len(weights.refs)} weights with its host plan; "
+        f"the other {len(weights.refs) - shared} take {len(weights.extra)} bytes"
+    ]  # fmt: skip
+    return ModuleArtifact(payloads, specs.to_record(), notes)
