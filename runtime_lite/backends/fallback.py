@@ -52,13 +52,24 @@ def fallback_plan(
 ) -> tuple[HostPlan, list[np.ndarray]]:
     """The region's host plan (and its constants, for a delegate to share); ``signature`` = (inputs, outputs)."""
     plan_record, constants = fallback_constants(payloads, module_id, backend)
+    return bind_fallback(plan_record, constants, module_id, backend, signature), constants
+
+
+def bind_fallback(
+    plan_record: PlanRecord,
+    constants: list[np.ndarray],
+    module_id: str,
+    backend: str,
+    signature: tuple[int, int] | None = None,
+) -> HostPlan:
+    """The host plan of ``fallback_constants``'s record, every instruction checked and bound."""
     plan = HostPlan(plan_record, constants, field=f"{backend}.fallback.plan")
     if signature is not None and (len(plan.input_slots), len(plan.output_slots)) != signature:
         raise BundleError(
             f"bundle field '{backend}.fallback.plan': module {module_id!r}'s fallback plan does not match "
             "its inputs/outputs"
         )
-    return plan, constants
+    return plan
 
 
-__all__ = ["FallbackRecord", "fallback_constants", "fallback_plan"]
+__all__ = ["FallbackRecord", "bind_fallback", "fallback_constants", "fallback_plan"]

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
-from runtime_lite.backends.fallback import fallback_plan
+from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
     OPTIMIZATION_LEVELS,
@@ -41,6 +41,7 @@ from runtime_lite.backends.onnxruntime.session import (
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.options import Option, boolean, choice
 from runtime_lite.errors import BundleError, OptionError
+from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.onnxruntime")
@@ -126,9 +127,7 @@ class OnnxRuntimeModule:
         self.outputs: tuple[TensorSpec, ...] = record.outputs
         if "recipe" not in payloads:
             raise BundleError(f"bundle field 'onnxruntime.payloads': module {self.id!r} has no 'recipe' payload")
-        self.fallback, constants = fallback_plan(
-            payloads, self.id, "onnxruntime", (len(self.inputs), len(self.outputs))
-        )
+        plan, constants = fallback_constants(payloads, self.id, "onnxruntime")
         weights = recipe_weights(payloads, record, constants)
         start = time.perf_counter()
         try:
@@ -143,7 +142,12 @@ class OnnxRuntimeModule:
             self.session, self.placement = None, f"on the host: {e}"
         #: "onnxruntime" with a session, "host" on the fallback plan (the module's load warns or refuses).
         self.runs_on = "onnxruntime" if self.session is not None else "host"
+        #: The host plan, checked and bound only where it runs: a session never needs it (load time).
+        self.fallback = None if self.session is not None else self._bind(plan, constants)
         logger.info("onnxruntime region %s runs %s", self.id, self.placement)
+
+    def _bind(self, plan, constants: list[np.ndarray]) -> HostPlan:
+        return bind_fallback(plan, constants, self.id, "onnxruntime", (len(self.inputs), len(self.outputs)))
 
     def close(self) -> None:
         session, self.session = self.session, None

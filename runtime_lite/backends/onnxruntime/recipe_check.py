@@ -119,6 +119,8 @@ class _Refused(Exception):
 
 
 def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    if pos < len(data) and data[pos] < 0x80:  # most keys, lengths and enums are one byte
+        return data[pos], pos + 1
     result = shift = 0
     while True:
         if pos >= len(data):

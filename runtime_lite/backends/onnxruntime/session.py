@@ -32,7 +32,9 @@ def import_onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError as e:
-        raise OnnxRuntimeUnavailable(f"onnxruntime is not installed ({e}); pip install 'runtime-lite[onnxruntime]'") from None
+        raise OnnxRuntimeUnavailable(
+            f"onnxruntime is not installed ({e}); pip install 'runtime-lite[onnxruntime]'"
+        ) from None
     except Exception as e:  # a broken install (missing shared library, ABI mismatch)
         raise OnnxRuntimeUnavailable(f"onnxruntime failed to import: {type(e).__name__}: {e}") from None
     if "CPUExecutionProvider" not in onnxruntime.get_available_providers():
