@@ -357,7 +357,7 @@ def _check(w: RecipeWriter, name: str, inputs: list, outputs: list) -> None:
             dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
             stand_ins.append(helper.make_tensor_value_info(weight, dtype, list(array.shape)))
         else:
-            small.append(numpy_helper.from_array(np.ascontiguousarray(array), weight))
+            small.append(numpy_helper.from_array(np.asarray(array, order="C"), weight))  # 0-d stays 0-d
     skeleton = _model(helper.make_graph(w.nodes, name, inputs + stand_ins, outputs, small))
     try:
         onnx.checker.check_model(skeleton)

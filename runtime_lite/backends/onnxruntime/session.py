@@ -24,7 +24,7 @@ OPTIMIZATION_LEVELS = {
 
 
 class OnnxRuntimeUnavailable(Exception):
-    """onnxruntime cannot be imported here (not installed, or broken); the message says which."""
+    """onnxruntime cannot run the recipe here (not installed, broken, or it refused the recipe); the message says which."""
 
 
 def import_onnxruntime() -> Any:
@@ -76,7 +76,11 @@ class Session:
         if weights:
             options.add_external_initializers(list(weights), self._values)
         self.version = ort.__version__
-        self._session = ort.InferenceSession(recipe, options, providers=["CPUExecutionProvider"])
+        try:
+            self._session = ort.InferenceSession(recipe, options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # an onnxruntime too old for the recipe's opset, an op it lacks: the host runs it
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None
         self._inputs, self._outputs = list(input_names), list(output_names)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -11,7 +11,10 @@ tagged with what they were built for, and a host plan of the same region. At
 3. else, when the deployment allows building (``load(..., backend_options={"tensorrt":
    {"allow_engine_build": True}})`` or ``AOT_ALLOW_ENGINE_BUILD=1``), a build from the
    recipe into the cache, once across processes;
-4. else the host plan, with numpy: slower, but the bundle still runs, correctly,
+4. else the recipe on onnxruntime's CPU provider, where onnxruntime is installed
+   (``onnxruntime_fallback``, on by default; the recipe is checked first, as an
+   onnxruntime module's is);
+5. else the host plan, with numpy: slower, but the bundle still runs, correctly,
    on a machine with no GPU at all.
 
 Nothing here imports tensorrt or cuda-python until a TensorRT module is loaded.
@@ -45,6 +48,7 @@ logger = logging.getLogger("runtime_lite.tensorrt")
 
 #: Where this reader's BundleErrors point: ``bundle field 'tensorrt.compile_specs.inputs[0]' ...``.
 SPECS_FIELD = "tensorrt.compile_specs"
+SPECS_PAYLOAD = "tensorrt.payloads.recipe"
 
 #: What a deployment may allow at load: ``load(path, backend_options={"tensorrt": {...}})``.
 LOAD_OPTIONS = (
@@ -60,6 +64,13 @@ LOAD_OPTIONS = (
         boolean,
         False,
         "load version-compatible engines, which run host code embedded in the engine",
+    ),
+    Option(
+        "onnxruntime_fallback",
+        boolean,
+        env_flag("AOT_ONNXRUNTIME_FALLBACK", default=True),
+        "where no engine fits, run the recipe on onnxruntime's CPU provider (if installed) before the host plan "
+        "(default: on, unless $AOT_ONNXRUNTIME_FALLBACK=0)",
     ),
 )
 
@@ -90,8 +101,14 @@ class TensorRTModule:
         self.engines = _engines(record.engines, payloads)
         self.fallback, _ = fallback_plan(payloads, self.id, "tensorrt", (len(self.inputs), len(self.outputs)))
         self.runner, self.placement = self._resolve(options)
-        #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
-        self.runs_on = "tensorrt" if self.runner is not None else "host"
+        self.cpu_session = None
+        if self.runner is None and options["onnxruntime_fallback"] is True:
+            self.cpu_session, self.placement = self._on_onnxruntime(self.placement)
+        #: "tensorrt" with an engine, "onnxruntime" with its recipe there, "host" on the fallback plan (the
+        #: module's load warns or refuses; see placement.py)
+        self.runs_on = (
+            "tensorrt" if self.runner is not None else "onnxruntime" if self.cpu_session is not None else "host"
+        )
         logger.info("tensorrt region %s runs %s", self.id, self.placement)
 
     def _resolve(self, options: dict[str, Any]) -> tuple[Any, str]:
@@ -148,6 +165,16 @@ class TensorRTModule:
         except (EngineBuildError, EngineIncompatible, OSError) as e:
             return None, f"on the host: building an engine for {device} failed: {e}"
 
+    def _on_onnxruntime(self, why: str) -> tuple[Any, str]:
+        """(an onnxruntime session over the recipe, or None; where the region runs and why)."""
+        from runtime_lite.backends.onnxruntime import OnnxRuntimeUnavailable, SessionSettings, recipe_session
+
+        try:  # the recipe is checked as an onnxruntime module's is (BundleError for a hostile one)
+            session = recipe_session(self.recipe, {}, self.inputs, self.outputs, SessionSettings(), SPECS_PAYLOAD)
+        except OnnxRuntimeUnavailable as e:
+            return None, f"{why}; not on onnxruntime either: {e}"
+        return session, f"on onnxruntime {session.version}'s CPU provider{why.removeprefix('on the host')}"
+
     def _runner(self, blob: Any, tags: dict[str, Any]) -> Any:
         from runtime_lite.backends.tensorrt.gpu import EngineRunner
 
@@ -160,6 +187,7 @@ class TensorRTModule:
 
     def close(self) -> None:
         """Free the engine and its device buffers now rather than at garbage collection."""
+        self.cpu_session = None
         runner, self.runner = self.runner, None
         if runner is not None:
             runner.close()
@@ -169,10 +197,12 @@ class TensorRTModule:
         if self.runner is not None:
             outputs = self.runner.run(inputs)
             outputs = [o.astype(s.dtype, copy=False) for o, s in zip(outputs, self.outputs)]
+        elif self.cpu_session is not None:
+            outputs = self.cpu_session.run(inputs)
         else:
             outputs = self.fallback.execute(list(inputs))
         if trace is not None:
-            placement = "engine" if self.runner is not None else "host"
+            placement = "engine" if self.runner is not None else self.runs_on
             trace.append(
                 {"backend": "tensorrt", "module": self.id, "node": self.id, "placement": placement,
                  "start_s": start, "wall_s": time.perf_counter() - start}

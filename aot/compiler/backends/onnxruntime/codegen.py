@@ -36,7 +36,7 @@ from runtime_lite.errors import BundleError
 
 
 def _content_key(array: np.ndarray) -> tuple:
-    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+    little = np.asarray(array, order="C").astype(array.dtype.newbyteorder("<"), copy=False)
     return array.dtype.name, array.shape, hashlib.sha256(memoryview(little).cast("B")).digest()
 
 

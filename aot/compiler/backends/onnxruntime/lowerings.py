@@ -19,7 +19,7 @@ EXTRA: dict[str, Export] = {
         "where": "Where", "equal": "Equal", "greater": "Greater", "greater_equal": "GreaterOrEqual",
         "less": "Less", "less_equal": "LessOrEqual", "logical_and": "And", "logical_or": "Or",
         "logical_xor": "Xor", "logical_not": "Not", "sign": "Sign", "tan": "Tan", "round": "Round",
-        "gather": "Gather", "gather_elements": "GatherElements",
+        "gather": "Gather", "gather_elements": "GatherElements", "isnan": "IsNaN", "gather_nd": "GatherND",
     }.items()},
 }  # fmt: skip
 
@@ -60,6 +60,18 @@ def _cumsum(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> Non
     a = node.attrs
     axis = w.const(np.asarray(a["axis"], np.int64), "axis")
     w.emit("CumSum", [ins[0], axis], outs, exclusive=int(a["exclusive"]), reverse=int(a["reverse"]))
+
+
+@_export("isinf")
+def _isinf(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    w.emit("IsInf", ins, outs, detect_positive=int(a["detect_positive"]), detect_negative=int(a["detect_negative"]))
+
+
+@_export("trilu")
+def _trilu(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    k = w.const(np.asarray(node.attrs["k"], np.int64), "k")
+    w.emit("Trilu", [ins[0], k], outs, upper=int(node.attrs["upper"]))
 
 
 @_export("mod")
