@@ -128,7 +128,8 @@ class OnnxRuntimeModule:
         if "recipe" not in payloads:
             raise BundleError(f"bundle field 'onnxruntime.payloads': module {self.id!r} has no 'recipe' payload")
         plan, constants = fallback_constants(payloads, self.id, "onnxruntime")
-        weights = recipe_weights(payloads, record, constants)
+        #: The recipe's initializers the bundle supplies, by name: read-only views of its blobs.
+        self.weights = weights = recipe_weights(payloads, record, constants)
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(

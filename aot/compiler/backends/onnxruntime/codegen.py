@@ -46,41 +46,44 @@ INLINE_BYTES = 4096
 
 
 class _SharedWeights:
-    """``store`` for ``write_recipe``: each initializer a placeholder, resolved to a fallback constant when one
-    has the same content, else to an array of ``recipe_weights``."""
+    """``store`` for ``write_recipe``: each initializer over ``INLINE_BYTES`` an external-data placeholder;
+    ``resolve`` then points each at a fallback constant of the same content, else at ``recipe_weights``."""
 
-    def __init__(self, fallback_arrays: list[np.ndarray]):
-        self.shared = {}
-        for i, array in enumerate(fallback_arrays):
-            self.shared.setdefault(_content_key(array), i)
-        self.refs: list[WeightRef] = []
+    def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
+        self.refs: list[WeightRef] = []
         self.extra = bytearray()
-        self.extra_records = []
+        self.extra_records: list = []
 
     def __call__(self, tensor: onnx.TensorProto, array: np.ndarray) -> None:
         if array.nbytes <= INLINE_BYTES:
             inline_weight(tensor, array)
             return
-        index = self.shared.get(_content_key(array))
-        if index is None:
-            self.extra_records.append(constant_record(self.extra, array))
-            ref = WeightRef(tensor.name, "recipe_weights", len(self.extra_records) - 1)
-        else:
-            ref = WeightRef(tensor.name, "fallback_weights", index)
-        self.refs.append(ref)
         self.arrays[tensor.name] = np.asarray(array)
         tensor.data_location = onnx.TensorProto.EXTERNAL
         entry = tensor.external_data.add()
         entry.key, entry.value = "location", PLACEHOLDER
 
+    def resolve(self, fallback_arrays: list[np.ndarray]) -> None:
+        shared: dict[tuple, int] = {}
+        for i, array in enumerate(fallback_arrays):
+            shared.setdefault(_content_key(array), i)
+        for name, array in self.arrays.items():
+            index = shared.get(_content_key(array))
+            if index is None:
+                self.extra_records.append(constant_record(self.extra, array))
+                self.refs.append(WeightRef(name, "recipe_weights", len(self.extra_records) - 1))
+            else:
+                self.refs.append(WeightRef(name, "fallback_weights", index))
+
 
 def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
     graph = region.as_graph()
-    fallback = host_fallback(graph)
-    weights = _SharedWeights(fallback.arrays)
+    weights = _SharedWeights()
     model = write_recipe(graph, "fp32", exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
     recipe = model.SerializeToString()
+    fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
+    weights.resolve(fallback.arrays)
     try:  # the run side's own check: what it would refuse is a build error here
         check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
     except BundleError as e:
