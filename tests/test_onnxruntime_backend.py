@@ -139,6 +139,7 @@ def test_declared_options_reach_the_session():
         ({"optimization": 3}, "optimization=3"),
         ({"arena": "maybe"}, "arena='maybe'"),
         ({"arena": 1}, "arena=1"),
+        ({"enabled": "sometimes"}, "enabled='sometimes'"),
         ({"intra_threads": 2}, "no option 'intra_threads'"),
         ("threads=2", "must be a mapping"),
     ],
@@ -163,6 +164,15 @@ def test_without_onnxruntime_the_region_runs_its_host_plan_and_says_why_once(blo
     assert len(warnings) == 1 and "onnxruntime is not installed" in warnings[0].getMessage()
     host = runtime_lite.load(aot.build(small_cnn_model(), log=None).to_bytes())
     np.testing.assert_array_equal(module.run({"x": X})[0], host.run({"x": X})[0])
+
+
+def test_enabled_false_runs_the_host_plan_and_says_so():
+    module = runtime_lite.load(
+        _build(small_cnn_model()).to_bytes(), backend_options={"onnxruntime": {"enabled": False}}
+    )
+    placement = module.placement["onnxruntime_0"]
+    assert placement["runs_on"] == "host" and "onnxruntime.enabled=false" in placement["detail"]
+    assert _error(module.run({"x": X}), onnxruntime_outputs(small_cnn_model(), {"x": X})) <= 1e-5
 
 
 def test_require_onnxruntime_fails_instead_of_falling_back(blocked_onnxruntime):

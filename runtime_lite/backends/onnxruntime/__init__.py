@@ -70,21 +70,28 @@ LOAD_OPTIONS = (
         f"onnxruntime's graph optimization level ({'|'.join(OPTIMIZATION_LEVELS)})",
     ),
     Option("arena", boolean, True, "onnxruntime's CPU memory arena (off: memory goes back between runs)"),
+    Option(
+        "enabled",
+        boolean,
+        True,
+        "false: run the host plan instead (for bundles from sources you do not trust; see docs/onnxruntime.md)",
+    ),
 )
 
 
 def session_settings(options: dict[str, Any]) -> SessionSettings:
     """The load options as session settings; OptionError naming the option for a value of the wrong kind."""
-    count, level, arena = options["threads"], options["optimization"], options["arena"]
+    count, level, arena, enabled = options["threads"], options["optimization"], options["arena"], options["enabled"]
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise OptionError(f"onnxruntime option threads={count!r}: must be an integer, 0 or more")
     if level not in OPTIMIZATION_LEVELS:
         raise OptionError(
             f"onnxruntime option optimization={level!r}: expected one of {', '.join(OPTIMIZATION_LEVELS)}"
         )
-    if not isinstance(arena, bool):
-        raise OptionError(f"onnxruntime option arena={arena!r}: must be true or false")
-    return SessionSettings(count, level, arena)
+    for name, value in (("arena", arena), ("enabled", enabled)):
+        if not isinstance(value, bool):
+            raise OptionError(f"onnxruntime option {name}={value!r}: must be true or false")
+    return SessionSettings(count, level, arena, enabled)
 
 
 def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fallback: list[np.ndarray]):

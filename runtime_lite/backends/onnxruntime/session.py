@@ -49,6 +49,8 @@ class SessionSettings:
     threads: int = 0
     optimization: str = "all"
     arena: bool = True
+    #: False: never hand the recipe to onnxruntime (the load option ``enabled``).
+    enabled: bool = True
 
 
 class Session:
@@ -62,6 +64,8 @@ class Session:
         output_names: Sequence[str],
         settings: SessionSettings,
     ):
+        if not settings.enabled:
+            raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
         ort = import_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = settings.threads
