@@ -136,6 +136,8 @@ def bench_model(name: str, rounds: int, workdir: Path) -> dict:
         "delegate_ms": statistics.median(lite) * 1e3,
         "onnxruntime_ms": statistics.median(ort_times) * 1e3,
         "ratio": statistics.median(lite) / statistics.median(ort_times),
+        "paired": statistics.median(ratios),
+        "best_ratio": min(lite) / min(ort_times),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
         "rel_l2": error,
@@ -156,7 +158,9 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         "`aot-build --target onnxruntime` bundles run by runtime_lite (the recipe on onnxruntime's CPU",
         "provider, weights bound from the bundle's blobs) against onnxruntime running the original ONNX",
         f"file, both with {THREADS} intra-op threads, alternating one run each for {rounds} rounds, batch 1.",
-        "`ratio` is of the medians (spread: lowest..highest per-round ratio); `load` is `runtime_lite.load`",
+        "`ratio` is of the medians, `paired` the median of the per-round ratios, `best-of` the ratio of each",
+        "side's fastest round (the figure least moved by other processes on a shared machine), `spread` the",
+        "lowest..highest per-round ratio; `load` is `runtime_lite.load`",
         "(read into private memory, sha256 of every blob, recipe check, session), `mapped` the same with",
         "`map_file=True, verify=False` (the file mapped, blobs not hashed: what onnxruntime itself does with",
         "a model file), each over onnxruntime's session creation from the file (`session`); `size` is the",
@@ -166,20 +170,21 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         f"- Command: `{command}`",
         f"- CPU: {cpu()}; onnxruntime {ort.__version__}, numpy {np.__version__}",
         "",
-        "| model | delegate (ms) | onnxruntime (ms) | ratio | spread | rel. L2 | load (s) | mapped (s) | session (s) "
-        "| load ratio | mapped ratio | size ratio | regions |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | delegate (ms) | onnxruntime (ms) | ratio | paired | best-of | spread | rel. L2 | load (s) "
+        "| mapped (s) | session (s) | load ratio | mapped ratio | size ratio | regions |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         regions = ", ".join(f"{k} {v}" for k, v in r["regions"].items() if v)
         lines.append(
             f"| {r['model']} | {r['delegate_ms']:.2f} | {r['onnxruntime_ms']:.2f} | {r['ratio']:.3f} "
+            f"| {r['paired']:.3f} | {r['best_ratio']:.3f} "
             f"| {r['ratio_min']:.2f}..{r['ratio_max']:.2f} | {r['rel_l2']:.1e} | {r['load_s']:.3f} "
             f"| {r['mapped_s']:.3f} | {r['session_s']:.3f} | {r['load_s'] / r['session_s']:.2f} "
             f"| {r['mapped_s'] / r['session_s']:.2f} | {r['size_ratio']:.4f} | {regions} |"
         )
     for name, why in failures.items():
-        lines.append(f"| {name} | failed: {why} | | | | | | | | | | | |")
+        lines.append(f"| {name} | failed: {why} | | | | | | | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 
