@@ -23,6 +23,7 @@ from runtime_lite import BundleError
 from runtime_lite.backends.onnxruntime import recipe_check
 from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
 from runtime_lite.errors import OptionError, PlacementError
+from tests import hostile
 from tests.conftest import small_cnn_model
 from tests.helpers import make_model, onnxruntime_outputs, rand
 from tests.hostile import Seed
@@ -188,7 +189,7 @@ def test_require_onnxruntime_fails_instead_of_falling_back(blocked_onnxruntime):
 
 def _recipe_bundle(model=None) -> tuple[Seed, int, onnx.ModelProto]:
     """The bundle taken apart (tests/hostile.Seed), the index of its recipe payload, and the recipe."""
-    result = _build(model or wide_model())
+    result = _build(model or wide_model(), min_region_size=1)
     seed = Seed("ort", result.header, [bytes(p) for p in result.blobs.payloads], [X])
     index = seed.header["modules"][0]["payloads"]["recipe"]
     return seed, index, onnx.load_from_string(seed.payloads[index])
@@ -374,3 +375,24 @@ def test_describe_and_the_bundle_say_where_each_region_runs():
     assert fallback["format"] == "host-plan/1"
     module = runtime_lite.load(result.to_bytes())
     assert module.modules[0]["backend"] == "onnxruntime" and "on onnxruntime" in module.modules[0]["placement"]
+
+
+GEOMETRY_INPUT = np.random.default_rng(0).standard_normal((1, 2, 9, 11)).astype(np.float32)
+
+
+def _load_and_run(data: bytes, options: dict) -> str:
+    module = runtime_lite.load(data, backend_options=options)
+    module.run({"x": GEOMETRY_INPUT})
+    return module.placement["onnxruntime_0"]["runs_on"]
+
+
+def test_enabled_false_keeps_a_recipe_onnxruntime_would_abort_on_away_from_it():
+    """The campaign's finding (docs/RELIABILITY.md): onnxruntime 1.32 aborts the process (SIGABRT in its static
+    shape inference) on this recipe, a convolution whose dilated kernel (dilation 33) is wider than its 11-wide
+    input; the check infers no shapes, so it passes. ``enabled=False``, the mitigation for untrusted bundles,
+    never hands it to onnxruntime: the host plan runs."""
+    seed, index, recipe = _recipe_bundle(hostile._geometry_model())
+    conv = next(n for n in recipe.graph.node if n.op_type == "Conv")
+    next(a for a in conv.attribute if a.name == "dilations").ints[:] = [2, 33]
+    data = _with_recipe(seed, index, recipe)
+    assert hostile.isolated(_load_and_run, data, {"onnxruntime": {"enabled": False}}) == ("returned", "host")
