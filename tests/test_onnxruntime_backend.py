@@ -20,7 +20,7 @@ import runtime_lite
 from aot.errors import BuildError
 from aot.testing import relative_l2
 from runtime_lite import BundleError
-from runtime_lite.backends.onnxruntime import recipe_check
+from runtime_lite.backends.onnxruntime import recipe_check, shapes
 from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
 from runtime_lite.errors import OptionError, PlacementError
 from tests import hostile
@@ -386,13 +386,66 @@ def _load_and_run(data: bytes, options: dict) -> str:
     return module.placement["onnxruntime_0"]["runs_on"]
 
 
-def test_enabled_false_keeps_a_recipe_onnxruntime_would_abort_on_away_from_it():
+def test_a_kernel_wider_than_its_input_is_refused_before_onnxruntime_aborts_on_it():
     """The campaign's finding (docs/RELIABILITY.md): onnxruntime 1.32 aborts the process (SIGABRT in its static
-    shape inference) on this recipe, a convolution whose dilated kernel (dilation 33) is wider than its 11-wide
-    input; the check infers no shapes, so it passes. ``enabled=False``, the mitigation for untrusted bundles,
-    never hands it to onnxruntime: the host plan runs."""
+    shape inference) on a convolution whose dilated kernel (dilation 33) is wider than its 11-wide input. The
+    check follows the shapes onnxruntime infers and refuses it; in a child process, so a regression fails here."""
     seed, index, recipe = _recipe_bundle(hostile._geometry_model())
     conv = next(n for n in recipe.graph.node if n.op_type == "Conv")
     next(a for a in conv.attribute if a.name == "dilations").ints[:] = [2, 33]
-    data = _with_recipe(seed, index, recipe)
-    assert hostile.isolated(_load_and_run, data, {"onnxruntime": {"enabled": False}}) == ("returned", "host")
+    kind, message = hostile.isolated(_load_and_run, _with_recipe(seed, index, recipe), {})
+    assert kind == "raised" and message.startswith("BundleError") and "kernel extent 67 is wider" in message
+
+
+def test_the_shape_walk_checks_geometry_and_says_what_it_cannot_follow():
+    conv = {"kernel_shape": [3, 3], "strides": [1, 2], "pads": [1, 0, 1, 0], "dilations": [2, 1]}
+    node = shapes.Node("Conv", ["x", "w"], ["y"], conv, "conv")
+    weights = {"w": (4, 2, 3, 3)}
+    assert shapes.check_geometry({"x": (None, 2, 9, 11)}, weights, {}, [node]) is None  # a symbolic batch
+    with pytest.raises(shapes.BadGeometry, match="kernel extent 67"):
+        wide = shapes.Node("Conv", ["x", "w"], ["y"], {**conv, "dilations": [2, 33]}, "conv")
+        shapes.check_geometry({"x": (1, 2, 9, 11)}, weights, {}, [wide])
+    with pytest.raises(shapes.BadGeometry, match="stride 0"):
+        shapes.check_geometry({"x": (1, 2, 9, 11)}, weights, {}, [shapes.Node("Conv", ["x", "w"], ["y"],
+                              {**conv, "strides": [0, 1]}, "conv")])  # fmt: skip
+    # A reshape whose target shape the walk cannot read: the conv after it is unverified, never guessed.
+    unread = shapes.Node("Reshape", ["x", "target"], ["r"], {}, "reshape")
+    after = shapes.Node("Conv", ["r", "w"], ["y"], conv, "conv")
+    lost = shapes.check_geometry({"x": (1, 2, 9, 11)}, {**weights, "target": (4,)}, {}, [unread, after])
+    assert "could not be followed" in lost
+    known = {**weights, "target": (4,)}
+    readable = shapes.check_geometry({"x": (1, 2, 99)}, known, {"target": [1, 2, 9, 11]}, [unread, after])
+    assert readable is None
+
+
+def test_an_unverified_recipe_runs_on_the_host_and_says_why(monkeypatch):
+    def cannot_follow(node, ins, ints):  # test double: the shape walk models no op
+        raise LookupError(node.op_type)
+
+    monkeypatch.setattr(shapes, "_infer", cannot_follow)
+    module = runtime_lite.load(_build(wide_model()).to_bytes())
+    placement = module.placement["onnxruntime_0"]
+    assert placement["runs_on"] == "host" and "could not verify its geometry" in placement["detail"]
+    assert _error(module.run({"x": X}), onnxruntime_outputs(wide_model(), {"x": X})) <= 1e-5
+
+
+@pytest.mark.parametrize("which", ["cnn", "wide", "masked", "geometry"])
+def test_the_shape_walk_agrees_with_onnx_shape_inference(which):
+    """Every shape the walk follows is the one onnx infers for the same recipe (onnxruntime runs the same inference)."""
+    model = {"cnn": small_cnn_model, "wide": wide_model, "masked": masked_model, "geometry": hostile._geometry_model}
+    _, _, recipe = _recipe_bundle(model[which]())
+    externals = {t.name: np.zeros(t.dims, np.float32) for t in recipe.graph.initializer if t.external_data}
+    facts = check_recipe(recipe.SerializeToString(), externals, "recipe")
+    followed, unverified = shapes.walk(facts.inputs, facts.dims, facts.operands, facts.nodes)
+    assert unverified is None
+    for t in recipe.graph.initializer:  # onnx's inference needs no weight bytes, only their declared dims
+        t.ClearField("external_data")
+        t.data_location = TensorProto.DEFAULT
+    inferred = onnx.shape_inference.infer_shapes(recipe, strict_mode=True).graph
+    expected = {
+        v.name: tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+        for v in [*inferred.value_info, *inferred.output]
+    }
+    produced = {o for n in recipe.graph.node for o in n.output}
+    assert produced <= set(followed)
+    assert {name: followed[name] for name in produced} == {name: expected[name] for name in produced}

@@ -118,8 +118,11 @@ def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fal
 def recipe_session(
     recipe: memoryview, weights: dict[str, np.ndarray], inputs, outputs, settings: SessionSettings, where: str
 ) -> Session:
-    """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing)."""
-    check_recipe(recipe, weights, where)
+    """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
+    or where the check could not follow a shape onnxruntime would check statically: see shapes.py)."""
+    facts = check_recipe(recipe, weights, where)
+    if facts.unverified is not None and settings.enabled:
+        raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
     return Session(bytes(recipe), weights, [s.name for s in inputs], [s.name for s in outputs], settings)
 
 

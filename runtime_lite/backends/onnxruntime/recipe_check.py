@@ -25,11 +25,13 @@ Anything else is a one-line BundleError naming the recipe's field.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from runtime_lite.backends.onnxruntime.shapes import BadGeometry, Node, check_geometry
 from runtime_lite.errors import BundleError
 
 #: The location an external-data initializer must name: a placeholder for the bundle's own blob,
@@ -87,6 +89,15 @@ TENSOR_FIELDS = {1: "dims", 2: "data_type", 3: "segment", 4: "float_data", 5: "i
                  7: "int64_data", 8: "name", 9: "raw_data", 10: "double_data", 11: "uint64_data",
                  12: "doc_string", 13: "external_data", 14: "data_location"}  # fmt: skip
 ENTRY_FIELDS = {1: "key", 2: "value"}
+VALUE_INFO_FIELDS = {1: "name", 2: "type", 3: "doc_string"}
+TYPE_FIELDS = {1: "tensor_type", 6: "denotation"}
+TENSOR_TYPE_FIELDS = {1: "elem_type", 2: "shape"}
+SHAPE_FIELDS = {1: "dim"}
+DIMENSION_FIELDS = {1: "dim_value", 2: "dim_param", 3: "denotation"}
+#: Small operands (shapes, axes, scales) read for the shape walk: at most this many elements.
+MAX_OPERAND_ELEMENTS = 64
+#: TensorProto data types whose small values the shape walk reads: (struct format, its typed field).
+OPERAND_TYPES = {1: ("f", "float_data"), 6: ("i", "int32_data"), 7: ("q", "int64_data")}
 #: What a refused field is, when it is one onnx.proto has (a clearer reason than "unknown").
 NAMED_REFUSALS = {
     ("ModelProto", 20): "training_info",
@@ -112,6 +123,13 @@ class RecipeFacts:
     #: Initializers whose data the caller supplies (external placeholders), by name.
     external: list[str] = field(default_factory=list)
     inline_initializers: int = 0
+    #: Why onnxruntime should not get this recipe although it passed (a shape the walk could not follow).
+    unverified: str | None = None
+    # What the shape walk (shapes.py) reads: graph input shapes, initializer dims, small operands, nodes.
+    inputs: dict = field(default_factory=dict, repr=False)
+    dims: dict = field(default_factory=dict, repr=False)
+    operands: dict = field(default_factory=dict, repr=False)
+    nodes: list = field(default_factory=list, repr=False)
 
 
 class _Refused(Exception):
@@ -186,9 +204,13 @@ def _signed(number: int) -> int:
 
 
 def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
-    name, dims, data_type, location, external = "", [], 0, 0, {}
+    name, dims, data_type, location, external, raw, typed = "", [], 0, 0, {}, None, []
     for key, wire, value in _fields(data, "TensorProto", TENSOR_FIELDS):
-        if key == "name":
+        if key == "raw_data":
+            raw = value
+        elif key in ("float_data", "int32_data", "int64_data"):
+            typed.append((key, wire, value))
+        elif key == "name":
             name = _text(value, f"{where}.name")
         elif key == "dims":
             dims += [_signed(d) for d in _packed_ints(wire, value)]
@@ -203,8 +225,12 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
             external[entry.get("key", "")] = entry.get("value", "")
     if location not in (0, EXTERNAL):
         raise _Refused(f"{where} ({name!r}) has data_location {location}")
+    facts.dims[name] = tuple(dims)
     if location != EXTERNAL and not external:
         facts.inline_initializers += 1
+        values = _small_values(data_type, dims, raw, typed)
+        if values is not None:
+            facts.operands[name] = values
         return
     if name not in supplied:
         raise _Refused(f"{where} ({name!r}) points its data outside the recipe ({external.get('location', '?')!r})")
@@ -221,10 +247,74 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
     facts.external.append(name)
 
 
+def _small_values(data_type: int, dims: list[int], raw: memoryview | None, typed: list) -> list | None:
+    """The values of a small int or float initializer (a shape, axes, scales), or None."""
+    if data_type not in OPERAND_TYPES or any(d < 0 for d in dims):
+        return None
+    count = int(np.prod(dims)) if dims else 1
+    if count > MAX_OPERAND_ELEMENTS:
+        return None
+    code, typed_field = OPERAND_TYPES[data_type]
+    if raw is not None:
+        if len(raw) != count * struct.calcsize(code):
+            return None
+        return list(struct.unpack(f"<{count}{code}", raw))
+    values: list = []
+    for key, wire, value in typed:
+        if key != typed_field:
+            return None
+        if data_type == 1:
+            values += _floats(value) if wire == LEN else [_float(value)] if wire == FIXED32 else []
+        else:
+            values += [_signed(v) for v in _packed_ints(wire, value)]
+    return values if len(values) == count else None
+
+
+def _float(bits: int) -> float:
+    return struct.unpack("<f", bits.to_bytes(4, "little"))[0]
+
+
+def _floats(packed: memoryview) -> list[float]:
+    whole = len(packed) // 4 * 4
+    return list(struct.unpack(f"<{whole // 4}f", packed[:whole]))
+
+
+def _attribute(data: memoryview, where: str, facts: RecipeFacts) -> tuple[str, object]:
+    """(name, value) of one attribute: an int, a float, bytes, or a list of ints or floats."""
+    name, value = "", None
+    ints: list[int] = []
+    floats: list[float] = []
+    for key, wire, field_value in _fields(data, "AttributeProto", ATTRIBUTE_FIELDS):
+        if key == "name":
+            name = _text(field_value, f"{where}.name")
+        elif key == "i":
+            value = _signed(field_value)
+        elif key == "f":
+            value = _float(field_value) if wire == FIXED32 else None
+        elif key == "i" and wire != VARINT:
+            value = None
+        elif key == "s":
+            value = bytes(field_value).decode("utf-8", "replace") if isinstance(field_value, memoryview) else None
+        elif key == "ints":
+            ints += [_signed(v) for v in _packed_ints(wire, field_value)]
+        elif key == "floats":
+            if wire == LEN:
+                floats += _floats(field_value)
+            elif wire == FIXED32:
+                floats.append(_float(field_value))
+        elif key in ("t", "tensors"):  # a tensor attribute may not point outside the recipe either
+            _check_tensor(field_value, f"{where}.{key}", {}, facts)
+    return name, ints or floats or value
+
+
 def _check_node(data: memoryview, where: str, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
-    op_type, domain, attributes = "", "", []
+    op_type, domain, attributes, inputs, outputs = "", "", [], [], []
     for key, _, value in _fields(data, "NodeProto", NODE_FIELDS):
-        if key == "op_type":
+        if key == "input":
+            inputs.append(_text(value, f"{where}.input"))
+        elif key == "output":
+            outputs.append(_text(value, f"{where}.output"))
+        elif key == "op_type":
             op_type = _text(value, f"{where}.op_type")
         elif key == "domain":
             domain = _text(value, f"{where}.domain")
@@ -235,10 +325,28 @@ def _check_node(data: memoryview, where: str, supplied: Mapping[str, np.ndarray]
     if op_type not in ALLOWED_OPS:
         raise _Refused(f"{where} is op {op_type!r}, which is not on the recipe allow-list")
     facts.op_types[op_type] = facts.op_types.get(op_type, 0) + 1
-    for i, attribute in enumerate(attributes):
-        for key, _, value in _fields(attribute, "AttributeProto", ATTRIBUTE_FIELDS):
-            if key in ("t", "tensors"):  # a tensor attribute may not point outside the recipe either
-                _check_tensor(value, f"{where}.attribute[{i}].{key}", {}, facts)
+    attrs = dict(_attribute(attribute, f"{where}.attribute[{i}]", facts) for i, attribute in enumerate(attributes))
+    facts.nodes.append(Node(op_type, inputs, outputs, attrs, where))
+
+
+def _input_shape(data: memoryview, facts: RecipeFacts) -> None:
+    """A graph input's declared shape (dims as ints, None where symbolic), for the shape walk."""
+    name, dims, tensor = "", [], False
+    for key, _, value in _fields(data, "ValueInfoProto", VALUE_INFO_FIELDS):
+        if key == "name":
+            name = _text(value, "graph.input.name")
+        elif key == "type":
+            for type_key, _, type_value in _fields(value, "TypeProto", TYPE_FIELDS):
+                if type_key != "tensor_type":
+                    continue
+                for tensor_key, _, tensor_value in _fields(type_value, "TypeProto.Tensor", TENSOR_TYPE_FIELDS):
+                    if tensor_key == "shape":
+                        tensor = True
+                        for _, _, dim in _fields(tensor_value, "TensorShapeProto", SHAPE_FIELDS):
+                            entry = {k: v for k, _, v in _fields(dim, "Dimension", DIMENSION_FIELDS)}
+                            dims.append(_signed(entry["dim_value"]) if "dim_value" in entry else None)
+    if tensor:
+        facts.inputs[name] = tuple(dims)
 
 
 def _check_graph(data: memoryview, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
@@ -252,6 +360,8 @@ def _check_graph(data: memoryview, supplied: Mapping[str, np.ndarray], facts: Re
         elif key == "initializer":
             _check_tensor(value, f"graph.initializer[{initializers}]", supplied, facts)
             initializers += 1
+        elif key == "input":
+            _input_shape(value, facts)
 
 
 def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray], where: str) -> RecipeFacts:
@@ -291,6 +401,10 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
         missing = sorted(set(supplied) - set(facts.external))
         if missing:
             raise _Refused(f"the bundle supplies weight {missing[0]!r}, which no initializer of the recipe holds")
+        try:
+            facts.unverified = check_geometry(facts.inputs, facts.dims, facts.operands, facts.nodes)
+        except BadGeometry as e:
+            raise _Refused(f"has geometry onnxruntime cannot take: {e}") from None
     except _Refused as e:
         raise BundleError(f"bundle field '{where}': the ONNX recipe {e}") from None
     return facts

@@ -85,7 +85,7 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)
     try:  # the run side's own check: what it would refuse is a build error here
-        check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
+        facts = check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
     except BundleError as e:
         raise BuildError(str(e)) from None
     payloads = {"recipe": recipe, **fallback.payloads()}
@@ -98,9 +98,15 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
         weights=tuple(weights.refs),
         recipe_constants=tuple(weights.extra_records),
     )
+    notes = []
+    if facts.unverified is not None:
+        notes.append(
+            f"onnxruntime: {region.id} will run on the host plan: {facts.unverified} (see docs/onnxruntime.md)"
+        )
     shared = sum(ref.payload == "fallback_weights" for ref in weights.refs)
-    notes = [] if shared == len(weights.refs) else [
-        f"onnxruntime: {region.id} shares {shared} of its recipe's {len(weights.refs)} weights with its host plan; "
-        f"the other {len(weights.refs) - shared} take {len(weights.extra)} bytes"
-    ]  # fmt: skip
+    if shared != len(weights.refs):
+        notes.append(
+            f"onnxruntime: {region.id} shares {shared} of its recipe's {len(weights.refs)} weights with its host "
+            f"plan; the other {len(weights.refs) - shared} take {len(weights.extra)} bytes"
+        )
     return ModuleArtifact(payloads, specs.to_record(), notes)
