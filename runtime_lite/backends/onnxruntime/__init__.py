@@ -74,7 +74,7 @@ LOAD_OPTIONS = (
         "enabled",
         boolean,
         True,
-        "false: run the host plan instead (for bundles from sources you do not trust; see docs/onnxruntime.md)",
+        "false: never hand the recipe to onnxruntime, run the host plan",
     ),
 )
 

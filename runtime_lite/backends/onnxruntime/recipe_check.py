@@ -18,7 +18,11 @@ has seen that it holds:
 * no external data, except on initializers the caller supplies itself, whose
   location is the fixed placeholder :data:`PLACEHOLDER` and whose dtype and
   dims match the array the caller hands onnxruntime;
-* at most :data:`MAX_NODES` nodes, :data:`MAX_RECIPE_BYTES` bytes.
+* at most :data:`MAX_NODES` nodes, :data:`MAX_RECIPE_BYTES` bytes;
+* convolutions and pools whose kernel fits their input, following the shapes
+  onnxruntime will infer (``shapes.py``: onnxruntime aborts the process on one that
+  does not); where the walk cannot follow a shape, ``RecipeFacts.unverified`` says
+  why and the caller keeps the recipe from onnxruntime.
 
 Anything else is a one-line BundleError naming the recipe's field.
 """
