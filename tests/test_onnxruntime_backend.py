@@ -449,3 +449,12 @@ def test_the_shape_walk_agrees_with_onnx_shape_inference(which):
     produced = {o for n in recipe.graph.node for o in n.output}
     assert produced <= set(followed)
     assert {name: followed[name] for name in produced} == {name: expected[name] for name in produced}
+
+
+def test_onnxruntime_admits_exactly_what_its_lowerings_write():
+    from aot.compiler.backends.onnxruntime import patterns
+    from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
+    from aot.compiler.pattern import root_ops
+
+    admitted = set().union(*(root_ops(p.pattern) for p in patterns.onnxruntime_patterns()))
+    assert admitted == set(ONNXRUNTIME_EXPORTS)
