@@ -9,6 +9,7 @@ or "ran" with outputs the caller owns; anything else is a failure and is written
 to ``--failures`` for replay.
 
     python benchmarks/fuzz_campaign.py --cases 100000 --seed 2026 --workers 2
+    python benchmarks/fuzz_campaign.py --family onnxruntime --cases 10000   # onnxruntime recipes (issue 27)
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ from report import machine  # noqa: E402
 
 from tests import hostile  # noqa: E402
 
+#: Mutation families: (seed bundles, cases drawn from them).
+FAMILIES = {
+    "bundles": (hostile.seeds, hostile.cases),
+    "onnxruntime": (hostile.onnxruntime_seeds, hostile.onnxruntime_cases),
+}
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,9 +43,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="bundles", help="which mutations")
     args = parser.parse_args()
 
-    seed_list = hostile.seeds()
+    make_seeds, make_cases = FAMILIES[args.family]
+    seed_list = make_seeds()
     rng = random.Random(args.seed)
     harness = hostile.Harness(workers=args.workers)
     started = time.perf_counter()
@@ -47,7 +56,7 @@ def main() -> int:
     try:
         while done < args.cases:
             batch = min(args.batch, args.cases - done)
-            harness.run(hostile.cases(seed_list, batch, rng))
+            harness.run(make_cases(seed_list, batch, rng))
             done += batch
             for what, outcome, data in harness.failures[reported:]:
                 args.failures.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,17 @@ from tests.helpers import make_model, rand
 os.environ.setdefault("RUNTIME_LITE_GEMM", "split")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _tensorrt_regions_fall_back_to_the_host():
+    """A TensorRT region without an engine runs its recipe on onnxruntime by default, and this machine has
+    onnxruntime; the suite's TensorRT tests are about the numpy fallback, so they switch that step off
+    (tests/test_onnxruntime_backend.py switches it back on to test it). Session-wide, so that module-scoped
+    fixtures see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AOT_ONNXRUNTIME_FALLBACK", "0")
+        yield
+
+
 def small_cnn_model(batch: int | str = 1, opset: int = 13):
     """conv -> batch norm -> relu -> pool -> flatten -> gemm -> softmax, with real weights."""
     nodes = [

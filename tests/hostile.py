@@ -618,3 +618,132 @@ def cases(seed_list: list[Seed], count: int, rng: random.Random) -> Iterator[tup
         seed = rng.choice(seed_list)
         what, data = mutate(rng, seed)
         yield what, data, seed.inputs
+
+
+# -- onnxruntime recipes (issue 27): a family of its own ----------------------------------------------------
+#
+# An onnxruntime module hands its recipe (ONNX protobuf) to onnxruntime, a C++ parser that would
+# read external-data paths and run custom-domain kernels; runtime_lite checks the recipe first
+# (runtime_lite/backends/onnxruntime/recipe_check.py). These mutations attack that check and,
+# through what it admits, onnxruntime itself.
+
+HOSTILE_LOCATIONS = ["../../../../etc/passwd", "/etc/shadow", "*/_ORT_MEM_ADDR_/*", "aot-bundle-weights/../x", ""]
+HOSTILE_OPS = ["If", "Loop", "Scan", "FusedConv", "Identity", "", "Conv", "Gather", "Expand", "Reshape", "Resize"]
+
+
+def onnxruntime_seeds() -> list[Seed]:
+    """onnxruntime bundles of the small CNN and of the geometry model (and a wide layer: external weights)."""
+    import aot
+    from tests.conftest import small_cnn_model
+
+    found = []
+    models = {"cnn": (small_cnn_model(1, 13), (1, 3, 8, 8)), "geometry": (_geometry_model(), (1, 2, 9, 11))}
+    for model_name, (model, shape) in models.items():
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        result = aot.build(model, targets=["onnxruntime"], min_region_size=1, log=None)
+        payloads = [bytes(p) for p in result.blobs.payloads]
+        found.append(Seed(f"{model_name}-onnxruntime", copy.deepcopy(result.header), payloads, [x]))
+    return found
+
+
+def _recipe_attack(rng: random.Random, model) -> str:
+    """One change to the parsed recipe (an onnx ModelProto), chosen to hurt; what was done."""
+    from onnx import TensorProto
+
+    graph = model.graph
+    kind = rng.choice(["location", "op", "domain", "opset", "attribute", "dims", "data_type", "ir"])
+    if kind == "location" and graph.initializer:
+        tensor = rng.choice(graph.initializer)
+        tensor.data_location = TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        entry = tensor.external_data.add()
+        entry.key, entry.value = rng.choice(["location", "offset", "length", "checksum"]), rng.choice(HOSTILE_LOCATIONS)
+        return f"initializer {tensor.name} external {entry.key}={entry.value!r}"
+    if kind == "op" and graph.node:
+        node = rng.choice(graph.node)
+        node.op_type = rng.choice(HOSTILE_OPS)
+        return f"node {node.name} op {node.op_type!r}"
+    if kind == "domain" and graph.node:
+        node = rng.choice(graph.node)
+        node.domain = rng.choice(["com.microsoft", "ai.onnx.ml", "ai.onnx", "evil"])
+        return f"node {node.name} domain {node.domain!r}"
+    if kind == "opset":
+        model.opset_import[0].version = rng.choice([1, 7, 12, 13, 21, 22, 99, -1, 2**40])
+        return f"opset {model.opset_import[0].version}"
+    if kind == "ir":
+        model.ir_version = rng.choice([0, 3, 10, 11, 2**40])
+        return f"ir_version {model.ir_version}"
+    if kind == "attribute":
+        nodes = [n for n in graph.node if n.attribute]
+        if nodes:
+            node = rng.choice(nodes)
+            attribute = rng.choice(node.attribute)
+            if attribute.ints:
+                attribute.ints[rng.randrange(len(attribute.ints))] = hostile_int(rng)
+            else:
+                attribute.i = hostile_int(rng)
+            return f"node {node.name} attribute {attribute.name} hostile"
+    tensors = list(graph.initializer)
+    if tensors:
+        tensor = rng.choice(tensors)
+        if kind == "dims" and tensor.dims:
+            tensor.dims[rng.randrange(len(tensor.dims))] = hostile_int(rng)
+            return f"initializer {tensor.name} dims {list(tensor.dims)}"
+        tensor.data_type = rng.choice([0, 2, 7, 8, 11, 16, 99])
+        return f"initializer {tensor.name} data_type {tensor.data_type}"
+    return "unchanged"
+
+
+def _weights_attack(rng: random.Random, specs: dict) -> str:
+    """One change to the compile_specs' weight references or recipe constants."""
+    weights = specs.get("weights") or []
+    if weights and rng.random() < 0.7:
+        ref = rng.choice(weights)
+        key = rng.choice(["name", "payload", "constant"])
+        ref[key] = hostile_value(rng, ref[key])
+        return f"weight ref {key}={ref[key]!r}"
+    specs["recipe_constants"] = [{"shape": [hostile_int(rng)], "dtype": "float32", "offset": 0, "nbytes": 4}]
+    specs.setdefault("weights", []).append({"name": "extra", "payload": "recipe_weights", "constant": 0})
+    return "a recipe constant beyond its payload"
+
+
+def mutate_onnxruntime(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
+    """One hostile bundle from an onnxruntime seed: its recipe or weight references attacked."""
+    import onnx
+
+    header = copy.deepcopy(seed.header)
+    payloads = list(seed.payloads)
+    record = header["modules"][0]
+    index = record["payloads"]["recipe"]
+    kind = rng.choice(["recipe", "recipe", "recipe", "bytes", "weights"])
+    if kind == "weights":
+        what = _weights_attack(rng, record["compile_specs"])
+    elif kind == "bytes":
+        raw = bytearray(payloads[index])
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(len(raw))
+            raw[i] ^= 1 << rng.randrange(8)
+        if rng.random() < 0.3:
+            raw = raw[: rng.randrange(len(raw))]
+        payloads[index] = bytes(raw)
+        what = "recipe bytes flipped"
+    else:
+        model = onnx.load_from_string(payloads[index])
+        what = " + ".join(_recipe_attack(rng, model) for _ in range(rng.choice([1, 1, 2])))
+        try:
+            payloads[index] = model.SerializeToString()
+        except (ValueError, TypeError) as e:  # protobuf refuses to encode it: nothing to load
+            return f"{seed.name}: {what} (not encodable: {e})", b""
+    try:
+        return f"{seed.name}: {what}", seed.pack(header, payloads)
+    except (TypeError, ValueError, OverflowError):
+        return f"{seed.name}: {what} (not encodable)", b""
+
+
+def onnxruntime_cases(
+    seed_list: list[Seed], count: int, rng: random.Random
+) -> Iterator[tuple[str, bytes, list[np.ndarray]]]:
+    for _ in range(count):
+        seed = rng.choice(seed_list)
+        what, data = mutate_onnxruntime(rng, seed)
+        yield what, data, seed.inputs

@@ -32,9 +32,33 @@ print(','.join(forbidden))
     assert result.stdout.strip() == "", f"runtime_lite imported {result.stdout.strip()}"
 
 
+#: The one runtime_lite module that delegates to onnxruntime, and may import it inside its functions.
+ONNXRUNTIME_DELEGATE = "runtime_lite/backends/onnxruntime/session.py"
+
+
 def test_runtime_sources_import_nothing_from_the_compiler():
-    pattern = re.compile(r"^\s*(from|import)\s+(aot|click|onnx|onnxruntime|torch)\b", re.M)
+    pattern = re.compile(r"^\s*(from|import)\s+(aot|click|onnx|torch)\b", re.M)
     offenders = [str(p.relative_to(ROOT)) for p in python_sources("runtime_lite") if pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def _imports_onnxruntime(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] == "onnxruntime" for a in node.names)
+    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "onnxruntime"
+
+
+def test_only_the_onnxruntime_delegate_imports_onnxruntime_and_only_inside_functions():
+    """``import runtime_lite`` (and any bundle without onnxruntime modules) must never load onnxruntime."""
+    offenders = []
+    for path in python_sources("runtime_lite"):
+        tree = ast.parse(path.read_text())
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if _imports_onnxruntime(node):
+                where = str(path.relative_to(ROOT))
+                if where != ONNXRUNTIME_DELEGATE or id(node) not in inside:
+                    offenders.append(f"{where}:{node.lineno}")
     assert offenders == []
 
 

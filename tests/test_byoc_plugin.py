@@ -121,7 +121,10 @@ def test_targets_and_options_of_installed_plugins_are_listed_and_checked(plugin_
     listed = _aot_build(plugin_python, "--list-backends")  # no MODEL: it is not needed
     assert listed.returncode == 0 and "myaccel (min region 1 ops" in listed.stdout
     typo = _aot_build(plugin_python, str(tmp_path / "m.onnx"), "--target", "myacel")
-    assert typo.returncode != 0 and "unknown target 'myacel' (installed: host, myaccel, npu, tensorrt)" in typo.stderr
+    assert (
+        typo.returncode != 0
+        and "unknown target 'myacel' (installed: host, myaccel, npu, onnxruntime, tensorrt)" in typo.stderr
+    )
     backends = subprocess.run([str(plugin_python), "-m", "runtime_lite", "backends"], capture_output=True, text=True)
     assert "myaccel (available)" in backends.stdout and "myaccel.check_finite" in backends.stdout
 

@@ -485,3 +485,21 @@ def test_cli_info_on_a_deeply_nested_producer_is_one_line(seeds, tmp_path):
     result = _cli("info", str(bundle))
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# -- onnxruntime recipes (issue 27) ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnxruntime_seeds() -> list[hostile.Seed]:
+    return hostile.onnxruntime_seeds()
+
+
+def test_mutated_onnxruntime_recipes_are_rejected_refused_or_run_never_worse(onnxruntime_seeds, harness):
+    """Recipes with external-data paths, custom domains, other ops, opsets, attributes, dims, flipped bytes
+    and broken weight references: each is refused by the recipe check, refused by onnxruntime as a one-line
+    error, or runs; never a crash, a hang, a file read or a foreign exception."""
+    before = len(harness.failures)
+    harness.run(hostile.onnxruntime_cases(onnxruntime_seeds, 120, random.Random(27)))
+    new = harness.failures[before:]
+    assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)

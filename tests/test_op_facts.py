@@ -94,7 +94,8 @@ def test_a_category_names_registered_ops_of_one_shape(category):
 
 
 def test_tensorrt_admits_exactly_what_its_recipe_writer_lowers():
-    from aot.compiler.backends.tensorrt import patterns, recipe
+    from aot.compiler.backends import recipe
+    from aot.compiler.backends.tensorrt import patterns
     from aot.compiler.pattern import root_ops
 
     admitted: set[str] = set()

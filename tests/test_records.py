@@ -112,7 +112,7 @@ def test_a_fallback_of_another_format_is_incompatible():
 
 
 def test_format_tags_are_spelled_only_in_runtime_lite_format():
-    tag = re.compile(r"(host-plan|call-module|npu-graph|tensorrt-recipe)/\d+")
+    tag = re.compile(r"(host-plan|call-module|npu-graph|tensorrt-recipe|onnxruntime-recipe)/\d+")
     spelled = [
         str(path.relative_to(ROOT))
         for package in ("aot", "runtime_lite")
@@ -120,7 +120,7 @@ def test_format_tags_are_spelled_only_in_runtime_lite_format():
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and tag.fullmatch(node.value)
     ]
-    assert spelled == ["runtime_lite/format/__init__.py"] * 4
+    assert spelled == ["runtime_lite/format/__init__.py"] * 5
 
 
 def test_a_quick_check_never_accepts_what_the_full_check_refuses():

@@ -16,8 +16,8 @@ import pytest
 
 import runtime_lite
 from aot.compiler import build
+from aot.compiler.backends.recipe import EXPORTS, write_recipe
 from aot.compiler.backends.tensorrt import TensorRTOptions
-from aot.compiler.backends.tensorrt.recipe import EXPORTS, write_recipe
 from aot.compiler.backends.tensorrt.verify import TOLERANCE, verify_recipe
 from aot.compiler.partition import partition
 from aot.errors import BuildError
@@ -304,7 +304,7 @@ def test_without_a_gpu_the_region_runs_on_the_host_and_says_so_once(caplog):
 def test_an_invalid_recipe_is_reported_under_its_region_name_not_a_weights():
     from onnx import helper as onnx_helper
 
-    from aot.compiler.backends.tensorrt.recipe import RecipeWriter, _check
+    from aot.compiler.backends.recipe import RecipeWriter, _check
 
     w = RecipeWriter("fp32")
     w.initializers.append(("weight_z", np.zeros((32, 32), np.float32)))  # large: stood in by an input

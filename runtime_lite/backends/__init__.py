@@ -123,7 +123,11 @@ def _from_entry_points(name: str) -> Backend | None:
 
 
 #: Backends shipped with runtime_lite, imported on first use so ``import runtime_lite`` stays cheap.
-BUILTIN_BACKENDS = {"npu": "runtime_lite.backends.npu", "tensorrt": "runtime_lite.backends.tensorrt"}
+BUILTIN_BACKENDS = {
+    "npu": "runtime_lite.backends.npu",
+    "tensorrt": "runtime_lite.backends.tensorrt",
+    "onnxruntime": "runtime_lite.backends.onnxruntime",
+}
 
 
 def get_backend(name: str) -> Backend | None:

@@ -115,9 +115,14 @@ def path(text: str) -> str:
     return os.path.expanduser(text.strip())
 
 
-def env_flag(name: str) -> Callable[[], bool]:
-    """A default read from the environment when the options are resolved, not at import."""
-    return lambda: os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def env_flag(name: str, default: bool = False) -> Callable[[], bool]:
+    """A default read from the environment when the options are resolved, not at import (unset: ``default``)."""
+
+    def read() -> bool:
+        text = os.environ.get(name, "").strip().lower()
+        return default if not text else text in ("1", "true", "yes", "on")
+
+    return read
 
 
 __all__ = ["Option", "OptionError", "boolean", "choice", "env_flag", "integer", "path", "resolve_options"]

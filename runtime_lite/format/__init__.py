@@ -27,6 +27,8 @@ CALL_MODULE = "call-module/1"
 #: The NPU's ``graph`` payload and the TensorRT ``compile_specs`` record.
 NPU_GRAPH = "npu-graph/1"
 TENSORRT_RECIPE = "tensorrt-recipe/1"
+#: The onnxruntime ``compile_specs`` record.
+ONNXRUNTIME_RECIPE = "onnxruntime-recipe/1"
 #: Features this reader implements. A bundle lists the ones it needs; any other name is refused.
 KNOWN_FEATURES = frozenset({HOST_PLAN, CALL_MODULE})
 

@@ -11,7 +11,10 @@ tagged with what they were built for, and a host plan of the same region. At
 3. else, when the deployment allows building (``load(..., backend_options={"tensorrt":
    {"allow_engine_build": True}})`` or ``AOT_ALLOW_ENGINE_BUILD=1``), a build from the
    recipe into the cache, once across processes;
-4. else the host plan, with numpy: slower, but the bundle still runs, correctly,
+4. else the recipe on onnxruntime's CPU provider, where onnxruntime is installed
+   (``onnxruntime_fallback``, on by default; the recipe is checked first, as an
+   onnxruntime module's is);
+5. else the host plan, with numpy: slower, but the bundle still runs, correctly,
    on a machine with no GPU at all.
 
 Nothing here imports tensorrt or cuda-python until a TensorRT module is loaded.
@@ -28,27 +31,25 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
+from runtime_lite.backends.fallback import fallback_plan
 from runtime_lite.backends.options import Option, boolean, env_flag, path
 from runtime_lite.backends.tensorrt.spec import (
     BuildSettings,
     DeviceSignature,
     EngineRecord,
-    FallbackRecord,
     TensorRTSpecs,
     engine_fits,
     profiles,
 )
 from runtime_lite.errors import BundleError
-from runtime_lite.execution.device import DeviceArray, current_run
-from runtime_lite.execution.plan import HostPlan
-from runtime_lite.format.reader import decode_record
+from runtime_lite.execution.device import DeviceArray, current_run, is_device_array, to_host
 from runtime_lite.format.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.tensorrt")
 
 #: Where this reader's BundleErrors point: ``bundle field 'tensorrt.compile_specs.inputs[0]' ...``.
 SPECS_FIELD = "tensorrt.compile_specs"
-FALLBACK_FIELD = "tensorrt.fallback"
+SPECS_PAYLOAD = "tensorrt.payloads.recipe"
 
 #: What a deployment may allow at load: ``load(path, backend_options={"tensorrt": {...}})``.
 LOAD_OPTIONS = (
@@ -66,18 +67,14 @@ LOAD_OPTIONS = (
         "load version-compatible engines, which run host code embedded in the engine",
     ),
     Option("cuda_graphs", boolean, False, "capture each input shape's engine launch in a CUDA graph and replay it"),
+    Option(
+        "onnxruntime_fallback",
+        boolean,
+        env_flag("AOT_ONNXRUNTIME_FALLBACK", default=True),
+        "where no engine fits, run the recipe on onnxruntime's CPU provider (if installed) before the host plan "
+        "(default: on, unless $AOT_ONNXRUNTIME_FALLBACK=0)",
+    ),
 )
-
-
-def _fallback_plan(payloads: dict[str, memoryview], module_id: str) -> HostPlan:
-    """The region's host plan, its constants viewed in place in the ``fallback_weights`` payload."""
-    if "fallback" not in payloads:
-        raise BundleError(f"bundle field 'tensorrt.payloads': module {module_id!r} has no 'fallback' payload")
-    raw = decode_record(bytes(payloads["fallback"]), f"bundle field '{FALLBACK_FIELD}'")
-    record = FallbackRecord.from_record(raw, FALLBACK_FIELD)
-    weights = payloads.get("fallback_weights")
-    constants = [c.view(weights, f"{FALLBACK_FIELD}.constants[{i}]") for i, c in enumerate(record.constants)]
-    return HostPlan(record.plan, constants, field=f"{FALLBACK_FIELD}.plan")
 
 
 def _engines(engines: tuple[EngineRecord, ...], payloads: dict[str, memoryview]) -> list[tuple[dict, memoryview]]:
@@ -104,16 +101,17 @@ class TensorRTModule:
             raise BundleError(f"bundle field 'tensorrt.payloads': module {self.id!r} has no 'recipe' payload")
         self.recipe = payloads["recipe"]
         self.engines = _engines(record.engines, payloads)
-        self.fallback = _fallback_plan(payloads, self.id)
-        if len(self.fallback.input_slots) != len(self.inputs) or len(self.fallback.output_slots) != len(self.outputs):
-            raise BundleError(
-                f"bundle field '{FALLBACK_FIELD}.plan': module {self.id!r}'s fallback plan does not match "
-                "its inputs/outputs"
-            )
+        self.fallback, _ = fallback_plan(payloads, self.id, "tensorrt", (len(self.inputs), len(self.outputs)))
         self.cuda_graphs = bool(options.get("cuda_graphs"))
         self.runner, self.placement = self._resolve(options)
-        #: "tensorrt" with an engine, "host" on the fallback plan (the module's load warns or refuses; see placement.py)
-        self.runs_on = "tensorrt" if self.runner is not None else "host"
+        self.cpu_session = None
+        if self.runner is None and options["onnxruntime_fallback"] is True:
+            self.cpu_session, self.placement = self._on_onnxruntime(self.placement)
+        #: "tensorrt" with an engine, "onnxruntime" with its recipe there, "host" on the fallback plan (the
+        #: module's load warns or refuses; see placement.py)
+        self.runs_on = (
+            "tensorrt" if self.runner is not None else "onnxruntime" if self.cpu_session is not None else "host"
+        )
 
     def _resolve(self, options: dict[str, Any]) -> tuple[Any, str]:
         """(engine runner or None, where the region runs and why): the four steps of the module docstring."""
@@ -173,6 +171,16 @@ class TensorRTModule:
         except (EngineBuildError, EngineIncompatible, OSError) as e:
             return None, f"on the host: building an engine for {device} failed: {e}"
 
+    def _on_onnxruntime(self, why: str) -> tuple[Any, str]:
+        """(an onnxruntime session over the recipe, or None; where the region runs and why)."""
+        from runtime_lite.backends.onnxruntime import OnnxRuntimeUnavailable, SessionSettings, recipe_session
+
+        try:  # the recipe is checked as an onnxruntime module's is (BundleError for a hostile one)
+            session = recipe_session(self.recipe, {}, self.inputs, self.outputs, SessionSettings(), SPECS_PAYLOAD)
+        except OnnxRuntimeUnavailable as e:
+            return None, f"{why}; not on onnxruntime either: {e}"
+        return session, f"on onnxruntime {session.version}'s CPU provider{why.removeprefix('on the host')}"
+
     def _runner(self, blob: Any, tags: dict[str, Any]) -> Any:
         from runtime_lite.backends.tensorrt.gpu import EngineRunner
 
@@ -186,6 +194,7 @@ class TensorRTModule:
 
     def close(self) -> None:
         """Free the engine and its device buffers now rather than at garbage collection."""
+        self.cpu_session = None
         runner, self.runner = self.runner, None
         if runner is not None:
             runner.close()
@@ -198,10 +207,12 @@ class TensorRTModule:
             outputs = self.runner.run(inputs, **options)
             outputs = [o if isinstance(o, DeviceArray) else o.astype(s.dtype, copy=False)
                        for o, s in zip(outputs, self.outputs)]  # fmt: skip
+        elif self.cpu_session is not None:  # onnxruntime's CPU provider reads host memory only
+            outputs = self.cpu_session.run([to_host(x) if is_device_array(x) else x for x in inputs])
         else:
             outputs = self.fallback.execute(list(inputs), device=device is not None)
         if trace is not None:
-            placement = "engine" if self.runner is not None else "host"
+            placement = "engine" if self.runner is not None else self.runs_on
             trace.append(
                 {"backend": "tensorrt", "module": self.id, "node": self.id, "placement": placement,
                  "start_s": start, "wall_s": time.perf_counter() - start}

@@ -14,9 +14,9 @@ from typing import Any
 
 from runtime_lite import format as fmt
 from runtime_lite.backends.tensorrt.lean import lean_misfit
+from runtime_lite.backends.fallback import FallbackRecord  # noqa: F401 (the fallback payload, shared with onnxruntime)
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect
-from runtime_lite.format.records import ConstantRecord, PlanRecord
 from runtime_lite.format.schema import BOOL, INT, MAP, STR, ListOf, Nested, Nullable, Record, TensorSpecs, declare
 from runtime_lite.format.signature import TensorSpec
 
@@ -107,20 +107,6 @@ class TensorRTSpecs(Record):
                     f"bundle field '{field}.inputs[{i}].shape' = {list(spec.shape)}: "
                     "only the batch dim (dim 0) of a TensorRT input may be symbolic"
                 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class FallbackRecord(Record):
-    """A TensorRT module's ``fallback`` payload (msgpack): the region's host plan, run where no engine fits.
-
-    Its constants are arrays in the ``fallback_weights`` payload.
-    """
-
-    FORMAT = fmt.HOST_PLAN
-
-    format: str = declare(STR, default=fmt.HOST_PLAN)
-    plan: PlanRecord = declare(Nested(PlanRecord))
-    constants: tuple[ConstantRecord, ...] = declare(ListOf(Nested(ConstantRecord)))
 
 
 def profiles(inputs: tuple[TensorSpec, ...] | list[TensorSpec], settings: BuildSettings) -> dict[str, list[list[int]]]:

@@ -9,10 +9,10 @@ declared in ``options.py``. The run side is ``runtime_lite.backends.tensorrt``.
 """
 
 from aot.compiler.backends import CompilerBackend, register_compiler_backend
+from aot.compiler.backends.recipe import write_recipe
 from aot.compiler.backends.tensorrt.codegen import TensorRTOptions, tensorrt_codegen
 from aot.compiler.backends.tensorrt.options import OPTIONS, make_options, report
 from aot.compiler.backends.tensorrt.patterns import int8_reason, register, tensorrt_patterns
-from aot.compiler.backends.tensorrt.recipe import write_recipe
 
 register()
 BACKEND = register_compiler_backend(

@@ -17,12 +17,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-import msgpack
-
 from aot.compiler.backends import ModuleArtifact
-from aot.compiler.backends.tensorrt.recipe import write_recipe
-from aot.compiler.backends.weights import constant_record
-from aot.compiler.host_plan import lower_to_host_plan
+from aot.compiler.backends.fallback import host_fallback
+from aot.compiler.backends.recipe import write_recipe
 from aot.compiler.partition import Region
 from aot.errors import BuildError
 from aot.ir.graph import Graph
@@ -31,7 +28,6 @@ from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import (
     BuildSettings,
     EngineRecord,
-    FallbackRecord,
     TensorRTSpecs,
     engine_tags_for,
     profiles,
@@ -50,14 +46,6 @@ class TensorRTOptions:
     cache: EngineCache = field(default_factory=EngineCache)
     #: Where the engine build draws its progress; None is silent.
     progress: TextIO | None = sys.stderr
-
-
-def _fallback(graph) -> tuple[bytes, bytes]:
-    lowered = lower_to_host_plan(graph)
-    weights = bytearray()
-    constants = tuple(constant_record(weights, array) for array in lowered.constants)
-    record = FallbackRecord(plan=lowered.plan, constants=constants).to_record()
-    return msgpack.packb(record, use_bin_type=True), bytes(weights)
 
 
 def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], options: TensorRTOptions, notes: list[str]):
@@ -105,10 +93,7 @@ def tensorrt_codegen(region: Region, options: TensorRTOptions | None = None) -> 
     recipe = serialized_recipe(graph, options.settings.precision, region.id)
     inputs = tuple(spec_of(v) for v in graph.inputs)
     outputs = tuple(spec_of(v) for v in graph.outputs)
-    fallback, weights = _fallback(graph)
-    payloads = {"recipe": recipe, "fallback": fallback}
-    if weights:
-        payloads["fallback_weights"] = weights
+    payloads = {"recipe": recipe, **host_fallback(graph).payloads()}
     notes: list[str] = []
     if options.settings.batch and not any(spec.shape and isinstance(spec.shape[0], str) for spec in inputs):
         notes.append(f"tensorrt: --batch has no effect on {region.id}: its inputs have a fixed batch dimension")

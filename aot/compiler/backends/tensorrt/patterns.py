@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aot.compiler.backends.tensorrt.recipe import EXPORTS
+from aot.compiler.backends.recipe import EXPORTS
 from aot.compiler.pattern import is_const, is_op, wildcard
 from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
 from aot.ir.graph import Node, Value

@@ -70,7 +70,7 @@ def verify_recipe(
 ) -> dict[str, Any]:
     """Run one TensorRT module's recipe (in ``evaluator``) and its host plan; report the worst error."""
     views = {k: memoryview(v) for k, v in payloads.items()}
-    options = resolve_options("tensorrt", LOAD_OPTIONS, {"allow_engine_build": False})
+    options = resolve_options("tensorrt", LOAD_OPTIONS, {"allow_engine_build": False, "onnxruntime_fallback": False})
     module = TensorRTModule(views, compile_specs, options)
     inputs = region_inputs(module, feeds)
     host = module.fallback.execute(inputs)

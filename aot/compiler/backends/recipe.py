@@ -1,4 +1,5 @@
-"""A TensorRT region as an ONNX model: the *recipe* every engine is built from.
+"""A region as an ONNX model: the *recipe* a delegate runs (TensorRT builds engines from it,
+onnxruntime runs it on the CPU).
 
 The recipe is the region's canonical ops written back as ONNX (opset 17, which
 TensorRT 10 and 11 both parse), weights included, with the precision written
@@ -10,6 +11,11 @@ build the same engine. int8 arrives as the model's own Q/DQ nodes.
 One small function per canonical op, as in onnx's reference evaluator. The
 recipe is plain ONNX, so on a machine without a GPU onnxruntime can run it and
 prove the lowering against the host's result.
+
+Shared by the TensorRT and onnxruntime backends: ``write_recipe`` takes the
+export table (onnxruntime's extends ``EXPORTS`` with ops TensorRT does not take)
+and how each weight is stored (inside the recipe, or as a placeholder for the
+bundle's own blob, resolved at load).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ NARROWED = {"fp16": "float16"}  # precision -> the dtype float32 tensors take in
 class RecipeWriter:
     """Builds one recipe; ``tensor(value)`` names a value, ``emit`` adds ONNX nodes."""
 
-    def __init__(self, precision: str):
+    def __init__(self, precision: str, label: str = "tensorrt"):
+        self.label = label  # which backend's recipe, for errors
         if precision not in PRECISIONS:
             raise BuildError(f"precision {precision!r} is not supported (choose from {', '.join(PRECISIONS)})")
         self.narrow = NARROWED.get(precision)
@@ -59,7 +66,7 @@ class RecipeWriter:
         """The recipe's name for ``value``; constants become initializers on first use."""
         if id(value) not in self.names:
             if not value.is_constant:
-                raise BuildError(f"tensorrt recipe: value {value.name!r} is used before it is defined")
+                raise BuildError(f"{self.label} recipe: value {value.name!r} is used before it is defined")
             data = np.asarray(value.data)
             self.names[id(value)] = self.const(data.astype(self.inner_dtype(data.dtype.name)), value.name)
         return self.names[id(value)]
@@ -219,7 +226,7 @@ def _transpose(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> 
 def _reshape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     shape = node.attrs["shape"]
     if shape is None or len(ins) != 1:
-        raise BuildError(f"tensorrt recipe: reshape {node.name!r} has a run-time target shape")
+        raise BuildError(f"{w.label} recipe: reshape {node.name!r} has a run-time target shape")
     w.emit("Reshape", [ins[0], w.ints(shape, "shape")], outs, allowzero=node.attrs["allowzero"])
 
 
@@ -271,13 +278,32 @@ def _value_info(name: str, value: Value, dtype: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), dims)
 
 
-def write_recipe(graph: Graph, precision: str = "fp32") -> onnx.ModelProto:
+#: ``store(tensor, array)``: fill an initializer's data (its name, dtype and dims are set already).
+StoreWeight = Callable[[onnx.TensorProto, np.ndarray], None]
+
+
+def inline_weight(tensor: onnx.TensorProto, array: np.ndarray) -> None:
+    """The weight's bytes inside the recipe (TensorRT's engine builder reads them from there)."""
+    tensor.raw_data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def write_recipe(
+    graph: Graph,
+    precision: str = "fp32",
+    *,
+    exports: dict[str, Export] | None = None,
+    store: StoreWeight = inline_weight,
+    label: str = "tensorrt",
+) -> onnx.ModelProto:
     """``graph`` (a region, see ``Region.as_graph``) as a checked ONNX model in ``precision``.
 
     Its inputs and outputs keep the names and dtypes the host exchanges with the
-    region; a narrowed precision is cast on the way in and out.
+    region; a narrowed precision is cast on the way in and out. ``exports`` is the
+    table of op lowerings (default ``EXPORTS``), ``store`` fills each weight's data
+    and ``label`` names the backend in errors.
     """
-    w = RecipeWriter(precision)
+    exports = EXPORTS if exports is None else exports
+    w = RecipeWriter(precision, label)
     inputs, outputs = [], []
     for value in graph.inputs:
         name = w.fresh(value.name)
@@ -286,9 +312,9 @@ def write_recipe(graph: Graph, precision: str = "fp32") -> onnx.ModelProto:
         w.names[id(value)] = w.cast(name, inner) if inner != value.type.dtype else name
     boundary = {id(v): w.fresh(v.name) for v in graph.outputs}
     for node in graph.nodes:
-        export = EXPORTS.get(node.op)
+        export = exports.get(node.op)
         if export is None:
-            raise BuildError(f"tensorrt recipe: op {node.op!r} (node {node.name!r}) has no ONNX lowering")
+            raise BuildError(f"{label} recipe: op {node.op!r} (node {node.name!r}) has no ONNX lowering")
         ins = [w.tensor(v) for v in node.inputs]
         outs = []
         for v in node.outputs:
@@ -309,7 +335,7 @@ def write_recipe(graph: Graph, precision: str = "fp32") -> onnx.ModelProto:
         tensor.name = name
         tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
         tensor.dims.extend(array.shape)
-        tensor.raw_data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        store(tensor, array)
     return _model(onnx_graph)
 
 
@@ -331,11 +357,11 @@ def _check(w: RecipeWriter, name: str, inputs: list, outputs: list) -> None:
             dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
             stand_ins.append(helper.make_tensor_value_info(weight, dtype, list(array.shape)))
         else:
-            small.append(numpy_helper.from_array(np.ascontiguousarray(array), weight))
+            small.append(numpy_helper.from_array(np.asarray(array, order="C"), weight))  # 0-d stays 0-d
     skeleton = _model(helper.make_graph(w.nodes, name, inputs + stand_ins, outputs, small))
     try:
         onnx.checker.check_model(skeleton)
         onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         first = str(e).strip().splitlines()[0]
-        raise BuildError(f"tensorrt recipe for {name!r} is not valid ONNX: {first}") from None
+        raise BuildError(f"{w.label} recipe for {name!r} is not valid ONNX: {first}") from None

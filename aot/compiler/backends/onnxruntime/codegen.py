@@ -1,0 +1,112 @@
+"""onnxruntime codegen: a region becomes a recipe whose weights are the host plan's own blobs.
+
+Payloads of one onnxruntime module:
+
+* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32) with no large weight
+  inside: each initializer over ``INLINE_BYTES`` is an external-data placeholder that
+  ``compile_specs.weights`` resolves to an array of the bundle;
+* ``fallback`` + ``fallback_weights``: the region's host plan and its constants, run where
+  onnxruntime is not installed. The recipe's weights are these same arrays, found by content,
+  so each weight is stored once;
+* ``recipe_weights``: the large arrays only the recipe needs (a weight the lowering had to
+  transpose), when there are any.
+
+The recipe is checked by the run side's own reader (``runtime_lite.backends.onnxruntime.
+recipe_check``) before it is written, so a bundle never holds a recipe the runtime refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import onnx
+
+from aot.compiler.backends import ModuleArtifact
+from aot.compiler.backends.fallback import host_fallback
+from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
+from aot.compiler.backends.recipe import inline_weight, write_recipe
+from aot.compiler.backends.weights import constant_record
+from aot.compiler.partition import Region
+from aot.errors import BuildError
+from aot.packager.bundle import spec_of
+from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
+from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs, WeightRef
+from runtime_lite.errors import BundleError
+
+
+def _content_key(array: np.ndarray) -> tuple:
+    little = np.asarray(array, order="C").astype(array.dtype.newbyteorder("<"), copy=False)
+    return array.dtype.name, array.shape, hashlib.sha256(memoryview(little).cast("B")).digest()
+
+
+#: Arrays up to this size stay inside the recipe: onnxruntime's shape inference reads operands such as a
+#: Reshape's target shape while it loads the model, before external initializers are bound.
+INLINE_BYTES = 4096
+
+
+class _SharedWeights:
+    """``store`` for ``write_recipe``: each initializer over ``INLINE_BYTES`` an external-data placeholder;
+    ``resolve`` then points each at a fallback constant of the same content, else at ``recipe_weights``."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+        self.refs: list[WeightRef] = []
+        self.extra = bytearray()
+        self.extra_records: list = []
+
+    def __call__(self, tensor: onnx.TensorProto, array: np.ndarray) -> None:
+        if array.nbytes <= INLINE_BYTES:
+            inline_weight(tensor, array)
+            return
+        self.arrays[tensor.name] = np.asarray(array)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", PLACEHOLDER
+
+    def resolve(self, fallback_arrays: list[np.ndarray]) -> None:
+        shared: dict[tuple, int] = {}
+        for i, array in enumerate(fallback_arrays):
+            shared.setdefault(_content_key(array), i)
+        for name, array in self.arrays.items():
+            index = shared.get(_content_key(array))
+            if index is None:
+                self.extra_records.append(constant_record(self.extra, array))
+                self.refs.append(WeightRef(name, "recipe_weights", len(self.extra_records) - 1))
+            else:
+                self.refs.append(WeightRef(name, "fallback_weights", index))
+
+
+def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
+    graph = region.as_graph()
+    weights = _SharedWeights()
+    model = write_recipe(graph, "fp32", exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    recipe = model.SerializeToString()
+    fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
+    weights.resolve(fallback.arrays)
+    try:  # the run side's own check: what it would refuse is a build error here
+        facts = check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
+    except BundleError as e:
+        raise BuildError(str(e)) from None
+    payloads = {"recipe": recipe, **fallback.payloads()}
+    if weights.extra:
+        payloads["recipe_weights"] = bytes(weights.extra)
+    specs = OnnxRuntimeSpecs(
+        region=region.id,
+        inputs=tuple(spec_of(v) for v in graph.inputs),
+        outputs=tuple(spec_of(v) for v in graph.outputs),
+        weights=tuple(weights.refs),
+        recipe_constants=tuple(weights.extra_records),
+    )
+    notes = []
+    if facts.unverified is not None:
+        notes.append(
+            f"onnxruntime: {region.id} will run on the host plan: {facts.unverified} (see docs/onnxruntime.md)"
+        )
+    shared = sum(ref.payload == "fallback_weights" for ref in weights.refs)
+    if shared != len(weights.refs):
+        notes.append(
+            f"onnxruntime: {region.id} shares {shared} of its recipe's {len(weights.refs)} weights with its host "
+            f"plan; the other {len(weights.refs) - shared} take {len(weights.extra)} bytes"
+        )
+    return ModuleArtifact(payloads, specs.to_record(), notes)

@@ -1,0 +1,100 @@
+"""What onnxruntime takes: every op the recipe writer can lower, each with the check that keeps it honest.
+
+onnxruntime fuses on its own when it builds the session, so, as for TensorRT, the
+patterns are single ops and the partitioner grows the largest regions it can;
+for most models one region holds the whole graph. The checks keep on the host
+what the recipe cannot say or onnxruntime's CPU provider would not run as the
+host does, and say why (``aot-build --print-graph``): dtypes outside
+:data:`DTYPES`, weights or shapes known only at run time, attribute values the
+ONNX lowering has no form for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
+from aot.compiler.pattern import is_const, is_op, wildcard
+from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS
+
+#: Tensor dtypes a recipe region exchanges and computes in (float16/float64 stay on the host:
+#: onnxruntime's CPU provider lacks many of their kernels and would insert casts).
+DTYPES = frozenset({"float32", "int64", "int32", "int8", "uint8", "bool"})
+PAD_MODES = frozenset({"constant", "reflect", "edge"})
+
+#: Ops with a pattern of their own below; every other key of ONNXRUNTIME_EXPORTS gets the plain check.
+OWN_PATTERN_OPS = frozenset(
+    {*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "reshape", "expand", "pad", "quantize", "dequantize"}
+)
+PLAIN_OPS = tuple(sorted(set(ONNXRUNTIME_EXPORTS) - OWN_PATTERN_OPS))
+
+
+def _tensors(ctx: PatternCheckContext) -> bool | Rejected:
+    for v in ctx.values():
+        if v.type.dtype not in DTYPES:
+            return reject(f"%{v.name} is {v.type.dtype}; onnxruntime regions take {', '.join(sorted(DTYPES))}")
+    return True
+
+
+def _all(*checks: Callable[[PatternCheckContext], bool | Rejected]) -> Callable[[PatternCheckContext], bool | Rejected]:
+    def check(ctx: PatternCheckContext) -> bool | Rejected:
+        for one in checks:
+            verdict = one(ctx)
+            if not verdict:
+                return verdict
+        return True
+
+    return check
+
+
+def _attr(predicate: Callable[[dict], bool], why: str) -> Callable[[PatternCheckContext], bool | Rejected]:
+    def check(ctx: PatternCheckContext) -> bool | Rejected:
+        node = ctx.root.producer
+        return True if predicate(node.attrs) else reject(f"{node.op}: {why}")
+
+    return check
+
+
+def _static_kernel(ctx: PatternCheckContext) -> bool | Rejected:
+    weight = ctx.root.producer.inputs[1]
+    if not all(isinstance(d, int) for d in weight.type.shape):
+        return reject(f"%{weight.name} has shape {weight.type}: the recipe's kernel_shape must be static")
+    return True
+
+
+def _int8(ctx: PatternCheckContext) -> bool | Rejected:
+    """Q/DQ in int8 with a float scale: the form the recipe writes (a missing zero point becomes int8 0)."""
+    node = ctx.root.producer
+    quantized = node.outputs[0] if node.op == "quantize" else node.inputs[0]
+    if quantized.type.dtype != "int8" or node.inputs[1].type.dtype != "float32":
+        return reject(f"{node.op} is {quantized.type.dtype} with a {node.inputs[1].type.dtype} scale; "
+                      "onnxruntime regions quantize to int8 with a float32 scale")  # fmt: skip
+    return _tensors(ctx)
+
+
+def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
+    return FusionPattern(f"onnxruntime.{name}", pattern, {"root": pattern}, check)
+
+
+def onnxruntime_patterns() -> list[FusionPattern]:
+    """onnxruntime's patterns (single ops: their order does not matter)."""
+    patterns = [_pattern(op, is_op(op)) for op in PLAIN_OPS]
+    for conv in (*CONV_OPS, *CONV_TRANSPOSE_OPS):
+        patterns.append(_pattern(conv, is_op(conv), _all(_tensors, _static_kernel)))
+    for pool in AVG_POOL_OPS:  # AveragePool has no dilations before opset 19: the recipe drops them
+        patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1},
+                                                                         "dilated average pooling"))))  # fmt: skip
+    patterns += [
+        # A target shape known only at run time is a host computation the recipe cannot carry.
+        _pattern("reshape", is_op("reshape")(wildcard())),
+        _pattern("expand", is_op("expand")(wildcard())),
+        _pattern("pad", is_op("pad"), _all(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
+        _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),
+        _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _int8),
+    ]
+    return patterns
+
+
+def register() -> None:
+    register_patterns(list(reversed(onnxruntime_patterns())))

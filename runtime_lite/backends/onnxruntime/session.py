@@ -1,0 +1,98 @@
+"""onnxruntime itself: imported here only, inside the functions that use it (it is an optional extra).
+
+``runtime-lite[onnxruntime]`` installs it. A recipe reaches :func:`open_session`
+only after ``recipe_check.check_recipe`` accepted it; the weights the bundle
+supplies are handed over as ``OrtValue``\\ s viewing the bundle's read-only blobs
+(``OrtValue.ortvalue_from_numpy`` wraps the array's memory, it does not copy it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: ``optimization`` load option -> onnxruntime's GraphOptimizationLevel member.
+OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+class OnnxRuntimeUnavailable(Exception):
+    """onnxruntime cannot run the recipe here (not installed, broken, or it refused the recipe); the message says which."""
+
+
+def import_onnxruntime() -> Any:
+    """The onnxruntime module, or OnnxRuntimeUnavailable with the reason in a few words."""
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise OnnxRuntimeUnavailable(
+            f"onnxruntime is not installed ({e}); pip install 'runtime-lite[onnxruntime]'"
+        ) from None
+    except Exception as e:  # a broken install (missing shared library, ABI mismatch)
+        raise OnnxRuntimeUnavailable(f"onnxruntime failed to import: {type(e).__name__}: {e}") from None
+    if "CPUExecutionProvider" not in onnxruntime.get_available_providers():
+        raise OnnxRuntimeUnavailable("this onnxruntime has no CPUExecutionProvider")
+    return onnxruntime
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """The session's knobs, from the backend's load options."""
+
+    threads: int = 0
+    optimization: str = "all"
+    arena: bool = True
+    #: False: never hand the recipe to onnxruntime (the load option ``enabled``).
+    enabled: bool = True
+
+
+class Session:
+    """One InferenceSession over a checked recipe; ``run`` takes and returns numpy arrays in signature order."""
+
+    def __init__(
+        self,
+        recipe: bytes,
+        weights: Mapping[str, np.ndarray],
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        settings: SessionSettings,
+    ):
+        if not settings.enabled:
+            raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
+        ort = import_onnxruntime()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = settings.threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[settings.optimization]
+        )
+        options.enable_cpu_mem_arena = settings.arena
+        options.log_severity_level = 3  # onnxruntime's own warnings are not this runtime's log
+        # The OrtValues view the arrays (the bundle's blobs); they stay referenced as long as the session.
+        self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
+        if weights:
+            options.add_external_initializers(list(weights), self._values)
+        self.version = ort.__version__
+        try:
+            self._session = ort.InferenceSession(recipe, options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # an onnxruntime too old for the recipe's opset, an op it lacks: the host runs it
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None
+        self._inputs, self._outputs = list(input_names), list(output_names)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self._session.run(self._outputs, dict(zip(self._inputs, inputs)))
+
+    def close(self) -> None:
+        self._session = None
+        self._values = []
+
+
+__all__ = ["OPTIMIZATION_LEVELS", "OnnxRuntimeUnavailable", "Session", "SessionSettings", "import_onnxruntime"]

@@ -1,0 +1,270 @@
+"""Static shapes through a checked recipe, so that no convolution or pool reaches onnxruntime with bad geometry.
+
+onnxruntime 1.32 aborts the whole process (SIGABRT, a libstdc++ assertion) in its
+static shape inference when a convolution's dilated kernel is wider than its
+padded input: a recipe that is valid protobuf, with allow-listed ops, can kill
+the service before onnxruntime's own error handling runs (found by the
+hostile-bundle campaign, docs/RELIABILITY.md). So the recipe check follows the
+shapes onnxruntime will infer, op by op, from the graph inputs and initializers:
+
+* every Conv, ConvTranspose, MaxPool and AveragePool is checked against its input
+  (kernel, strides, dilations, pads, output size at least 1), dims onnxruntime
+  cannot know either (a symbolic batch) left out: bad geometry refuses the bundle;
+* where this walk cannot follow a shape (an op it does not model, an operand it
+  cannot read), a geometry op downstream is *unverified*: the region runs its host
+  plan instead (fail closed), and the load says why.
+
+A shape is a tuple of dims, each an int or None (unknown to onnxruntime too); a
+value this walk lost is absent from the table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Shape = tuple  # of int | None
+
+#: Ops whose output has the shape of their first input.
+SAME_SHAPE = frozenset(
+    {
+        *("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Neg", "Floor", "Ceil"),
+        *("Sin", "Cos", "Tan", "Softplus", "Softsign", "HardSwish", "HardSigmoid", "LeakyRelu", "Elu", "Clip"),
+        *("Sign", "Round", "Not", "IsNaN", "IsInf", "Cast", "Softmax", "LogSoftmax", "LRN", "BatchNormalization"),
+        *("InstanceNormalization", "LayerNormalization", "CumSum", "Trilu", "QuantizeLinear", "DequantizeLinear"),
+    }
+)
+BROADCAST = frozenset(
+    {
+        *("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Mod", "Where"),
+        *("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor"),
+    }
+)
+GEOMETRY = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool"})
+#: Bounds a legitimate recipe stays far inside.
+MAX_KERNEL = 1 << 16
+MAX_STRIDE = 1 << 16
+
+
+class BadGeometry(Exception):
+    """A geometry op whose attributes cannot fit its input: the bundle is refused."""
+
+
+@dataclass
+class Node:
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    where: str = ""
+
+
+def _broadcast(shapes: list[Shape]) -> Shape:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            raise BadGeometry(f"shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(known.pop() if known else (None if None in dims else 1))
+    return tuple(out)
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise BadGeometry(f"axis {axis} is outside rank {rank}")
+    return axis % rank
+
+
+def _window(node: Node, x: Shape, w: Shape | None) -> Shape:
+    """Output shape of a Conv/ConvTranspose/pool; BadGeometry where its kernel cannot fit its input."""
+    a = node.attrs
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET") or "output_shape" in a:
+        raise LookupError("auto_pad or output_shape")  # not what a recipe writer writes: unverified
+    spatial = len(x) - 2
+    kernel = list(a.get("kernel_shape", ()))
+    if spatial < 1 or len(kernel) != spatial:
+        raise BadGeometry(f"{node.where}: kernel_shape {kernel} does not fit input {list(x)}")
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    pads = list(a.get("pads", [0] * 2 * spatial))
+    extra = list(a.get("output_padding", [0] * spatial))
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial or len(extra) != spatial:
+        raise BadGeometry(f"{node.where}: strides, dilations, pads or output_padding of the wrong length")
+    if node.op_type == "Conv":
+        out = [x[0], w[0]]
+    elif node.op_type == "ConvTranspose":
+        out = [x[0], None if w[1] is None else w[1] * a.get("group", 1)]
+    else:
+        out = list(x[:2])
+    for i in range(spatial):
+        k, s, d, (p0, p1), e = kernel[i], strides[i], dilations[i], (pads[i], pads[i + spatial]), extra[i]
+        if not (1 <= k <= MAX_KERNEL and 1 <= s <= MAX_STRIDE and 1 <= d <= MAX_KERNEL and p0 >= 0 and p1 >= 0):
+            raise BadGeometry(f"{node.where}: kernel {k}, stride {s}, dilation {d}, pads {p0},{p1}")
+        extent = (k - 1) * d + 1
+        if max(p0, p1) >= extent and node.op_type != "Conv":
+            raise BadGeometry(f"{node.where}: pads {p0},{p1} reach past the kernel's extent {extent}")
+        size = x[2 + i]
+        if node.op_type == "ConvTranspose":
+            if not 0 <= e < max(s, d):
+                raise BadGeometry(f"{node.where}: output_padding {e} with stride {s}, dilation {d}")
+            dim = None if size is None else s * (size - 1) + e + extent - p0 - p1
+        else:
+            if size is not None and size + p0 + p1 < extent:
+                raise BadGeometry(
+                    f"{node.where}: kernel extent {extent} is wider than the padded input {size}+{p0}+{p1}"
+                )
+            rounding = math.ceil if a.get("ceil_mode") else math.floor
+            dim = None if size is None else rounding((size + p0 + p1 - extent) / s) + 1
+        if dim is not None and dim < 1:
+            raise BadGeometry(f"{node.where}: output dim {dim}")
+        out.append(dim)
+    return tuple(out)
+
+
+def _reshape(x: Shape, target: list[int], allowzero: int) -> Shape:
+    out = [x[i] if t == 0 and not allowzero and i < len(x) else t for i, t in enumerate(target)]
+    if out.count(-1) > 1:
+        raise BadGeometry(f"Reshape to {target}: more than one -1")
+    if -1 in out:
+        known = [d for d in out if d != -1]
+        total = math.prod(x) if None not in x else None
+        rest = math.prod(known) if None not in known else None
+        out[out.index(-1)] = total // rest if total is not None and rest else None
+    return tuple(out)
+
+
+def _matmul(a: Shape, b: Shape) -> Shape:
+    if len(a) < 2 or len(b) < 2:  # 1-d operands: numpy's promotion, rare in recipes
+        raise LookupError("1-d MatMul operand")
+    return (*_broadcast([a[:-2], b[:-2]]), a[-2], b[-1])
+
+
+def _reduce(x: Shape, axes: list[int] | None, keepdims: int) -> Shape:
+    axes_set = {_axis(a, len(x)) for a in axes} if axes else set(range(len(x)))
+    if keepdims:
+        return tuple(1 if i in axes_set else d for i, d in enumerate(x))
+    return tuple(d for i, d in enumerate(x) if i not in axes_set)
+
+
+Rule = Callable[[Node, list, dict], list]
+
+
+def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
+    """Output shapes of ``node`` from its input shapes (``ints``: the small operands this walk could read)."""
+    op, a = node.op_type, node.attrs
+    x = ins[0] if ins else None
+
+    def operand(i: int) -> list[int] | None:
+        return ints.get(node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else None
+
+    if op in SAME_SHAPE:
+        return [x]
+    if op in BROADCAST:
+        return [_broadcast(ins)]
+    if op in GEOMETRY:
+        return [_window(node, x, ins[1] if len(ins) > 1 else None)]
+    if op == "MatMul":
+        return [_matmul(ins[0], ins[1])]
+    if op == "Gemm":
+        m = x[1] if a.get("transA") else x[0]
+        n = ins[1][0] if a.get("transB") else ins[1][1]
+        return [(m, n)]
+    if op == "Flatten":
+        axis = a.get("axis", 1)
+        axis = axis + len(x) if axis < 0 else axis
+        if not 0 <= axis <= len(x):
+            raise BadGeometry(f"{node.where}: Flatten axis {a.get('axis')} of rank {len(x)}")
+        head, tail = x[:axis], x[axis:]
+        return [(math.prod(head) if None not in head else None, math.prod(tail) if None not in tail else None)]
+    if op == "Transpose":
+        perm = a.get("perm", list(reversed(range(len(x)))))
+        return [tuple(x[p] for p in perm)]
+    if op == "Reshape" and operand(1) is not None:
+        return [_reshape(x, operand(1), a.get("allowzero", 0))]
+    if op == "Concat":
+        axis = _axis(a["axis"], len(x))
+        dims = [s[axis] for s in ins]
+        return [(*x[:axis], sum(dims) if None not in dims else None, *x[axis + 1 :])]
+    if op == "Unsqueeze" and operand(1) is not None:
+        out = list(x)
+        for axis in sorted(_axis(v, len(x) + len(operand(1))) for v in operand(1)):
+            out.insert(axis, 1)
+        return [tuple(out)]
+    if op == "Squeeze":
+        axes = operand(1) if len(node.inputs) > 1 else [i for i, d in enumerate(x) if d == 1]
+        if axes is not None:
+            drop = {_axis(v, len(x)) for v in axes}
+            return [tuple(d for i, d in enumerate(x) if i not in drop)]
+    if op.startswith("Reduce") and "noop_with_empty_axes" not in a:
+        axes = operand(1) if len(node.inputs) > 1 else a.get("axes")
+        if len(node.inputs) < 2 or axes is not None:
+            return [_reduce(x, axes, a.get("keepdims", 1))]
+    if op in ("ArgMax", "ArgMin"):
+        return [_reduce(x, [a.get("axis", 0)], a.get("keepdims", 1))]
+    if op == "Gather":
+        axis = _axis(a.get("axis", 0), len(x))
+        return [(*x[:axis], *ins[1], *x[axis + 1 :])]
+    if op == "GatherElements":
+        return [ins[1]]
+    if op == "Pad" and operand(1) is not None and len(node.inputs) < 4:
+        pads, rank = operand(1), len(x)
+        return [tuple(None if d is None else d + pads[i] + pads[i + rank] for i, d in enumerate(x))]
+    if op == "Expand" and operand(1) is not None:
+        return [_broadcast([x, tuple(operand(1))])]
+    if op == "Tile" and operand(1) is not None:
+        return [tuple(None if d is None else d * r for d, r in zip(x, operand(1)))]
+    if op == "Slice" and all(operand(i) is not None for i in range(1, len(node.inputs))):
+        starts, ends = operand(1), operand(2)
+        axes = operand(3) if len(node.inputs) > 3 else list(range(len(starts)))
+        steps = operand(4) if len(node.inputs) > 4 else [1] * len(starts)
+        out = list(x)
+        for start, end, axis, step in zip(starts, ends, axes, steps):
+            axis = _axis(axis, len(x))
+            if out[axis] is not None:
+                out[axis] = len(range(*slice(start, end, step).indices(out[axis])))
+        return [tuple(out)]
+    if op == "Resize":
+        sizes, scales = operand(3), operand(2)
+        if len(node.inputs) > 3 and node.inputs[3] and sizes is not None:
+            return [tuple(sizes)]
+        if (len(node.inputs) < 4 or not node.inputs[3]) and scales is not None and len(scales) == len(x):
+            return [tuple(None if d is None else math.floor(d * float(f)) for d, f in zip(x, scales))]
+    if op == "Split" and operand(1) is not None:
+        axis = _axis(a.get("axis", 0), len(x))
+        return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]
+    raise LookupError(op)  # not modelled: what depends on it is unverified
+
+
+def check_geometry(graph_inputs: dict[str, Shape], initializers: dict[str, Shape], ints: dict, nodes: list[Node]):
+    """Walk the nodes in order; BadGeometry for a geometry op that cannot fit, else why one is unverified, or None."""
+    return walk(graph_inputs, initializers, ints, nodes)[1]
+
+
+def walk(
+    graph_inputs: dict[str, Shape], initializers: dict[str, Shape], ints: dict, nodes: list[Node]
+) -> tuple[dict[str, Shape], str | None]:
+    """(every value's shape the walk followed, why a geometry op is unverified or None); BadGeometry as above."""
+    shapes: dict[str, Shape] = {**initializers, **graph_inputs}
+    unverified = None
+    for node in nodes:
+        ins = [shapes.get(name) if name else () for name in node.inputs]
+        if any(s is None for s in ins) or not ins:
+            if node.op_type in GEOMETRY and unverified is None:
+                unverified = f"the input shape of {node.op_type} {node.where} could not be followed"
+            continue
+        try:
+            outs = _infer(node, ins, ints)
+        except LookupError:
+            if node.op_type in GEOMETRY and unverified is None:
+                unverified = f"{node.op_type} {node.where} has attributes the check does not model"
+            continue
+        except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # attributes of the wrong form
+            raise BadGeometry(f"{node.where} ({node.op_type}): {type(e).__name__}") from None
+        for name, shape in zip(node.outputs, outs):
+            if name:
+                shapes[name] = shape
+    return shapes, unverified

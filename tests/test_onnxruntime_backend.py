@@ -1,0 +1,460 @@
+"""The onnxruntime backend (issue 27): regions as recipes on onnxruntime's CPU provider, weights stored once.
+
+Checked against onnxruntime running the original model. ``blocked_onnxruntime`` is a
+test double for a host without onnxruntime: it makes ``import onnxruntime`` fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import msgpack
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import aot
+import runtime_lite
+from aot.errors import BuildError
+from aot.testing import relative_l2
+from runtime_lite import BundleError
+from runtime_lite.backends.onnxruntime import recipe_check, shapes
+from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
+from runtime_lite.errors import OptionError, PlacementError
+from tests import hostile
+from tests.conftest import small_cnn_model
+from tests.helpers import make_model, onnxruntime_outputs, rand
+from tests.hostile import Seed
+
+X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+@pytest.fixture
+def blocked_onnxruntime(monkeypatch):
+    """Test double: a host where onnxruntime is not installed (``import onnxruntime`` raises ImportError)."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+
+
+@pytest.fixture
+def onnxruntime_fallback_on(monkeypatch):
+    """The deployment default the suite's conftest switches off for the older TensorRT tests."""
+    monkeypatch.delenv("AOT_ONNXRUNTIME_FALLBACK", raising=False)
+
+
+def masked_model() -> onnx.ModelProto:
+    """An embedding lookup and an attention-style mask: Gather, Equal, Where, Cast, MatMul, Softmax."""
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0, name="embed"),
+        helper.make_node("MatMul", ["emb", "w"], ["h"], name="proj"),
+        helper.make_node("Equal", ["ids", "pad"], ["is_pad"], name="is_pad"),
+        helper.make_node("Unsqueeze", ["is_pad", "last"], ["mask"], name="mask"),
+        helper.make_node("Where", ["mask", "neg", "h"], ["masked"], name="where"),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
+        helper.make_node("Cast", ["is_pad"], ["pad_f"], to=TensorProto.FLOAT, name="cast"),
+    ]
+    inits = {
+        "table": rand(50, 32, seed=1),
+        "w": rand(32, 16, seed=2),
+        "pad": np.array(0, np.int64),
+        "last": np.array([-1], np.int64),
+        "neg": np.array(-1e4, np.float32),
+    }
+    ids = np.array([[3, 0, 7, 0, 11, 49]], np.int64)
+    return make_model(nodes, {"ids": ids}, ["p", "pad_f"], inits)
+
+
+def _build(model, targets=("onnxruntime",), **options) -> aot.compiler.build.BuildResult:
+    return aot.build(model, targets=list(targets), log=None, **options)
+
+
+def _error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    return max(relative_l2(a, e) for a, e in zip(actual, expected))
+
+
+# -- it runs, as one region, and agrees with onnxruntime -------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["cnn", "masked"])
+def test_the_whole_model_is_one_region_on_onnxruntime_and_matches_it(which):
+    model = small_cnn_model() if which == "cnn" else masked_model()
+    feeds = {"x": X} if which == "cnn" else {"ids": np.array([[3, 0, 7, 0, 11, 49]], np.int64)}
+    result = _build(model)
+    assert result.regions["host"] == 0 and result.regions["onnxruntime"] == len(result.partitioned.nodes)
+    module = runtime_lite.load(result.to_bytes(), backend_options={"onnxruntime": {"threads": 1}})
+    (placement,) = module.placement.values()
+    assert placement["runs_on"] == "onnxruntime" and "on onnxruntime" in placement["detail"]
+    assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
+
+
+def wide_model() -> onnx.ModelProto:
+    """Weights large enough (6.9 KiB, 4 MiB) to travel as the bundle's blobs rather than inside the recipe."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = {"w": rand(64, 3, 3, 3, seed=1), "gw": rand(256, 64 * 64, seed=2), "gb": rand(256, seed=3)}
+    return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits)
+
+
+def test_weights_are_stored_once_and_handed_to_onnxruntime_without_a_copy():
+    model = wide_model()
+    delegated, host_only = _build(model).to_bytes(), aot.build(model, log=None).to_bytes()
+    assert len(delegated) <= 1.05 * len(host_only), (len(delegated), len(host_only))
+    module = runtime_lite.load(delegated)
+    handle = module._modules[0].handle
+    assert len(handle.weights) == 2  # the conv and dense weights; the bias (1 KiB) is inline in the recipe
+    for (name, array), value in zip(handle.weights.items(), handle.session._values):
+        assert not array.flags.writeable, name  # a view of the bundle's blob
+        assert value.data_ptr() == array.ctypes.data, name  # onnxruntime holds that memory, not a copy
+    feeds = {"x": X}
+    assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
+
+
+# -- options ---------------------------------------------------------------------------------------------
+
+
+def test_declared_options_reach_the_session():
+    module = runtime_lite.load(
+        _build(small_cnn_model()).to_bytes(),
+        backend_options={"onnxruntime": {"threads": "1", "optimization": "basic", "arena": "off"}},
+    )
+    session = module._modules[0].handle.session._session
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1 and not options.enable_cpu_mem_arena
+    assert str(options.graph_optimization_level).endswith("ORT_ENABLE_BASIC")
+    assert module.run({"x": X})[0].shape == (1, 10)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"threads": -1}, "threads=-1"),
+        ({"threads": "two"}, "threads='two'"),
+        ({"threads": True}, "threads=True"),
+        ({"threads": 1.5}, "threads=1.5"),
+        ({"optimization": "max"}, "optimization='max'"),
+        ({"optimization": 3}, "optimization=3"),
+        ({"arena": "maybe"}, "arena='maybe'"),
+        ({"arena": 1}, "arena=1"),
+        ({"enabled": "sometimes"}, "enabled='sometimes'"),
+        ({"intra_threads": 2}, "no option 'intra_threads'"),
+        ("threads=2", "must be a mapping"),
+    ],
+)
+def test_bad_options_are_one_line_errors_naming_the_option(options, match):
+    bundle = _build(small_cnn_model()).to_bytes()
+    with pytest.raises(OptionError, match=match) as error:
+        runtime_lite.load(bundle, backend_options={"onnxruntime": options})
+    assert "\n" not in str(error.value)
+
+
+# -- without onnxruntime ---------------------------------------------------------------------------------
+
+
+def test_without_onnxruntime_the_region_runs_its_host_plan_and_says_why_once(blocked_onnxruntime, caplog):
+    bundle = _build(small_cnn_model()).to_bytes()
+    with caplog.at_level(logging.WARNING):
+        module = runtime_lite.load(bundle)
+    (placement,) = module.placement.values()
+    assert placement["runs_on"] == "host" and "onnxruntime is not installed" in placement["detail"]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "onnxruntime is not installed" in warnings[0].getMessage()
+    host = runtime_lite.load(aot.build(small_cnn_model(), log=None).to_bytes())
+    np.testing.assert_array_equal(module.run({"x": X})[0], host.run({"x": X})[0])
+
+
+def test_enabled_false_runs_the_host_plan_and_says_so():
+    module = runtime_lite.load(
+        _build(small_cnn_model()).to_bytes(), backend_options={"onnxruntime": {"enabled": False}}
+    )
+    placement = module.placement["onnxruntime_0"]
+    assert placement["runs_on"] == "host" and "onnxruntime.enabled=false" in placement["detail"]
+    assert _error(module.run({"x": X}), onnxruntime_outputs(small_cnn_model(), {"x": X})) <= 1e-5
+
+
+def test_require_onnxruntime_fails_instead_of_falling_back(blocked_onnxruntime):
+    bundle = _build(small_cnn_model()).to_bytes()
+    with pytest.raises(
+        PlacementError, match="'onnxruntime_0' \\(compiled for onnxruntime, required\\) runs on the host"
+    ):
+        runtime_lite.load(bundle, require=("onnxruntime",))
+
+
+# -- untrusted recipes -----------------------------------------------------------------------------------
+
+
+def _recipe_bundle(model=None) -> tuple[Seed, int, onnx.ModelProto]:
+    """The bundle taken apart (tests/hostile.Seed), the index of its recipe payload, and the recipe."""
+    result = _build(model or wide_model(), min_region_size=1)
+    seed = Seed("ort", result.header, [bytes(p) for p in result.blobs.payloads], [X])
+    index = seed.header["modules"][0]["payloads"]["recipe"]
+    return seed, index, onnx.load_from_string(seed.payloads[index])
+
+
+def _with_recipe(seed: Seed, index: int, recipe: onnx.ModelProto | bytes) -> bytes:
+    payloads = list(seed.payloads)
+    payloads[index] = recipe if isinstance(recipe, bytes) else recipe.SerializeToString()
+    return seed.pack(seed.header, payloads)
+
+
+def _external(tensor: onnx.TensorProto, location: str) -> None:
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", location
+
+
+def _inline_to_path(m):
+    small = next(t for t in m.graph.initializer if t.data_location != TensorProto.EXTERNAL)
+    _external(small, "../../../../etc/passwd")
+
+
+def _placeholder_to_path(m):
+    _external(next(t for t in m.graph.initializer if t.data_location == TensorProto.EXTERNAL), "/etc/passwd")
+
+
+def _memory_address(m):
+    _external(next(t for t in m.graph.initializer if t.data_location == TensorProto.EXTERNAL), "*/_ORT_MEM_ADDR_/*")
+
+
+def _offset_entry(m):
+    tensor = next(t for t in m.graph.initializer if t.data_location == TensorProto.EXTERNAL)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "offset", "4096"
+
+
+def _custom_domain(m):
+    m.graph.node[0].domain = "com.microsoft"
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+
+
+def _subgraph(m):
+    branch = helper.make_graph([], "b", [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    m.graph.node[0].attribute.append(helper.make_attribute("body", branch))
+
+
+def _if(m):
+    branch = helper.make_graph([], "b", [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    m.graph.node.append(helper.make_node("If", ["x"], ["never"], then_branch=branch, else_branch=branch))
+
+
+def _opset(m):
+    m.opset_import[0].version = 99
+
+
+def _function(m):
+    m.functions.append(onnx.FunctionProto(name="f", domain="evil"))
+
+
+def _sparse(m):
+    values = numpy_helper.from_array(np.ones(1, np.float32), "v")
+    indices = numpy_helper.from_array(np.zeros(1, np.int64), "i")
+    m.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
+
+
+def _dims(m):
+    tensor = next(t for t in m.graph.initializer if t.data_location == TensorProto.EXTERNAL)
+    tensor.dims[0] += 1
+
+
+HOSTILE_RECIPES = {
+    "an inline initializer pointed at a path": (_inline_to_path, "points its data outside the recipe"),
+    "a placeholder pointed at a path": (_placeholder_to_path, "not the bundle's placeholder"),
+    "onnxruntime's in-memory address location": (_memory_address, "not the bundle's placeholder"),
+    "an offset into the placeholder": (_offset_entry, "not the bundle's placeholder"),
+    "a custom-domain op": (_custom_domain, "domain 'com.microsoft'"),
+    "a subgraph attribute": (_subgraph, "g \\(a subgraph\\)"),
+    "a control-flow op": (_if, "op 'If', which is not on the recipe allow-list"),
+    "opset 99": (_opset, "opset 99"),
+    "a model-local function": (_function, "functions"),
+    "a sparse initializer": (_sparse, "sparse_initializer"),
+    "a weight of another shape": (_dims, "but the bundle's weight is"),
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE_RECIPES))
+def test_a_hostile_recipe_is_refused_before_onnxruntime_sees_it(what):
+    seed, index, recipe = _recipe_bundle()
+    mutate, match = HOSTILE_RECIPES[what]
+    mutate(recipe)
+    with pytest.raises(BundleError, match=match) as error:
+        runtime_lite.load(_with_recipe(seed, index, recipe))
+    assert "onnxruntime.payloads.recipe" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 100])
+def test_a_truncated_recipe_is_refused_even_without_onnxruntime(blocked_onnxruntime, cut):
+    seed, index, recipe = _recipe_bundle()
+    data = recipe.SerializeToString()
+    with pytest.raises(BundleError, match="onnxruntime.payloads.recipe"):
+        runtime_lite.load(_with_recipe(seed, index, data[:-cut]))
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda w: w[0].update(constant=10**6), "weights\\[0\\].constant"),
+        (lambda w: w[0].update(payload="fallback"), "weights\\[0\\].payload"),
+        (lambda w: w.append(dict(w[0])), "named twice"),
+        (lambda w: w.append({**w[0], "name": "nowhere"}), "which no initializer of the recipe holds"),
+    ],
+)
+def test_weight_references_are_checked(change, match):
+    seed, _, _ = _recipe_bundle()
+    weights = seed.header["modules"][0]["compile_specs"]["weights"]
+    change(weights)
+    with pytest.raises(BundleError, match=match):
+        runtime_lite.load(seed.pack(seed.header))
+
+
+def test_the_build_checks_each_recipe_with_the_runtimes_reader(monkeypatch):
+    """An op the writer emits but the runtime's allow-list lacks is a build error, never a bundle a host refuses."""
+    monkeypatch.setattr(recipe_check, "ALLOWED_OPS", recipe_check.ALLOWED_OPS - {"Relu"})
+    with pytest.raises(BuildError, match="op 'Relu', which is not on the recipe allow-list"):
+        _build(small_cnn_model())
+
+
+def test_the_recipe_walk_reads_what_onnx_wrote():
+    _, _, recipe = _recipe_bundle(masked_model())
+    data = recipe.SerializeToString()
+    externals = {t.name: np.zeros(t.dims, np.float32) for t in recipe.graph.initializer if t.external_data}
+    facts = check_recipe(data, externals, "recipe")
+    assert facts.opset == 17 and facts.ir_version == recipe.ir_version
+    assert facts.op_types == {op: sum(n.op_type == op for n in recipe.graph.node) for op in facts.op_types}
+    assert sorted(facts.external) == sorted(externals) and all(
+        t.external_data[0].value == PLACEHOLDER for t in recipe.graph.initializer if t.external_data
+    )
+
+
+# -- TensorRT regions, and several targets ---------------------------------------------------------------
+
+
+def test_a_tensorrt_region_without_an_engine_runs_its_recipe_on_onnxruntime(onnxruntime_fallback_on, caplog):
+    bundle = _build(small_cnn_model(), ("tensorrt",), min_region_size=1).to_bytes()
+    with caplog.at_level(logging.WARNING):
+        module = runtime_lite.load(bundle)
+    (placement,) = module.placement.values()
+    assert placement["runs_on"] == "onnxruntime" and "CPU provider" in placement["detail"]
+    assert any("runs on onnxruntime" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert _error(module.run({"x": X}), onnxruntime_outputs(small_cnn_model(), {"x": X})) <= 1e-5
+    off = runtime_lite.load(bundle, backend_options={"tensorrt": {"onnxruntime_fallback": False}})
+    assert off.placement["tensorrt_0"]["runs_on"] == "host"
+
+
+def test_a_tensorrt_region_without_onnxruntime_runs_on_the_host(onnxruntime_fallback_on, blocked_onnxruntime):
+    module = runtime_lite.load(_build(small_cnn_model(), ("tensorrt",), min_region_size=1).to_bytes())
+    placement = module.placement["tensorrt_0"]
+    assert placement["runs_on"] == "host" and "not on onnxruntime either" in placement["detail"]
+
+
+@pytest.mark.parametrize("first", ["npu", "tensorrt"])
+def test_two_targets_partition_in_priority_order_and_run(first):
+    model = masked_model() if first == "tensorrt" else small_cnn_model()
+    feeds = {"ids": np.array([[3, 0, 7, 0, 11, 49]], np.int64)} if first == "tensorrt" else {"x": X}
+    both = _build(model, (first, "onnxruntime"), min_region_size=1)
+    counts = both.regions
+    assert counts[first] > 0 and counts["onnxruntime"] > 0 and counts["host"] == 0, counts
+    flipped = _build(model, ("onnxruntime", first), min_region_size=1).regions
+    assert flipped["onnxruntime"] == len(both.partitioned.nodes) and not flipped.get(first), flipped
+    module = runtime_lite.load(both.to_bytes())
+    assert {p["backend"] for p in module.placement.values()} == {first, "onnxruntime"}
+    assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
+
+
+def test_describe_and_the_bundle_say_where_each_region_runs():
+    result = _build(small_cnn_model())
+    record = result.header["modules"][0]
+    assert record["backend"] == "onnxruntime" and record["compile_specs"]["format"] == "onnxruntime-recipe/1"
+    assert set(record["payloads"]) == {"recipe", "fallback", "fallback_weights"}
+    fallback = msgpack.unpackb(bytes(result.blobs.payloads[record["payloads"]["fallback"]]))
+    assert fallback["format"] == "host-plan/1"
+    module = runtime_lite.load(result.to_bytes())
+    assert module.modules[0]["backend"] == "onnxruntime" and "on onnxruntime" in module.modules[0]["placement"]
+
+
+GEOMETRY_INPUT = np.random.default_rng(0).standard_normal((1, 2, 9, 11)).astype(np.float32)
+
+
+def _load_and_run(data: bytes, options: dict) -> str:
+    module = runtime_lite.load(data, backend_options=options)
+    module.run({"x": GEOMETRY_INPUT})
+    return module.placement["onnxruntime_0"]["runs_on"]
+
+
+def test_a_kernel_wider_than_its_input_is_refused_before_onnxruntime_aborts_on_it():
+    """The campaign's finding (docs/RELIABILITY.md): onnxruntime 1.32 aborts the process (SIGABRT in its static
+    shape inference) on a convolution whose dilated kernel (dilation 33) is wider than its 11-wide input. The
+    check follows the shapes onnxruntime infers and refuses it; in a child process, so a regression fails here."""
+    seed, index, recipe = _recipe_bundle(hostile._geometry_model())
+    conv = next(n for n in recipe.graph.node if n.op_type == "Conv")
+    next(a for a in conv.attribute if a.name == "dilations").ints[:] = [2, 33]
+    kind, message = hostile.isolated(_load_and_run, _with_recipe(seed, index, recipe), {})
+    assert kind == "raised" and message.startswith("BundleError") and "kernel extent 67 is wider" in message
+
+
+def test_the_shape_walk_checks_geometry_and_says_what_it_cannot_follow():
+    conv = {"kernel_shape": [3, 3], "strides": [1, 2], "pads": [1, 0, 1, 0], "dilations": [2, 1]}
+    node = shapes.Node("Conv", ["x", "w"], ["y"], conv, "conv")
+    weights = {"w": (4, 2, 3, 3)}
+    assert shapes.check_geometry({"x": (None, 2, 9, 11)}, weights, {}, [node]) is None  # a symbolic batch
+    with pytest.raises(shapes.BadGeometry, match="kernel extent 67"):
+        wide = shapes.Node("Conv", ["x", "w"], ["y"], {**conv, "dilations": [2, 33]}, "conv")
+        shapes.check_geometry({"x": (1, 2, 9, 11)}, weights, {}, [wide])
+    with pytest.raises(shapes.BadGeometry, match="stride 0"):
+        shapes.check_geometry({"x": (1, 2, 9, 11)}, weights, {}, [shapes.Node("Conv", ["x", "w"], ["y"],
+                              {**conv, "strides": [0, 1]}, "conv")])  # fmt: skip
+    # A reshape whose target shape the walk cannot read: the conv after it is unverified, never guessed.
+    unread = shapes.Node("Reshape", ["x", "target"], ["r"], {}, "reshape")
+    after = shapes.Node("Conv", ["r", "w"], ["y"], conv, "conv")
+    lost = shapes.check_geometry({"x": (1, 2, 9, 11)}, {**weights, "target": (4,)}, {}, [unread, after])
+    assert "could not be followed" in lost
+    known = {**weights, "target": (4,)}
+    readable = shapes.check_geometry({"x": (1, 2, 99)}, known, {"target": [1, 2, 9, 11]}, [unread, after])
+    assert readable is None
+
+
+def test_an_unverified_recipe_runs_on_the_host_and_says_why(monkeypatch):
+    def cannot_follow(node, ins, ints):  # test double: the shape walk models no op
+        raise LookupError(node.op_type)
+
+    monkeypatch.setattr(shapes, "_infer", cannot_follow)
+    module = runtime_lite.load(_build(wide_model()).to_bytes())
+    placement = module.placement["onnxruntime_0"]
+    assert placement["runs_on"] == "host" and "could not verify its geometry" in placement["detail"]
+    assert _error(module.run({"x": X}), onnxruntime_outputs(wide_model(), {"x": X})) <= 1e-5
+
+
+@pytest.mark.parametrize("which", ["cnn", "wide", "masked", "geometry"])
+def test_the_shape_walk_agrees_with_onnx_shape_inference(which):
+    """Every shape the walk follows is the one onnx infers for the same recipe (onnxruntime runs the same inference)."""
+    model = {"cnn": small_cnn_model, "wide": wide_model, "masked": masked_model, "geometry": hostile._geometry_model}
+    _, _, recipe = _recipe_bundle(model[which]())
+    externals = {t.name: np.zeros(t.dims, np.float32) for t in recipe.graph.initializer if t.external_data}
+    facts = check_recipe(recipe.SerializeToString(), externals, "recipe")
+    followed, unverified = shapes.walk(facts.inputs, facts.dims, facts.operands, facts.nodes)
+    assert unverified is None
+    for t in recipe.graph.initializer:  # onnx's inference needs no weight bytes, only their declared dims
+        t.ClearField("external_data")
+        t.data_location = TensorProto.DEFAULT
+    inferred = onnx.shape_inference.infer_shapes(recipe, strict_mode=True).graph
+    expected = {
+        v.name: tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
+        for v in [*inferred.value_info, *inferred.output]
+    }
+    produced = {o for n in recipe.graph.node for o in n.output}
+    assert produced <= set(followed)
+    assert {name: followed[name] for name in produced} == {name: expected[name] for name in produced}
+
+
+def test_onnxruntime_admits_exactly_what_its_lowerings_write():
+    from aot.compiler.backends.onnxruntime import patterns
+    from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
+    from aot.compiler.pattern import root_ops
+
+    admitted = set().union(*(root_ops(p.pattern) for p in patterns.onnxruntime_patterns()))
+    assert admitted == set(ONNXRUNTIME_EXPORTS)
