@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime_lite import format as fmt
-from runtime_lite.backends.tensorrt.lean import lean_misfit
 from runtime_lite.backends.fallback import FallbackRecord  # noqa: F401 (the fallback payload, shared with onnxruntime)
+from runtime_lite.backends.tensorrt.lean import lean_misfit
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect
 from runtime_lite.format.schema import BOOL, INT, MAP, STR, ListOf, Nested, Nullable, Record, TensorSpecs, declare
