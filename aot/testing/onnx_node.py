@@ -204,11 +204,28 @@ def _attribute_inputs(model: onnx.ModelProto, message: str) -> set[str]:
     if not match:
         return set()
     graph_inputs = {i.name for i in model.graph.input}
+    producers = {out: node for node in model.graph.node for out in node.output}
     for node in model.graph.node:
         if node.name == match.group(2) or (not node.name and node.op_type == match.group(1)):
             first = node.input[:1] if node.op_type.endswith(_SIZED_BY_FIRST_INPUT) else []
-            return {name for name in [*first, *node.input[1:]] if name in graph_inputs}
+            return _graph_inputs_behind([*first, *node.input[1:]], producers, graph_inputs)
     return set()
+
+
+def _graph_inputs_behind(names: list[str], producers: dict, graph_inputs: set[str]) -> set[str]:
+    """The graph inputs these values are computed from (pads from Max(Shape(x), shape): ``shape``, not x,
+    since a Shape's value is known once shapes are)."""
+    found, stack, seen = set(), list(names), set()
+    while stack:
+        name = stack.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.add(name)
+        elif name in producers and producers[name].op_type not in ("Shape", "Size"):
+            stack.extend(producers[name].input)
+    return found
 
 
 #: ops whose first input is attribute-like too (a window's size)

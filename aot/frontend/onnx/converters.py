@@ -985,8 +985,9 @@ def _resize(ctx):
         )  # fmt: skip
     if ctx.attr("antialias", 0):
         raise ctx.unsupported("antialias=1")
-    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise ctx.unsupported(f"keep_aspect_ratio_policy {ctx.attr('keep_aspect_ratio_policy')!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.unsupported(f"keep_aspect_ratio_policy {policy!r}")
     coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
     if coord == "tf_crop_and_resize":
         raise ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
@@ -1001,6 +1002,13 @@ def _resize(ctx):
     }
     if sizes is not None and sizes.size:
         full = list(x.type.shape)
+        if policy != "stretch":  # one scale for every axis, the largest that fits (or the smallest that covers)
+            if not all(isinstance(x.type.shape[a], int) for a in axes):
+                raise ctx.unsupported(f"keep_aspect_ratio_policy {policy!r} over symbolic dims")
+            ratios = [float(s) / x.type.shape[a] for a, s in zip(axes, sizes.reshape(-1))]
+            scale = min(ratios) if policy == "not_larger" else max(ratios)
+            sizes = np.array([int(np.floor(scale * x.type.shape[a] + 0.5)) for a in axes])
+            _check_aspect_ratio_coordinates(ctx, [x.type.shape[a] for a in axes], sizes, scale, coord)
         for a, s in zip(axes, sizes.reshape(-1)):
             full[a] = int(s)
         if not all(isinstance(d, int) for d in full):
@@ -1016,6 +1024,17 @@ def _resize(ctx):
     ):  # onnx's reference maps over the unrounded length d * s - 1, onnxruntime over the output's: they disagree
         raise ctx.unsupported("align_corners with scales that do not give whole output lengths (ambiguous)")
     return ctx.emit("resize", x, scales=full_scales, **attrs)
+
+
+def _check_aspect_ratio_coordinates(ctx, dims, sizes, scale: float, coord: str) -> None:
+    """ONNX maps coordinates with the one kept scale, the kernel with out / in per axis: refuse where they differ."""
+    from runtime_lite.kernels.resize import source_coordinates
+
+    for d, out in zip(dims, sizes):
+        ours = source_coordinates(coord, int(out), d, int(out) / d)
+        theirs = source_coordinates(coord, int(out), d, scale)
+        if not np.allclose(ours, theirs, rtol=0, atol=1e-6):
+            raise ctx.unsupported("keep_aspect_ratio_policy where rounding the sizes moves the sampling points")
 
 
 # -- quantisation -----------------------------------------------------------------------

@@ -218,12 +218,12 @@ def _lp_pool(ctx):
 @converter("AffineGrid")
 @single
 def _affine_grid(ctx):
-    """The sampling grid of a batch of 2-d affine transforms: base coordinates (x, y, 1) times theta's rows."""
+    """The sampling grid of a batch of affine transforms: base coordinates (x, y[, z], 1) times theta's rows."""
     theta = ctx.inputs[0]
     size = ctx.ints(1, "size")
-    if len(size) != 4:
-        raise ctx.unsupported(f"a {len(size) - 2}-d grid (2-d is supported)")
-    n, _, h, w = size
+    if len(size) not in (4, 5):
+        raise ctx.unsupported(f"a {len(size) - 2}-d grid (2-d and 3-d are supported)")
+    n, spatial = size[0], size[2:]
     align = ctx.attr("align_corners", 0)
 
     def linspace(steps: int) -> np.ndarray:
@@ -232,7 +232,239 @@ def _affine_grid(ctx):
         line = np.linspace(-1.0, 1.0, steps)
         return line if align else line * (steps - 1) / steps
 
-    ys, xs = np.meshgrid(linspace(h), linspace(w), indexing="ij")
-    base = np.stack([xs, ys, np.ones_like(xs)], axis=-1).reshape(1, h * w, 3).astype(theta.type.dtype)
-    grid = ctx.emit("matmul", ctx.constant(base), ctx.emit("transpose", theta, perm=[0, 2, 1]))
-    return ctx.emit("reshape", grid, shape=[n, h, w, 2])
+    axes = np.meshgrid(*[linspace(d) for d in spatial], indexing="ij")  # (z,) y, x
+    base = np.stack([*axes[::-1], np.ones_like(axes[0])], axis=-1).reshape(1, -1, len(spatial) + 1)
+    grid = ctx.emit("matmul", ctx.constant(base.astype(theta.type.dtype)), ctx.emit("transpose", theta, perm=[0, 2, 1]))
+    return ctx.emit("reshape", grid, shape=[n, *spatial, len(spatial)])
+
+
+@converter("ReverseSequence")
+@single
+def _reverse_sequence(ctx):
+    """Each batch entry's first sequence_lens[b] steps reversed, the rest kept: a gather of constant positions."""
+    x = ctx.inputs[0]
+    shape = _static(ctx)
+    lengths = [int(v) for v in ctx.require_const(1, "sequence_lens").reshape(-1)]
+    time_axis, batch_axis = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    steps = shape[time_axis]
+    index = np.zeros((steps, len(lengths)), dtype=np.int64)
+    for b, length in enumerate(lengths):
+        index[:, b] = [length - 1 - t if t < length else t for t in range(steps)]
+    if time_axis > batch_axis:
+        index = index.T
+    index = index.reshape(index.shape + (1,) * (len(shape) - 2))
+    return ctx.emit("gather_elements", x, ctx.constant(np.broadcast_to(index, shape).copy()), axis=time_axis)
+
+
+# -- recurrent layers, unrolled over a sequence length known at build time ----------------
+
+_ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
+_DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+class _Recurrence:
+    """What RNN, GRU and LSTM share: weights per direction, the gates' activations, the time steps."""
+
+    def __init__(self, ctx: NodeContext):
+        self.ctx = ctx
+        kind = ctx.node.op_type
+        self.kind = kind
+        x = ctx.inputs[0]
+        if ctx.attr("layout", 0):
+            x = ctx.emit("transpose", x, perm=[1, 0, 2])
+        self.x = x
+        self.steps = x.type.shape[0]
+        if not isinstance(self.steps, int):
+            raise ctx.unsupported("a sequence length known only at run time (fix it with --input)")
+        self.hidden = int(ctx.attr("hidden_size"))
+        self.dtype = x.type.dtype
+        names = list(ctx.attr("activations", [])) or _DEFAULT_ACTIVATIONS[kind] * 2
+        if ctx.has_attr("activation_alpha") or ctx.has_attr("activation_beta") or ctx.attr("input_forget", 0):
+            raise ctx.unsupported("activation_alpha/beta or input_forget")
+        if any(n not in _ACTIVATIONS for n in names):
+            raise ctx.unsupported(f"activations {names} (Sigmoid, Tanh and Relu are supported)")
+        self.activations = [_ACTIVATIONS[n] for n in names]
+        self.clip = ctx.attr("clip")
+        lengths = ctx.input(4)
+        if lengths is not None:
+            values = ctx.require_const(4, "sequence_lens")
+            if not (values == self.steps).all():
+                raise ctx.unsupported("sequences shorter than the input (sequence_lens below its length)")
+        direction = ctx.attr("direction", "forward")
+        self.directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
+
+    def weights(self, index: int, d: int) -> Value | None:
+        v = self.ctx.input(index)
+        if v is None:
+            return None
+        return self.ctx.emit(
+            "squeeze", self.ctx.emit("slice", v, starts=[d], ends=[d + 1], axes=[0], steps=[1]), axes=[0]
+        )
+
+    def part(self, v: Value, k: int, axis: int = -1) -> Value:
+        """The k-th gate's block of hidden_size along axis."""
+        h = self.hidden
+        axis = axis % v.type.rank
+        return self.ctx.emit("slice", v, starts=[k * h], ends=[(k + 1) * h], axes=[axis], steps=[1])
+
+    def act(self, value: Value, which: int, d: int) -> Value:
+        if self.clip is not None:
+            value = self.ctx.emit("clip", value, min=-float(self.clip), max=float(self.clip))
+        per_direction = len(self.activations) // len(self.directions) if len(self.directions) > 1 else None
+        names = self.activations[d * per_direction :] if per_direction else self.activations
+        return self.ctx.emit(names[which], value)
+
+    def initial(self, index: int, d: int, like: Value) -> Value:
+        state = self.weights(index, d)
+        if state is not None:
+            return state
+        batch_zeros = self.ctx.emit("multiply", self.ctx.emit("slice", like, starts=[0], ends=[self.hidden],
+                                    axes=[1], steps=[1]), self.ctx.constant(0, self.dtype))  # fmt: skip
+        return batch_zeros
+
+
+def _step_order(rec: _Recurrence, direction: str) -> list[int]:
+    return list(range(rec.steps))[:: -1 if direction == "reverse" else 1]
+
+
+def _recurrent(ctx: NodeContext) -> list[Value]:
+    rec = _Recurrence(ctx)
+    gates = _GATES[rec.kind]
+    ys, hs, cs = [], [], []
+    for d, direction in enumerate(rec.directions):
+        w, r, b = rec.weights(1, d), rec.weights(2, d), rec.weights(3, d)
+        projected = ctx.emit("matmul", rec.x, ctx.emit("transpose", w, perm=[1, 0]))  # [seq, batch, G*h]
+        r_t = ctx.emit("transpose", r, perm=[1, 0])
+        wb = rb = None
+        if b is not None:
+            wb, rb = (ctx.emit("slice", b, starts=[k * gates * rec.hidden], ends=[(k + 1) * gates * rec.hidden],
+                      axes=[0], steps=[1]) for k in (0, 1))  # fmt: skip
+            projected = ctx.emit("add", projected, wb)
+        first = ctx.emit("squeeze", ctx.emit("slice", projected, starts=[0], ends=[1], axes=[0], steps=[1]), axes=[0])
+        h = rec.initial(5, d, first)
+        c = rec.initial(6, d, first) if rec.kind == "LSTM" else None
+        peep = rec.weights(7, d) if rec.kind == "LSTM" else None
+        outputs: dict[int, Value] = {}
+        for t in _step_order(rec, direction):
+            xt = ctx.emit("squeeze", ctx.emit("slice", projected, starts=[t], ends=[t + 1], axes=[0], steps=[1]),
+                          axes=[0])  # fmt: skip
+            hr = ctx.emit("matmul", h, r_t)
+            if rb is not None:
+                hr = ctx.emit("add", hr, rb)
+            if rec.kind == "RNN":
+                h = rec.act(ctx.emit("add", xt, hr), 0, d)
+            elif rec.kind == "GRU":
+                z = rec.act(ctx.emit("add", rec.part(xt, 0), rec.part(hr, 0)), 0, d)
+                reset = rec.act(ctx.emit("add", rec.part(xt, 1), rec.part(hr, 1)), 0, d)
+                if ctx.attr("linear_before_reset", 0):
+                    candidate = ctx.emit("add", rec.part(xt, 2), ctx.emit("multiply", reset, rec.part(hr, 2)))
+                else:
+                    recurrent = ctx.emit("matmul", ctx.emit("multiply", reset, h), rec.part(r_t, 2))
+                    if rb is not None:
+                        recurrent = ctx.emit("add", recurrent, rec.part(rb, 2))
+                    candidate = ctx.emit("add", rec.part(xt, 2), recurrent)
+                candidate = rec.act(candidate, 1, d)
+                keep = ctx.emit("multiply", z, h)
+                h = ctx.emit("add", ctx.emit("subtract", candidate, ctx.emit("multiply", z, candidate)), keep)
+            else:
+                total = ctx.emit("add", xt, hr)
+                i_pre, o_pre, f_pre, c_pre = (rec.part(total, k) for k in range(4))
+                if peep is not None:
+                    i_pre = ctx.emit("add", i_pre, ctx.emit("multiply", rec.part(peep, 0), c))
+                    f_pre = ctx.emit("add", f_pre, ctx.emit("multiply", rec.part(peep, 2), c))
+                i, f = rec.act(i_pre, 0, d), rec.act(f_pre, 0, d)
+                c = ctx.emit("add", ctx.emit("multiply", f, c), ctx.emit("multiply", i, rec.act(c_pre, 1, d)))
+                if peep is not None:
+                    o_pre = ctx.emit("add", o_pre, ctx.emit("multiply", rec.part(peep, 1), c))
+                h = ctx.emit("multiply", rec.act(o_pre, 0, d), rec.act(c, 2, d))
+            outputs[t] = h
+        ys.append(ctx.emit("concat", *[ctx.emit("unsqueeze", outputs[t], axes=[0, 1]) for t in range(rec.steps)],
+                           axis=0))  # fmt: skip
+        hs.append(ctx.emit("unsqueeze", h, axes=[0]))
+        if c is not None:
+            cs.append(ctx.emit("unsqueeze", c, axes=[0]))
+    y = ys[0] if len(ys) == 1 else ctx.emit("concat", *ys, axis=1)  # [seq, dirs, batch, hidden]
+    y_h = hs[0] if len(hs) == 1 else ctx.emit("concat", *hs, axis=0)  # [dirs, batch, hidden]
+    results = [y, y_h]
+    if cs:
+        results.append(cs[0] if len(cs) == 1 else ctx.emit("concat", *cs, axis=0))
+    if ctx.attr("layout", 0):
+        results = [ctx.emit("transpose", results[0], perm=[2, 0, 1, 3])] + [
+            ctx.emit("transpose", v, perm=[1, 0, 2]) for v in results[1:]
+        ]
+    return results[: len(ctx.node.output)]
+
+
+converter("RNN", "GRU", "LSTM")(_recurrent)
+
+
+# -- integer and quantized linear algebra ---------------------------------------------------
+
+
+def _centered(ctx: NodeContext, x: Value, zero_point: Value | None) -> Value:
+    """x - zero_point in int32, as the integer ops define it."""
+    x = ctx.emit("cast", x, to="int32")
+    if zero_point is None:
+        return x
+    return ctx.emit("subtract", x, ctx.emit("cast", zero_point, to="int32"))
+
+
+@converter("MatMulInteger")
+@single
+def _matmul_integer(ctx):
+    a, b = ctx.inputs[:2]
+    return ctx.emit("matmul", _centered(ctx, a, ctx.input(2)), _centered(ctx, b, ctx.input(3)))
+
+
+@converter("ConvInteger")
+@single
+def _conv_integer(ctx):
+    """An integer convolution computed in float64, exact while the sums stay below 2**53, then int32."""
+    x, w = ctx.inputs[:2]
+    nd = w.type.rank - 2
+    kernel_shape = ctx.attr("kernel_shape", list(w.type.shape[2:]))
+    attrs = _spatial_attrs(ctx, nd, kernel_shape)
+    bits = 8 * 2 * np.dtype(x.type.dtype).itemsize + int(np.log2(max(math.prod(w.type.shape[1:]), 1))) + 1
+    if bits > 52:
+        raise ctx.unsupported(f"integer sums of up to {bits} bits (float64 holds 52 exactly)")
+    w_zero = ctx.input(3)
+    if w_zero is not None and w_zero.type.rank == 1:  # one zero point per output channel
+        w_zero = ctx.emit("reshape", w_zero, shape=[-1] + [1] * (nd + 1))
+    xc = ctx.emit("cast", _centered(ctx, x, ctx.input(2)), to="float64")
+    wc = ctx.emit("cast", _centered(ctx, w, w_zero), to="float64")
+    y = ctx.emit(_rank_op(ctx, "conv", nd), xc, wc, groups=ctx.attr("group", 1), **attrs)
+    return ctx.emit("cast", y, to="int32")
+
+
+@converter("QLinearMatMul")
+@single
+def _qlinear_matmul(ctx):
+    """Integer product, times a_scale * b_scale / y_scale (in the scales' dtype), plus y's zero point, rounded
+    half to even and saturated: onnx's definition, the product exact in int32, the rest in float64."""
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = ctx.inputs[:8]
+    product = ctx.emit("matmul", _centered(ctx, a, a_zero), _centered(ctx, b, b_zero))
+    scale = ctx.emit("divide", ctx.emit("multiply", a_scale, b_scale), y_scale)
+    y = ctx.emit("multiply", ctx.emit("cast", product, to="float64"), ctx.emit("cast", scale, to="float64"))
+    dtype = y_zero.type.dtype if y_zero is not None else a.type.dtype
+    if y_zero is not None:
+        y = ctx.emit("add", y, ctx.emit("cast", y_zero, to="float64"))
+    info = np.iinfo(dtype)
+    y = ctx.emit("clip", ctx.emit("round", y), min=float(info.min), max=float(info.max))
+    return ctx.emit("cast", y, to=dtype)
+
+
+@converter("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(ctx):
+    """uint8 quantisation with the scale and zero point that map [min(0, x), max(0, x)] onto [0, 255]."""
+    x = ctx.inputs[0]
+    dtype = x.type.dtype
+    high = ctx.emit("maximum", ctx.emit("reduce_max", x, axes=None, keepdims=0), ctx.constant(0, dtype))
+    low = ctx.emit("minimum", ctx.emit("reduce_min", x, axes=None, keepdims=0), ctx.constant(0, dtype))
+    span = ctx.emit("subtract", high, low)
+    span = ctx.emit("where", ctx.emit("equal", span, ctx.constant(0, dtype)), ctx.constant(1, dtype), span)
+    scale = ctx.emit("divide", span, ctx.constant(255, dtype))
+    zero = ctx.emit("round", ctx.emit("clip", ctx.emit("negative", ctx.emit("divide", low, scale)), min=0.0, max=255.0))
+    y = ctx.emit("add", ctx.emit("round", ctx.emit("divide", x, scale)), zero)
+    y = ctx.emit("cast", ctx.emit("clip", y, min=0.0, max=255.0), to="uint8")
+    return [y, scale, ctx.emit("cast", zero, to="uint8")]
