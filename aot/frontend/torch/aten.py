@@ -1232,6 +1232,75 @@ def _masked_scatter(ctx):
     return ctx.emit("reshape", ctx.emit("where", flat_mask, picked, ctx.emit("reshape", x, shape=[-1])), shape=shape)
 
 
+@aten("index_put")
+def _index_put(ctx):
+    """``x[i, j] = v`` (``+=`` with accumulate): integer index tensors for the leading dims, a scatter_nd."""
+    x, indices, values = ctx["self"], ctx["indices"], ctx["values"]
+    if not indices or any(not isinstance(i, Value) for i in indices) or not x.type.is_static:
+        raise ctx.unsupported("index_put with skipped dims (None) or over shapes known only at run time")
+    if any(i.type.dtype == "bool" for i in indices):
+        mask = indices[0]
+        one_value = not isinstance(values, Value) or math.prod(values.type.shape) == 1
+        if len(indices) == 1 and one_value and not ctx.get("accumulate", False):  # x[mask] = v is a where
+            value = ctx.tensor(values, x)
+            value = ctx.emit("reshape", value, shape=[]) if value.type.rank else value
+            value = value if value.type.dtype == x.type.dtype else ctx.emit("cast", value, to=x.type.dtype)
+            if mask.type.rank < x.type.rank:
+                mask = ctx.emit("unsqueeze", mask, axes=list(range(mask.type.rank, x.type.rank)))
+            return ctx.emit("where", mask, value, x)
+        raise ctx.unsupported("index_put of several values through a boolean mask (positions depend on the values)")
+    if not all(i.type.is_static for i in indices):
+        raise ctx.unsupported("index_put with index tensors of run-time shapes")
+    shape = list(np.broadcast_shapes(*[tuple(i.type.shape) for i in indices]))
+    columns = [
+        ctx.emit("unsqueeze", ctx.emit("expand", _positive(ctx, i, x, axis), shape=shape), axes=[len(shape)])
+        for axis, i in enumerate(indices)
+    ]
+    index = columns[0] if len(columns) == 1 else ctx.emit("concat", *columns, axis=len(shape))
+    updates = ctx.tensor(values, x)
+    updates = updates if updates.type.dtype == x.type.dtype else ctx.emit("cast", updates, to=x.type.dtype)
+    updates = ctx.emit("expand", updates, shape=shape + list(x.type.shape[len(indices) :]))
+    reduction = "add" if ctx.get("accumulate", False) else "none"
+    return ctx.emit("scatter_nd", x, index, updates, reduction=reduction)
+
+
+def _p_distances(ctx: AtenContext, a: Value, b: Value, p: float) -> Value:
+    """||a_i - b_j||_p for rows of a [.., P, M] and b [.., R, M]: [.., P, R], by broadcasting (P * R * M)."""
+    difference = ctx.emit("abs", ctx.emit("subtract", ctx.emit("unsqueeze", a, axes=[a.type.rank - 1]),
+                                          ctx.emit("unsqueeze", b, axes=[b.type.rank - 2])))  # fmt: skip
+    last = difference.type.rank - 1
+    dtype = difference.type.dtype
+    if p == 0:
+        nonzero = ctx.emit("cast", ctx.emit("greater", difference, ctx.constant(0, dtype)), to=dtype)
+        return ctx.emit("reduce_sum", nonzero, axes=[last], keepdims=0)
+    if math.isinf(p):
+        return ctx.emit("reduce_max", difference, axes=[last], keepdims=0)
+    if p == 1:
+        return ctx.emit("reduce_sum", difference, axes=[last], keepdims=0)
+    if p == 2:
+        squares = ctx.emit("multiply", difference, difference)
+        return ctx.emit("sqrt", ctx.emit("reduce_sum", squares, axes=[last], keepdims=0))
+    powered = ctx.emit("power", difference, ctx.constant(p, dtype))
+    return ctx.emit("power", ctx.emit("reduce_sum", powered, axes=[last], keepdims=0), ctx.constant(1.0 / p, dtype))
+
+
+@aten("_cdist_forward")
+def _cdist(ctx):
+    return _p_distances(ctx, ctx["x1"], ctx["x2"], float(ctx["p"]))
+
+
+@aten("_pdist_forward")
+def _pdist(ctx):
+    """The distances of each pair of rows i < j, in row-major order of (i, j)."""
+    x = ctx["self"]
+    rows = x.type.shape[0]
+    if not isinstance(rows, int):
+        raise ctx.unsupported("pdist over a number of rows known only at run time")
+    full = ctx.emit("reshape", _p_distances(ctx, x, x, float(ctx.get("p", 2.0))), shape=[rows * rows])
+    pairs = [i * rows + j for i in range(rows) for j in range(i + 1, rows)]
+    return ctx.emit("gather", full, ctx.constant(np.array(pairs, dtype=np.int64), "int64"), axis=0)
+
+
 @aten("sort")
 def _sort(ctx):
     """A top-k of the whole dim; equal values may come in another order than torch's (its order of ties)."""
