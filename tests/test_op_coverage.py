@@ -62,3 +62,37 @@ def test_a_by_design_case_is_refused_when_built():
         assert onnx_node.by_design(by_name[name])
         with pytest.raises(AotError):
             aot.build(by_name[name].model, log=None)
+
+
+@pytest.mark.parametrize("targets", [("npu", "host"), ("tensorrt", "host")], ids=["npu", "tensorrt"])
+def test_the_new_converters_partition_and_match(targets):
+    """GroupNorm, F.interpolate and grid_sample (the gaps issue 28 named) between convolutions: the backends
+    take what their patterns know, the host the rest, and the bundle matches PyTorch."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    import aot
+    import runtime_lite
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(4, 8)
+            self.head = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x, grid):
+            y = torch.relu(self.norm(self.conv(x)))
+            y = F.interpolate(y, scale_factor=2, mode="bilinear") + F.interpolate(y, size=(16, 16), mode="nearest")
+            return self.head(F.grid_sample(y, grid, align_corners=False))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    x, grid = torch.randn(1, 3, 8, 8), torch.rand(1, 12, 12, 2) * 2.2 - 1.1
+    with torch.no_grad():
+        expected = model(x, grid).numpy()
+    result = aot.build(torch.export.export(model, (x, grid)), targets=targets, log=None)
+    assert result.regions.get(targets[0], 0) > 0, result.regions
+    actual = runtime_lite.load(result.to_bytes()).run([x.numpy(), grid.numpy()])[0]
+    assert np.linalg.norm(actual - expected) / np.linalg.norm(expected) <= 1e-5

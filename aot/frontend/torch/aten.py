@@ -278,6 +278,8 @@ def _any(ctx):
     if x.type.dtype != "bool":
         x = ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype)))
     dims = ctx.get("dim")
+    if x.type.rank == 0:
+        return ctx.emit("copy", x)
     axes = None if dims in (None, []) else [d % x.type.rank for d in ntuple(dims, 1)]
     return ctx.emit("reduce_max", x, axes=axes, keepdims=int(bool(ctx.get("keepdim", False))))
 
@@ -429,7 +431,10 @@ def _avg_pool(ctx):
 )
 def _adaptive_avg_pool(ctx):
     x = ctx["self"]
-    nd = x.type.rank - 2
+    nd = int(ctx.op_name.split("_pool")[1][0])  # adaptive_avg_pool2d, _adaptive_avg_pool3d, ...
+    if x.type.rank == nd + 1:  # an unbatched (C, spatial...) input: pool it as a batch of one
+        ctx.args["self"] = ctx.emit("unsqueeze", x, axes=[0])
+        return ctx.emit("squeeze", _adaptive_avg_pool(ctx), axes=[0])
     out = ntuple(ctx["output_size"], nd)
     spatial = x.type.shape[2:]
     if all(o == 1 for o in out):
@@ -989,6 +994,8 @@ def _argmax(ctx):
     x = ctx["self"]
     op = "argmax" if "argmax" in ctx.op_name else "argmin"
     keep = int(bool(ctx.get("keepdim", False)))
+    if x.type.rank == 0:  # the one element of a scalar
+        return ctx.constant(0, "int64")
     if ctx.get("dim") is None:  # over all elements, as if flattened
         flat = ctx.emit("reshape", x, shape=[-1])
         index = ctx.emit(op, flat, axis=0, keepdims=0)
