@@ -13,7 +13,6 @@ op's pass/refused/fail counts; CI runs two per op and dtype (tests/test_aten_opi
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 import warnings
@@ -27,32 +26,14 @@ from aot.testing import aten_coverage, coverage_page  # noqa: E402
 
 def sweep_aten(samples: int) -> int:
     """Every converted or missing core op over OpInfo samples; returns how many samples gave a wrong result."""
-    import torch
-
     wrong = 0
+    per_dtype = {dtype: samples for dtype in aten_coverage.DTYPES}
     for op in aten_coverage.core_ops():
         if aten_coverage.status(op) == "by design":
             continue
-        counts: Counter[str] = Counter()
-        notes = []
-        for dtype in aten_coverage.DTYPES:
-            tried = 0
-            pairs = (
-                (info, sample)
-                for info in aten_coverage.opinfos(op)
-                if getattr(torch, dtype) in info.supported_dtypes("cpu")
-                for sample in info.sample_inputs("cpu", getattr(torch, dtype))
-            )
-            for info, sample in itertools.islice(pairs, 4 * samples):
-                result = aten_coverage.check(info, sample, op, dynamic=tried % 2 == 1)
-                if result.status == "skipped":
-                    continue
-                counts[result.status] += 1
-                tried += 1
-                if result.status != "pass":
-                    notes.append(f"{dtype}: {result.detail}")
-                if tried >= samples:
-                    break
+        results = aten_coverage.sweep(op, per_dtype)
+        counts = Counter(r.status for _, r in results)
+        notes = [f"{dtype}: {r.detail}" for dtype, r in results if r.status != "pass"]
         wrong += counts["fail"]
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no sample reaches it"
         print(f"{op:40s} {aten_coverage.status(op):10s} {summary}" + (f"  [{notes[0]}]" if notes else ""), flush=True)
