@@ -981,6 +981,8 @@ def _cumsum(ctx):
         x = ctx.emit("cast", x, to=numpy_dtype(ctx["dtype"]))
     elif x.type.dtype in ("bool", "int8", "int16", "int32", "uint8"):
         x = ctx.emit("cast", x, to="int64")  # torch sums small integers as int64
+    if x.type.rank == 0:
+        return ctx.emit("copy", x)
     return ctx.emit("cumsum", x, axis=_axis(ctx, x))
 
 
@@ -1225,9 +1227,10 @@ def _diagonal(ctx):
 def _masked_scatter(ctx):
     """Where the mask is true, the source's elements in order: the k-th true position takes source.flat[k]."""
     x, mask, source = ctx["self"], ctx["mask"], ctx["source"]
-    if not x.type.is_static or not source.type.is_static:
+    if not x.type.is_static or not source.type.is_static or not mask.type.is_static:
         raise ctx.unsupported("masked_scatter over shapes known only at run time")
-    shape = list(x.type.shape)
+    shape = list(np.broadcast_shapes(tuple(x.type.shape), tuple(mask.type.shape)))  # self broadcasts to the mask
+    x = ctx.emit("expand", x, shape=shape) if list(x.type.shape) != shape else x
     flat_mask = ctx.emit("reshape", ctx.emit("expand", mask, shape=shape), shape=[-1])
     order = ctx.emit("cumsum", ctx.emit("cast", flat_mask, to="int64"), axis=0)
     position = ctx.emit("maximum", ctx.emit("subtract", order, ctx.constant(1, "int64")), ctx.constant(0, "int64"))
