@@ -101,8 +101,7 @@ def test_saved_pt2_builds_with_aot_build(programs, tmp_path):
 
 class Unsupported(nn.Module):
     def forward(self, x):
-        distances = torch.cdist(x, x).sum(-1, keepdim=True)
-        return distances + torch.fft.fft(x).real + torch.linalg.det(x[:2, :2])
+        return torch.fft.fft(x).real + torch.linalg.det(x[:2, :2])
 
 
 def test_unsupported_aten_ops_are_listed_together():
@@ -111,7 +110,7 @@ def test_unsupported_aten_ops_are_listed_together():
         aot.build(program)
     message = str(info.value)
     assert "\n" not in message
-    for op in ("aten._cdist_forward", "aten._linalg_det", "aten._fft"):
+    for op in ("aten.view_as_real", "aten._linalg_det", "aten._fft"):
         assert op in message, message
 
 
