@@ -17,6 +17,7 @@ import aot
 import runtime_lite
 from aot.errors import UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN
+from aot.testing.aten_coverage import core_ops, opinfos
 
 g = torch.Generator().manual_seed(0)
 
@@ -510,13 +511,16 @@ ALIASES = {"aten.clip", "aten.concat", "aten.detach", "aten.unsafe_split", "aten
 
 
 def test_every_converter_is_exercised():
+    # Core ATen converters checked on samples from PyTorch's OpInfo database instead (tests/test_aten_opinfo.py,
+    # which fails unless one of an op's samples reaches it and matches).
+    opinfo_tested = {f"aten.{op}" for op in core_ops() if opinfos(op)}
     seen: set[str] = set()
     cases = [(model, inputs, None) for model, inputs in CASES.values()]
     cases += [(model, inputs, dynamic) for model, inputs, dynamic, _ in DYNAMIC_CASES.values()]
     for model, inputs, dynamic in cases:
         program = torch.export.export(model.eval(), inputs, dynamic_shapes=dynamic and (dynamic,))
         seen |= targets(program) | targets(program.run_decompositions())
-    assert {k for k in ATEN if k.startswith("aten.")} - seen - ALIASES == set()
+    assert {k for k in ATEN if k.startswith("aten.")} - seen - ALIASES - opinfo_tested == set()
 
 
 def test_pads_known_only_at_run_time_are_one_line_errors():

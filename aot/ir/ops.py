@@ -181,6 +181,14 @@ for _name in BITWISE_OPS:
     register_op(_name, "a b", elementwise())
 register_op("bitwise_not", "x", same)
 
+#: Inverse and hyperbolic trigonometry, log/exp variants and truncation (runtime_lite/kernels/transcendental.py):
+#: host-only, outside UNARY_OPS so no backend pattern assumes it takes them.
+TRANSCENDENTAL_OPS = tuple("acos acosh asin asinh atan atanh sinh cosh log1p expm1 log2 log10 trunc".split())
+for _name in TRANSCENDENTAL_OPS:
+    register_op(_name, "x", same)
+register_op("atan2", "a b", elementwise())
+register_op("bit_shift", "a b", elementwise(), direction=REQUIRED)
+
 
 def _trilu(ctx: InferContext) -> list[TensorType]:
     if ctx.types[0].rank < 2:
@@ -736,6 +744,18 @@ def _resize(ctx: InferContext) -> list[TensorType]:
     return [TensorType(shape, x.dtype)]
 
 
+def _grid_sample(ctx: InferContext) -> list[TensorType]:
+    x, grid = ctx.types
+    if x.rank != 4 or grid.rank != 4 or grid.shape[3] not in (2,):
+        raise ctx.fail("grid_sample", f"expects input [N, C, H, W] and grid [N, H_out, W_out, 2], got {x} and {grid}")
+    if ctx.attrs["mode"] not in ("bilinear", "nearest"):
+        raise ctx.fail("grid_sample", f"mode {ctx.attrs['mode']!r} is not supported (bilinear, nearest are)")
+    if ctx.attrs["padding_mode"] not in ("zeros", "border", "reflection"):
+        raise ctx.fail("grid_sample", f"padding_mode {ctx.attrs['padding_mode']!r} is not supported")
+    return [TensorType((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)]
+
+
+register_op("grid_sample", "x grid", _grid_sample, mode="bilinear", padding_mode="zeros", align_corners=0)
 register_op("reshape", "x shape?", _reshape, shape=None, allowzero=0)
 register_op("flatten", "x", _flatten, axis=1)
 register_op("transpose", "x", _transpose, perm=None)

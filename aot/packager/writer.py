@@ -39,7 +39,10 @@ class BlobTable:
         self._index: dict[bytes, int] = {}
 
     def add(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
+        if view.ndim > 1 and 0 in view.shape:  # an empty [0, 3] array: memoryview cannot cast zeros in its shape
+            view = memoryview(b"")
+        view = view.cast("B")
         if len(view) > MAX_BLOB_BYTES:
             raise BuildError(f"a blob of {len(view)} bytes exceeds the format's 4 GiB limit per blob")
         digest = hashlib.sha256(view).digest()

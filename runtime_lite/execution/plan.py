@@ -210,7 +210,11 @@ def _make_step(fn: Callable, ins: Instruction) -> Step:
         target = inputs[ins.inplace]
 
         def step(slots):
-            slots[out] = fn(*[slots[i] for i in inputs], out=slots[target])
+            buffer = slots[target]
+            if type(buffer) is np.ndarray:
+                slots[out] = fn(*[slots[i] for i in inputs], out=buffer)
+            else:  # numpy hands back a scalar, not a 0-d array, for a 0-d result: it cannot be written into
+                slots[out] = fn(*[slots[i] for i in inputs])
 
         return step
     if len(inputs) == 1:

@@ -35,6 +35,8 @@ from runtime_lite.kernels import (  # noqa: E402,F401
     quantize,
     reduce,
     resize,
+    sampling,
     shape,
+    transcendental,
 )
 from runtime_lite.kernels.registry import KERNELS, Kernel, get_kernel, kernel  # noqa: F401 (the package's API)

@@ -54,7 +54,7 @@ def sigmoid(x, *, out=None):
     # cache-sized blocks on both threads, 1.2-1.5x faster on EfficientNet's largest maps
     # while the second core was free, 3-5% slower over the whole model while another
     # process held it, as it mostly does on these shared machines: exp dominates.)
-    y = np.negative(x, out=out)
+    y = np.asarray(np.negative(x, out=out))  # asarray: numpy hands back a scalar for a 0-d x, not writable in place
     np.exp(y, out=y)
     y += np.ones((), x.dtype)
     return np.reciprocal(y, out=y)
@@ -67,7 +67,7 @@ def tanh(x, *, out=None):
 
 @kernel("hard_sigmoid", inplace=(0,))
 def hard_sigmoid(x, *, alpha, beta, out=None):
-    y = np.multiply(x, np.asarray(alpha, x.dtype), out=out)
+    y = np.asarray(np.multiply(x, np.asarray(alpha, x.dtype), out=out))  # a 0-d x gives a scalar: make it writable
     y += np.asarray(beta, x.dtype)
     return clamp(y, 0, 1, out=y)
 

@@ -7,9 +7,22 @@ import numpy as np
 from runtime_lite.kernels.registry import kernel
 
 
+def _extreme(dtype: np.dtype, largest: bool):
+    """What max (``largest``) or min of an empty set is, as ONNX defines it: the other end of the dtype's range."""
+    if dtype.kind == "b":
+        return not largest
+    if dtype.kind == "f":
+        return -np.inf if largest else np.inf
+    info = np.iinfo(dtype)
+    return info.min if largest else info.max
+
+
 def _reduction(reduce):
     def run(x, *, axes, keepdims):
         axis = None if axes is None else tuple(axes)
+        if x.size == 0 and reduce in (np.max, np.min):  # numpy refuses an empty max; ONNX gives the identity
+            initial = _extreme(x.dtype, reduce is np.max)
+            return np.asarray(reduce(x, axis=axis, keepdims=bool(keepdims), initial=initial)).astype(x.dtype)
         return np.asarray(reduce(x, axis=axis, keepdims=bool(keepdims))).astype(x.dtype, copy=False)
 
     return run

@@ -52,6 +52,14 @@ UNARY = {
     "Sin": "sin",
     "Cos": "cos",
     "Tan": "tan",
+    "Acos": "acos",
+    "Acosh": "acosh",
+    "Asin": "asin",
+    "Asinh": "asinh",
+    "Atan": "atan",
+    "Atanh": "atanh",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
     "Not": "logical_not",
     "BitwiseNot": "bitwise_not",
     "IsNaN": "isnan",
@@ -262,9 +270,58 @@ def _cast_like(ctx):
 
 @converter("Identity", "Dropout")
 def _identity(ctx):
-    if ctx.extra_outputs_used():
-        raise ctx.unsupported("the mask output of Dropout is not supported")
-    return [ctx.inputs[0]]
+    training = ctx.input(2)
+    if training is not None and not (training.is_constant and not training.data.any()):
+        raise ctx.unsupported("training_mode (random masks are training-only; inference Dropout is the identity)")
+    x = ctx.inputs[0]
+    if ctx.extra_outputs_used():  # inference keeps every element: the mask is all true
+        if not x.type.is_static:
+            raise ctx.unsupported("the mask output of Dropout over a shape known only at run time")
+        return [x, ctx.constant(np.ones(x.type.shape, dtype=bool))]
+    return [x]
+
+
+@converter("BitShift")
+@single
+def _bit_shift(ctx):
+    return ctx.emit("bit_shift", ctx.inputs[0], ctx.inputs[1], direction=ctx.attr("direction"))
+
+
+@converter("Celu")
+@single
+def _celu(ctx):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)), which is elu(x / alpha) * alpha."""
+    x = ctx.inputs[0]
+    alpha = ctx.constant(float(ctx.attr("alpha", 1.0)), x.type.dtype)
+    return ctx.emit("multiply", ctx.emit("elu", ctx.emit("divide", x, alpha), alpha=1.0), alpha)
+
+
+@converter("ThresholdedRelu")
+@single
+def _thresholded_relu(ctx):
+    x = ctx.inputs[0]
+    above = ctx.emit("greater", x, ctx.constant(float(ctx.attr("alpha", 1.0)), x.type.dtype))
+    return ctx.emit("where", above, x, ctx.constant(0, x.type.dtype))
+
+
+@converter("Mish")
+@single
+def _mish(ctx):
+    x = ctx.inputs[0]
+    return ctx.emit("multiply", x, ctx.emit("tanh", ctx.emit("softplus", x)))
+
+
+@converter("GridSample")
+@single
+def _grid_sample(ctx):
+    x = ctx.inputs[0]
+    mode = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest"}.get(ctx.attr("mode", "bilinear"))
+    if mode is None:
+        raise ctx.unsupported(f"mode {ctx.attr('mode')!r} (linear and nearest are supported)")
+    if x.type.rank != 4:
+        raise ctx.unsupported(f"a rank-{x.type.rank} input (4-d images are supported)")
+    return ctx.emit("grid_sample", x, ctx.inputs[1], mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),
+                    align_corners=int(ctx.attr("align_corners", 0)))  # fmt: skip
 
 
 # -- convolution and pooling ------------------------------------------------------------
@@ -406,12 +463,24 @@ def _batch_norm(ctx):
 
 
 @converter("LayerNormalization")
-@single
 def _layer_norm(ctx):
-    if ctx.extra_outputs_used():
-        raise ctx.unsupported("the Mean / InvStdDev outputs are not supported")
     inputs = [v for v in ctx.inputs[:3] if v is not None]
-    return ctx.emit("layer_norm", *inputs, axis=ctx.attr("axis", -1), epsilon=float(ctx.attr("epsilon", 1e-5)))
+    axis, epsilon = ctx.attr("axis", -1), float(ctx.attr("epsilon", 1e-5))
+    y = ctx.emit("layer_norm", *inputs, axis=axis, epsilon=epsilon)
+    if not ctx.extra_outputs_used():
+        return [y]
+    # Mean and InvStdDev (kept for a backward pass, but asked for): the statistics over the normalised axes,
+    # in the stash type (float32 unless stash_type says otherwise), with those axes kept as 1.
+    x = inputs[0]
+    stash = ctx.dtype_attr("stash_type", 1)
+    if x.type.dtype != stash:
+        x = ctx.emit("cast", x, to=stash)
+    axes = list(range(axis % x.type.rank, x.type.rank))
+    mean = ctx.emit("reduce_mean", x, axes=axes, keepdims=1)
+    deviation = ctx.emit("subtract", x, mean)
+    variance = ctx.emit("reduce_mean", ctx.emit("multiply", deviation, deviation), axes=axes, keepdims=1)
+    inv_std = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", variance, ctx.constant(epsilon, stash))))
+    return [y, mean, inv_std]
 
 
 @converter("InstanceNormalization")
@@ -916,8 +985,9 @@ def _resize(ctx):
         )  # fmt: skip
     if ctx.attr("antialias", 0):
         raise ctx.unsupported("antialias=1")
-    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise ctx.unsupported(f"keep_aspect_ratio_policy {ctx.attr('keep_aspect_ratio_policy')!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.unsupported(f"keep_aspect_ratio_policy {policy!r}")
     coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
     if coord == "tf_crop_and_resize":
         raise ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
@@ -932,6 +1002,13 @@ def _resize(ctx):
     }
     if sizes is not None and sizes.size:
         full = list(x.type.shape)
+        if policy != "stretch":  # one scale for every axis, the largest that fits (or the smallest that covers)
+            if not all(isinstance(x.type.shape[a], int) for a in axes):
+                raise ctx.unsupported(f"keep_aspect_ratio_policy {policy!r} over symbolic dims")
+            ratios = [float(s) / x.type.shape[a] for a, s in zip(axes, sizes.reshape(-1))]
+            scale = min(ratios) if policy == "not_larger" else max(ratios)
+            sizes = np.array([int(np.floor(scale * x.type.shape[a] + 0.5)) for a in axes])
+            _check_aspect_ratio_coordinates(ctx, [x.type.shape[a] for a in axes], sizes, scale, coord)
         for a, s in zip(axes, sizes.reshape(-1)):
             full[a] = int(s)
         if not all(isinstance(d, int) for d in full):
@@ -942,7 +1019,22 @@ def _resize(ctx):
     full_scales = [1.0] * rank
     for a, s in zip(axes, scales.reshape(-1)):
         full_scales[a] = float(s)
+    if coord == "align_corners" and any(
+        isinstance(d, int) and abs(d * s - round(d * s)) > 1e-4 for d, s in zip(x.type.shape, full_scales)
+    ):  # onnx's reference maps over the unrounded length d * s - 1, onnxruntime over the output's: they disagree
+        raise ctx.unsupported("align_corners with scales that do not give whole output lengths (ambiguous)")
     return ctx.emit("resize", x, scales=full_scales, **attrs)
+
+
+def _check_aspect_ratio_coordinates(ctx, dims, sizes, scale: float, coord: str) -> None:
+    """ONNX maps coordinates with the one kept scale, the kernel with out / in per axis: refuse where they differ."""
+    from runtime_lite.kernels.resize import source_coordinates
+
+    for d, out in zip(dims, sizes):
+        ours = source_coordinates(coord, int(out), d, int(out) / d)
+        theirs = source_coordinates(coord, int(out), d, scale)
+        if not np.allclose(ours, theirs, rtol=0, atol=1e-6):
+            raise ctx.unsupported("keep_aspect_ratio_policy where rounding the sizes moves the sampling points")
 
 
 # -- quantisation -----------------------------------------------------------------------
@@ -976,5 +1068,8 @@ def _dequantize(ctx):
     inputs = [v for v in ctx.inputs[:3] if v is not None]
     return ctx.emit("dequantize", *inputs, axis=ctx.attr("axis", 1) % max(x.type.rank, 1))
 
+
+# Compositions of the ops above (windows, Hardmax, OneHot, LpPool, ...) register themselves into CONVERTERS.
+from aot.frontend.onnx import more_converters  # noqa: E402,F401
 
 SUPPORTED_OP_TYPES = frozenset(CONVERTERS)

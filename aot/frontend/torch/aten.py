@@ -50,10 +50,34 @@ UNARY = {
     "sin": "sin",
     "cos": "cos",
     "hardswish": "hard_swish",
-    "logical_not": "logical_not",
+    "tan": "tan",
+    "acos": "acos",
+    "acosh": "acosh",
+    "asin": "asin",
+    "asinh": "asinh",
+    "atan": "atan",
+    "atanh": "atanh",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "log2": "log2",
+    "log10": "log10",
 }
+
+
+def _as_result_dtype(ctx: AtenContext, x: Value) -> Value:
+    """``x`` cast to the dtype torch computes the op in, where they differ: ``torch.sin`` of int64 ids is float32."""
+    meta = ctx.node.meta.get("val")
+    if hasattr(meta, "dtype") and isinstance(x, Value):
+        dtype = numpy_dtype(meta.dtype)
+        if dtype != x.type.dtype and dtype.startswith("float"):
+            return ctx.emit("cast", x, to=dtype)
+    return x
+
+
 for _aten, _op in UNARY.items():
-    aten(_aten)(lambda ctx, op=_op: ctx.emit(op, ctx["self"]))
+    aten(_aten)(lambda ctx, op=_op: ctx.emit(op, _as_result_dtype(ctx, ctx["self"])))
 
 BINARY = {
     "add": "add",
@@ -158,6 +182,12 @@ def _as_bool(ctx: AtenContext, x: Value) -> Value:
     return x if x.type.dtype == "bool" else ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype)))
 
 
+@aten("logical_not")
+def _logical_not(ctx):
+    x = ctx["self"]
+    return ctx.emit("logical_not", x) if x.type.dtype == "bool" else ctx.emit("equal", x, ctx.constant(0, x.type.dtype))
+
+
 @aten("ne")
 def _ne(ctx):
     return ctx.emit("logical_not", ctx.emit("equal", *_operands(ctx)))
@@ -248,6 +278,8 @@ def _any(ctx):
     if x.type.dtype != "bool":
         x = ctx.emit("logical_not", ctx.emit("equal", x, ctx.constant(0, x.type.dtype)))
     dims = ctx.get("dim")
+    if x.type.rank == 0:
+        return ctx.emit("copy", x)
     axes = None if dims in (None, []) else [d % x.type.rank for d in ntuple(dims, 1)]
     return ctx.emit("reduce_max", x, axes=axes, keepdims=int(bool(ctx.get("keepdim", False))))
 
@@ -260,7 +292,7 @@ def _rsub(ctx):
 
 @aten("rsqrt")
 def _rsqrt(ctx):
-    return ctx.emit("reciprocal", ctx.emit("sqrt", ctx["self"]))
+    return ctx.emit("reciprocal", ctx.emit("sqrt", _as_result_dtype(ctx, ctx["self"])))
 
 
 @aten("where")
@@ -308,8 +340,15 @@ def _clamp(ctx):
     x = ctx["self"]
     lo = ctx.args.get("min", ctx.args.get("min_val"))
     hi = ctx.args.get("max", ctx.args.get("max_val"))
-    if isinstance(lo, Value) or isinstance(hi, Value):
-        raise ctx.unsupported("tensor bounds")
+    if isinstance(lo, Value) or isinstance(hi, Value):  # tensor bounds: min(max(x, lo), hi), broadcast
+        meta = ctx.node.meta.get("val")
+        dtype = numpy_dtype(meta.dtype) if hasattr(meta, "dtype") else x.type.dtype
+        x = x if x.type.dtype == dtype else ctx.emit("cast", x, to=dtype)
+        for bound, op in ((lo, "maximum"), (hi, "minimum")):
+            if bound is not None:
+                bound = ctx.tensor(bound, x)
+                x = ctx.emit(op, x, bound if bound.type.dtype == dtype else ctx.emit("cast", bound, to=dtype))
+        return x
     if lo == 0 and hi == 6:
         return ctx.emit("relu6", x)
     if lo == 0 and hi is None:
@@ -374,6 +413,8 @@ def _max_pool(ctx):
 def _avg_pool(ctx):
     x = ctx["self"]
     nd = x.type.rank - 2
+    if not x.type.dtype.startswith("float"):
+        raise ctx.unsupported(f"average pooling of {x.type.dtype} (torch rounds integer averages its own way)")
     if ctx.get("divisor_override") is not None:
         raise ctx.unsupported("divisor_override")
     kernel = ntuple(ctx["kernel_size"], nd)
@@ -385,10 +426,15 @@ def _avg_pool(ctx):
     )  # fmt: skip
 
 
-@aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d")
+@aten(
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d"
+)
 def _adaptive_avg_pool(ctx):
     x = ctx["self"]
-    nd = x.type.rank - 2
+    nd = int(ctx.op_name.split("_pool")[1][0])  # adaptive_avg_pool2d, _adaptive_avg_pool3d, ...
+    if x.type.rank == nd + 1:  # an unbatched (C, spatial...) input: pool it as a batch of one
+        ctx.args["self"] = ctx.emit("unsqueeze", x, axes=[0])
+        return ctx.emit("squeeze", _adaptive_avg_pool(ctx), axes=[0])
     out = ntuple(ctx["output_size"], nd)
     spatial = x.type.shape[2:]
     if all(o == 1 for o in out):
@@ -493,9 +539,17 @@ def _matmul(ctx):
 
 @aten("addmm")
 def _addmm(ctx):
-    if ctx.get("beta", 1) != 1 or ctx.get("alpha", 1) != 1:
-        raise ctx.unsupported("addmm with alpha or beta other than 1")
-    return ctx.emit("add", ctx.emit("matmul", ctx["mat1"], ctx["mat2"]), ctx["self"])
+    """beta * self + alpha * (mat1 @ mat2); beta = 0 ignores self (NaNs in it included), as torch does."""
+    product = ctx.emit("matmul", ctx["mat1"], ctx["mat2"])
+    alpha, beta, bias = ctx.get("alpha", 1), ctx.get("beta", 1), ctx["self"]
+    dtype = product.type.dtype
+    if alpha != 1:
+        product = ctx.emit("multiply", product, ctx.constant(alpha, dtype))
+    if beta == 0:
+        return product
+    if beta != 1:
+        bias = ctx.emit("multiply", bias, ctx.constant(beta, dtype))
+    return ctx.emit("add", product, bias)
 
 
 @aten("embedding")
@@ -536,7 +590,7 @@ def _attention(ctx):
 
 # -- reductions ----------------------------------------------------------------------------
 
-REDUCE = {"mean": "reduce_mean", "sum": "reduce_sum", "amax": "reduce_max", "amin": "reduce_min"}
+REDUCE = {"mean": "reduce_mean", "sum": "reduce_sum", "amax": "reduce_max", "amin": "reduce_min", "prod": "reduce_prod"}
 
 
 def _reduce(op: str) -> Converter:
@@ -544,8 +598,13 @@ def _reduce(op: str) -> Converter:
         x = ctx["self"]
         if ctx.get("dtype") is not None:
             x = ctx.emit("cast", x, to=numpy_dtype(ctx["dtype"]))
+        meta = ctx.node.meta.get("val")
+        if hasattr(meta, "dtype") and numpy_dtype(meta.dtype) != x.type.dtype:  # sum of bools or int32 is int64
+            x = ctx.emit("cast", x, to=numpy_dtype(meta.dtype))
         dims = ctx.get("dim")
-        axes = None if dims in (None, []) else [d % x.type.rank for d in ntuple(dims, 1)]
+        axes = None if dims in (None, []) else [d % max(x.type.rank, 1) for d in ntuple(dims, 1)]
+        if x.type.rank == 0:
+            return ctx.emit("copy", x)
         return ctx.emit(op, x, axes=axes, keepdims=int(bool(ctx.get("keepdim", False))))
 
     return convert
@@ -833,6 +892,8 @@ def _positive(ctx: AtenContext, index: Value, x: Value, axis: int) -> Value:
 @aten("index_select")
 def _index_select(ctx):
     x = ctx["self"]
+    if x.type.rank == 0:  # a 0-d tensor indexed with [0] stays 0-d
+        return ctx.emit("copy", x)
     return ctx.emit("gather", x, ctx["index"], axis=_axis(ctx, x))
 
 
@@ -920,6 +981,8 @@ def _cumsum(ctx):
         x = ctx.emit("cast", x, to=numpy_dtype(ctx["dtype"]))
     elif x.type.dtype in ("bool", "int8", "int16", "int32", "uint8"):
         x = ctx.emit("cast", x, to="int64")  # torch sums small integers as int64
+    if x.type.rank == 0:
+        return ctx.emit("copy", x)
     return ctx.emit("cumsum", x, axis=_axis(ctx, x))
 
 
@@ -933,6 +996,8 @@ def _argmax(ctx):
     x = ctx["self"]
     op = "argmax" if "argmax" in ctx.op_name else "argmin"
     keep = int(bool(ctx.get("keepdim", False)))
+    if x.type.rank == 0:  # the one element of a scalar
+        return ctx.constant(0, "int64")
     if ctx.get("dim") is None:  # over all elements, as if flattened
         flat = ctx.emit("reshape", x, shape=[-1])
         index = ctx.emit(op, flat, axis=0, keepdims=0)
@@ -958,6 +1023,305 @@ def _repeat(ctx):
     if len(repeats) > x.type.rank:
         x = ctx.emit("unsqueeze", x, axes=list(range(len(repeats) - x.type.rank)))
     return ctx.emit("tile", x, repeats=repeats)
+
+
+# -- the rest of the core ATen opset (docs/coverage.md) ------------------------------------
+
+
+@aten("trunc", "sign", "round")
+def _integral(ctx):
+    """Rounding of an integer is the integer (numpy's would make it float); ``sign`` of a bool is the bool."""
+    x, op = ctx["self"], ctx.op_name.split(".")[1]
+    if not x.type.dtype.startswith("float") and (op != "sign" or x.type.dtype == "bool"):
+        return ctx.emit("copy", x)
+    decimals = ctx.get("decimals", 0)
+    if op != "round" or not decimals:
+        return ctx.emit({"round": "round"}.get(op, op), x)
+    scale = ctx.constant(10.0 ** abs(decimals), x.type.dtype)  # torch: nearbyint(x * 10^d) / 10^d
+    if decimals > 0:
+        return ctx.emit("divide", ctx.emit("round", ctx.emit("multiply", x, scale)), scale)
+    return ctx.emit("multiply", ctx.emit("round", ctx.emit("divide", x, scale)), scale)
+
+
+@aten("isnan", "isinf")
+def _isnan(ctx):
+    x = ctx["self"]
+    if not x.type.dtype.startswith("float"):  # integers are never NaN nor infinite: x < x is False everywhere
+        return ctx.emit("less", x, x)
+    if "isnan" in ctx.op_name:
+        return ctx.emit("isnan", x)
+    return ctx.emit("isinf", x, detect_positive=1, detect_negative=1)
+
+
+@aten("atan2")
+def _atan2(ctx):
+    a, b = (_as_result_dtype(ctx, v) for v in (ctx["self"], ctx["other"]))
+    return ctx.emit("atan2", a, b)
+
+
+@aten("max", "min")
+def _max(ctx):
+    """``max(x)`` over everything, or ``max(x, dim)`` as (values, indices); ``max(a, b)`` is ``maximum``."""
+    x, largest = ctx["self"], "max" in ctx.op_name
+    if isinstance(ctx.args.get("other"), Value):
+        return ctx.emit("maximum" if largest else "minimum", *_operands(ctx))
+    reduce, arg = ("reduce_max", "argmax") if largest else ("reduce_min", "argmin")
+    if ctx.get("dim") is None:
+        return ctx.emit(reduce, x, axes=None, keepdims=0)
+    if x.type.rank == 0:
+        return [ctx.emit("copy", x), ctx.constant(0, "int64")]
+    axis, keep = _axis(ctx, x), int(bool(ctx.get("keepdim", False)))
+    values = ctx.emit(reduce, x, axes=[axis], keepdims=keep)
+    return [values, ctx.emit(arg, x, axis=axis, keepdims=keep, select_last_index=0)]
+
+
+@aten("var")
+def _var(ctx):
+    """Sum of squared deviations over ``dim`` divided by N - correction (torch's unbiased default: 1)."""
+    x = ctx["self"]
+    dims = ctx.get("dim")
+    axes = list(range(x.type.rank)) if dims in (None, []) else [d % max(x.type.rank, 1) for d in ntuple(dims, 1)]
+    sizes = [x.type.shape[a] for a in axes]
+    if not all(isinstance(d, int) for d in sizes):
+        raise ctx.unsupported("variance over a dim known only at run time")
+    correction = ctx.get("correction", 1 if ctx.get("unbiased", True) else 0)
+    keep = int(bool(ctx.get("keepdim", False)))
+    if x.type.rank == 0:
+        axes, sizes = None, [1]
+    mean = ctx.emit("reduce_mean", x, axes=axes, keepdims=1)
+    deviation = ctx.emit("subtract", x, mean)
+    squares = ctx.emit("reduce_sum", ctx.emit("multiply", deviation, deviation), axes=axes, keepdims=keep)
+    with np.errstate(divide="ignore"):
+        return ctx.emit("divide", squares, ctx.constant(float(math.prod(sizes)) - float(correction), x.type.dtype))
+
+
+@aten("reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad2d", "replication_pad3d")
+def _mode_pad(ctx):
+    ctx.args["pad"] = ctx["padding"]
+    ctx.args["mode"] = "reflect" if "reflection" in ctx.op_name else "replicate"
+    return _pad(ctx)
+
+
+def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int], list[float | None]]:
+    """The output's spatial sizes and the scale factors torch maps coordinates with (None: in / out)."""
+    spatial = x.type.shape[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        raise ctx.unsupported("upsampling over spatial dims known only at run time (fix them with input_shapes)")
+    factors = ctx.get("scale_factors")
+    if factors is None:
+        factors = [ctx.args.get(k) for k in ("scales_d", "scales_h", "scales_w") if k in ctx.args]
+        factors = factors[-len(spatial) :] if factors else [None] * len(spatial)
+    sizes = ctx.get("output_size")
+    if sizes is None:
+        sizes = [int(math.floor(d * f)) for d, f in zip(spatial, factors)]
+    if any(isinstance(s, SymbolicSize) for s in sizes):
+        raise ctx.unsupported("an output size known only at run time")
+    return [int(s) for s in sizes], [None if f is None or f <= 0 else float(f) for f in factors]
+
+
+@aten("upsample_nearest2d")
+def _upsample_nearest(ctx):
+    """torch's nearest (not ONNX's): source index floor(dst * float32(in / out)), computed here as constants."""
+    x = ctx.args.get("input", ctx.args.get("self"))
+    sizes, factors = _upsampled_sizes(ctx, x)
+    for axis, (size_in, size_out, factor) in enumerate(zip(x.type.shape[2:], sizes, factors), start=2):
+        if size_in == size_out:
+            continue
+        if size_out == 2 * size_in:
+            index = np.arange(size_out) >> 1
+        else:
+            scale = np.float32(1.0 / factor) if factor else np.float32(size_in) / np.float32(size_out)
+            index = np.minimum(np.floor(np.arange(size_out, dtype=np.float32) * scale), size_in - 1)
+        x = ctx.emit("gather", x, ctx.constant(index.astype(np.int64), "int64"), axis=axis)
+    return x
+
+
+@aten("upsample_bilinear2d")
+def _upsample_linear(ctx):
+    x = ctx.args.get("input", ctx.args.get("self"))
+    sizes, factors = _upsampled_sizes(ctx, x)
+    if ctx.get("align_corners", False):
+        return ctx.emit("resize", x, sizes=[*x.type.shape[:2], *sizes], mode="linear",
+                        coordinate_transformation_mode="align_corners", nearest_mode="floor")  # fmt: skip
+    if all(factors) and all(s == math.floor(d * f) for d, s, f in zip(x.type.shape[2:], sizes, factors)):
+        return ctx.emit("resize", x, scales=[1.0, 1.0, *factors], mode="linear",
+                        coordinate_transformation_mode="half_pixel", nearest_mode="floor")  # fmt: skip
+    return ctx.emit("resize", x, sizes=[*x.type.shape[:2], *sizes], mode="linear",
+                    coordinate_transformation_mode="half_pixel", nearest_mode="floor")  # fmt: skip
+
+
+@aten("native_group_norm")
+def _group_norm(ctx):
+    """Normalise each of ``group`` channel groups over its channels and positions, then scale and shift per channel.
+
+    Returns (y, mean, rstd) as torch does; mean and rstd are [N, group].
+    """
+    x, groups, eps = ctx["input"], int(ctx["group"]), float(ctx["eps"])
+    dtype = x.type.dtype
+    grouped = ctx.emit("reshape", x, shape=[0, groups, -1])
+    mean = ctx.emit("reduce_mean", grouped, axes=[2], keepdims=1)
+    deviation = ctx.emit("subtract", grouped, mean)
+    variance = ctx.emit("reduce_mean", ctx.emit("multiply", deviation, deviation), axes=[2], keepdims=1)
+    rstd = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", variance, ctx.constant(eps, dtype))))
+    y = ctx.emit("multiply", deviation, rstd)
+    y = (
+        ctx.emit("reshape", y, ctx.emit("shape", x))
+        if not x.type.is_static
+        else ctx.emit("reshape", y, shape=list(x.type.shape))
+    )
+    per_channel = [-1] + [1] * (x.type.rank - 2)
+    if isinstance(ctx.args.get("weight"), Value):
+        y = ctx.emit("multiply", y, ctx.emit("reshape", ctx["weight"], shape=per_channel))
+    if isinstance(ctx.args.get("bias"), Value):
+        y = ctx.emit("add", y, ctx.emit("reshape", ctx["bias"], shape=per_channel))
+    return [y, ctx.emit("reshape", mean, shape=[0, groups]), ctx.emit("reshape", rstd, shape=[0, groups])]
+
+
+GRID_MODES = {0: "bilinear", 1: "nearest"}  # torch's interpolation_mode enum; 2 (bicubic) is refused
+GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@aten("grid_sampler_2d")
+def _grid_sampler(ctx):
+    mode = GRID_MODES.get(int(ctx["interpolation_mode"]))
+    if mode is None:
+        raise ctx.unsupported("bicubic interpolation (bilinear and nearest are supported)")
+    return ctx.emit("grid_sample", ctx["input"], ctx["grid"], mode=mode,
+                    padding_mode=GRID_PADDING[int(ctx["padding_mode"])],
+                    align_corners=int(bool(ctx["align_corners"])))  # fmt: skip
+
+
+@aten("select_scatter")
+def _select_scatter(ctx):
+    """``out = self.clone(); out.select(dim, index) = src``: slice_scatter of src with the dim put back."""
+    x = ctx["self"]
+    dim = ctx["dim"] % x.type.rank
+    index = ctx["index"]
+    size = x.type.shape[dim]
+    if isinstance(index, SymbolicSize) or (index < 0 and not isinstance(size, int)):
+        raise ctx.unsupported("an index known only at run time")
+    index = index % size if index < 0 else index
+    ctx.args.update(src=ctx.emit("unsqueeze", ctx["src"], axes=[dim]), dim=dim, start=index, end=index + 1, step=1)
+    return _slice_scatter(ctx)
+
+
+@aten("diagonal")
+def _diagonal(ctx):
+    """The diagonal of dims (dim1, dim2) at ``offset``, moved to the last dim: a gather of flat positions."""
+    x = ctx["self"]
+    rank = x.type.rank
+    dim1, dim2, offset = ctx.get("dim1", 0) % rank, ctx.get("dim2", 1) % rank, int(ctx.get("offset", 0))
+    rows, cols = x.type.shape[dim1], x.type.shape[dim2]
+    if not isinstance(rows, int) or not isinstance(cols, int):
+        raise ctx.unsupported("a diagonal of dims known only at run time")
+    rest = [a for a in range(rank) if a not in (dim1, dim2)]
+    moved = ctx.emit("transpose", x, perm=rest + [dim1, dim2])
+    start_row, start_col = max(-offset, 0), max(offset, 0)
+    length = max(min(rows - start_row, cols - start_col), 0)
+    positions = (np.arange(length) + start_row) * cols + np.arange(length) + start_col
+    flat = ctx.emit("reshape", moved, shape=[0] * len(rest) + [rows * cols])
+    return ctx.emit("gather", flat, ctx.constant(positions.astype(np.int64), "int64"), axis=len(rest))
+
+
+@aten("masked_scatter")
+def _masked_scatter(ctx):
+    """Where the mask is true, the source's elements in order: the k-th true position takes source.flat[k]."""
+    x, mask, source = ctx["self"], ctx["mask"], ctx["source"]
+    if not x.type.is_static or not source.type.is_static or not mask.type.is_static:
+        raise ctx.unsupported("masked_scatter over shapes known only at run time")
+    shape = list(np.broadcast_shapes(tuple(x.type.shape), tuple(mask.type.shape)))  # self broadcasts to the mask
+    x = ctx.emit("expand", x, shape=shape) if list(x.type.shape) != shape else x
+    flat_mask = ctx.emit("reshape", ctx.emit("expand", mask, shape=shape), shape=[-1])
+    order = ctx.emit("cumsum", ctx.emit("cast", flat_mask, to="int64"), axis=0)
+    position = ctx.emit("maximum", ctx.emit("subtract", order, ctx.constant(1, "int64")), ctx.constant(0, "int64"))
+    flat_source = ctx.emit("reshape", source, shape=[-1])
+    if math.prod(source.type.shape) == 0:
+        return ctx.emit("copy", x)
+    position = ctx.emit("minimum", position, ctx.constant(math.prod(source.type.shape) - 1, "int64"))
+    picked = ctx.emit("gather", flat_source, position, axis=0)
+    return ctx.emit("reshape", ctx.emit("where", flat_mask, picked, ctx.emit("reshape", x, shape=[-1])), shape=shape)
+
+
+@aten("index_put")
+def _index_put(ctx):
+    """``x[i, j] = v`` (``+=`` with accumulate): integer index tensors for the leading dims, a scatter_nd."""
+    x, indices, values = ctx["self"], ctx["indices"], ctx["values"]
+    if not indices or any(not isinstance(i, Value) for i in indices) or not x.type.is_static:
+        raise ctx.unsupported("index_put with skipped dims (None) or over shapes known only at run time")
+    if any(i.type.dtype == "bool" for i in indices):
+        mask = indices[0]
+        one_value = not isinstance(values, Value) or math.prod(values.type.shape) == 1
+        if len(indices) == 1 and one_value and not ctx.get("accumulate", False):  # x[mask] = v is a where
+            value = ctx.tensor(values, x)
+            value = ctx.emit("reshape", value, shape=[]) if value.type.rank else value
+            value = value if value.type.dtype == x.type.dtype else ctx.emit("cast", value, to=x.type.dtype)
+            if mask.type.rank < x.type.rank:
+                mask = ctx.emit("unsqueeze", mask, axes=list(range(mask.type.rank, x.type.rank)))
+            return ctx.emit("where", mask, value, x)
+        raise ctx.unsupported("index_put of several values through a boolean mask (positions depend on the values)")
+    if not all(i.type.is_static for i in indices):
+        raise ctx.unsupported("index_put with index tensors of run-time shapes")
+    shape = list(np.broadcast_shapes(*[tuple(i.type.shape) for i in indices]))
+    columns = [
+        ctx.emit("unsqueeze", ctx.emit("expand", _positive(ctx, i, x, axis), shape=shape), axes=[len(shape)])
+        for axis, i in enumerate(indices)
+    ]
+    index = columns[0] if len(columns) == 1 else ctx.emit("concat", *columns, axis=len(shape))
+    updates = ctx.tensor(values, x)
+    updates = updates if updates.type.dtype == x.type.dtype else ctx.emit("cast", updates, to=x.type.dtype)
+    updates = ctx.emit("expand", updates, shape=shape + list(x.type.shape[len(indices) :]))
+    reduction = "add" if ctx.get("accumulate", False) else "none"
+    return ctx.emit("scatter_nd", x, index, updates, reduction=reduction)
+
+
+def _p_distances(ctx: AtenContext, a: Value, b: Value, p: float) -> Value:
+    """||a_i - b_j||_p for rows of a [.., P, M] and b [.., R, M]: [.., P, R], by broadcasting (P * R * M)."""
+    difference = ctx.emit("abs", ctx.emit("subtract", ctx.emit("unsqueeze", a, axes=[a.type.rank - 1]),
+                                          ctx.emit("unsqueeze", b, axes=[b.type.rank - 2])))  # fmt: skip
+    last = difference.type.rank - 1
+    dtype = difference.type.dtype
+    if p == 0:
+        nonzero = ctx.emit("cast", ctx.emit("greater", difference, ctx.constant(0, dtype)), to=dtype)
+        return ctx.emit("reduce_sum", nonzero, axes=[last], keepdims=0)
+    if math.isinf(p):
+        return ctx.emit("reduce_max", difference, axes=[last], keepdims=0)
+    if p == 1:
+        return ctx.emit("reduce_sum", difference, axes=[last], keepdims=0)
+    if p == 2:
+        squares = ctx.emit("multiply", difference, difference)
+        return ctx.emit("sqrt", ctx.emit("reduce_sum", squares, axes=[last], keepdims=0))
+    powered = ctx.emit("power", difference, ctx.constant(p, dtype))
+    return ctx.emit("power", ctx.emit("reduce_sum", powered, axes=[last], keepdims=0), ctx.constant(1.0 / p, dtype))
+
+
+@aten("_cdist_forward")
+def _cdist(ctx):
+    return _p_distances(ctx, ctx["x1"], ctx["x2"], float(ctx["p"]))
+
+
+@aten("_pdist_forward")
+def _pdist(ctx):
+    """The distances of each pair of rows i < j, in row-major order of (i, j)."""
+    x = ctx["self"]
+    rows = x.type.shape[0]
+    if not isinstance(rows, int):
+        raise ctx.unsupported("pdist over a number of rows known only at run time")
+    full = ctx.emit("reshape", _p_distances(ctx, x, x, float(ctx.get("p", 2.0))), shape=[rows * rows])
+    pairs = [i * rows + j for i in range(rows) for j in range(i + 1, rows)]
+    return ctx.emit("gather", full, ctx.constant(np.array(pairs, dtype=np.int64), "int64"), axis=0)
+
+
+@aten("sort")
+def _sort(ctx):
+    """A top-k of the whole dim; equal values may come in another order than torch's (its order of ties)."""
+    x = ctx["self"]
+    if x.type.rank == 0:
+        return [ctx.emit("copy", x), ctx.constant(0, "int64")]
+    axis = _axis(ctx, x)
+    size = x.type.shape[axis]
+    if not isinstance(size, int):
+        raise ctx.unsupported("sorting a dim known only at run time")
+    return ctx.emit_all("topk", x, k=size, axis=axis, largest=int(bool(ctx.get("descending", False))), sorted=1)
 
 
 #: Python-level calls torch.export leaves in the graph: tuple indexing and size queries.
