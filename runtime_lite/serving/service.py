@@ -20,10 +20,10 @@ from runtime_lite.errors import InputError, RuntimeLiteError, one_line
 from runtime_lite.format.signature import TensorSpec, bind, ordered_values
 from runtime_lite.serving.batching import BatchAxis, batch_axis
 from runtime_lite.serving.protocol import (
+    DEFAULT_MAX_JSON_COST,
     DEFAULT_MAX_REQUEST_BYTES,
     HEADER_LENGTH,
     ProtocolError,
-    decode_body,
     decode_infer_request,
     encode_infer_response,
     error_body,
@@ -149,10 +149,12 @@ class InferenceService:
         models: Mapping[str, ServedModel] | None = None,
         observer: Observer | None = None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_json_cost: int = DEFAULT_MAX_JSON_COST,
     ):
         self.models: dict[str, ServedModel] = dict(models or {})
         self.observer = observer or NoMetrics()
         self.max_request_bytes = max_request_bytes
+        self.max_json_cost = max_json_cost
         self.ready = bool(self.models)
 
     def replace_models(self, models: Mapping[str, ServedModel]) -> None:
@@ -213,9 +215,13 @@ class InferenceService:
 
     async def _infer_response(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
         try:
-            data = decode_body(body, headers.get("content-encoding"), self.max_request_bytes)
             request = decode_infer_request(
-                data, headers.get(HEADER_LENGTH), model.module.inputs, self.max_request_bytes
+                body,
+                headers.get(HEADER_LENGTH),
+                model.module.inputs,
+                self.max_request_bytes,
+                headers.get("content-encoding"),
+                self.max_json_cost,
             )
             chosen = select_outputs(request, model.module.outputs)
             arrays, _ = bind(model.module.inputs, ordered_values(model.module.inputs, request.inputs))
