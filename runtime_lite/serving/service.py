@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -124,6 +124,41 @@ def served_model(name: str, module: Runnable, max_batch_size: int, infer: Infer 
     gate = asyncio.Lock()
     axis = batch_axis(module.inputs, module.outputs)
     return ServedModel(name, module, infer or direct_infer(module, gate), max_batch_size, axis, gate)
+
+
+#: How long a request's body may take to arrive, unless the server says otherwise (``serve --request-timeout``).
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+async def read_body(
+    chunks: AsyncIterator[bytes], declared_length: str | None, max_bytes: int, timeout_s: float
+) -> bytearray:
+    """A request body off the wire, within ``max_bytes`` and ``timeout_s``; ProtocolError 413 or 408 otherwise.
+
+    A client that sends headers and part of a body, then waits, would otherwise hold a
+    replica's request slot for as long as its connection stays open: the deadline
+    covers the whole body, however slowly it trickles. A declared length over the cap
+    is refused before a byte is read.
+    """
+    if declared_length is not None:
+        try:
+            declared = int(declared_length)
+        except ValueError:
+            raise ProtocolError(400, f"Content-Length {declared_length[:40]!r} is not a number") from None
+        if declared > max_bytes:
+            raise ProtocolError(413, f"request body is over {max_bytes} bytes (Content-Length {declared})")
+    body = bytearray()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in chunks:
+                if len(body) + len(chunk) > max_bytes:
+                    raise ProtocolError(413, f"request body is over {max_bytes} bytes")
+                body += chunk
+    except TimeoutError:
+        raise ProtocolError(
+            408, f"request body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
+        ) from None
+    return body
 
 
 @dataclass
