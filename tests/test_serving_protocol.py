@@ -533,3 +533,52 @@ def test_a_json_request_past_its_parse_budget_is_413_before_parsing(module):
     response, peak = traced_peak(lambda: call(service, "POST", "/v2/models/mlp/infer", body))
     assert response.status == 413 and "binary tensor extension" in error_of(response)
     assert peak < len(body) + (1 << 20)
+
+
+async def trickle(parts, pause_s=0.0):
+    """Test double of a client's body on the wire: ``parts`` with a pause before each."""
+    for part in parts:
+        await asyncio.sleep(pause_s)
+        yield part
+
+
+def test_read_body_times_out_a_stalled_body_and_bounds_its_size():
+    from runtime_lite.serving.service import read_body
+
+    assert asyncio.run(read_body(trickle([b"ab", b"cd"]), "4", 100, 5.0)) == b"abcd"
+    with pytest.raises(ProtocolError) as slow:
+        asyncio.run(read_body(trickle([b"ab"] * 100, pause_s=0.05), "200", 1000, 0.3))
+    assert slow.value.status == 408 and "did not arrive within 0.3 s" in str(slow.value)
+    with pytest.raises(ProtocolError) as big:
+        asyncio.run(read_body(trickle([b"x" * 60] * 3), None, 100, 5.0))
+    assert big.value.status == 413
+
+    async def never_read():
+        raise AssertionError("a body declared over the cap must not be read")
+        yield b""  # pragma: no cover
+
+    with pytest.raises(ProtocolError) as declared:
+        asyncio.run(read_body(never_read(), str(10**12), 100, 5.0))
+    assert declared.value.status == 413 and "Content-Length" in str(declared.value)
+
+
+def test_end_descendants_finds_and_ends_orphans_a_child_left_behind(tmp_path):
+    """What Ray's raylet leaves when it dies first (its agents): orphans, adopted by the subreaper and ended."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "orphans.py"
+    script.write_text(
+        "import subprocess, time\n"
+        "from runtime_lite.serving import processes\n"
+        "assert processes.adopt_orphans()\n"
+        "subprocess.run(['sh', '-c', 'sleep 300 & sleep 300 & exit 0'], check=True)\n"  # the parent exits at once
+        "time.sleep(0.3)\n"
+        "left = [processes.command_name(p) for p in processes.descendants()]\n"
+        "assert left == ['sleep', 'sleep'], left\n"
+        "assert sorted(processes.end_descendants(grace_s=2.0)) == ['sleep', 'sleep']\n"
+        "assert processes.descendants() == []\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr
