@@ -119,8 +119,10 @@ class ServerProcess:
             except OSError:
                 pass
 
-    def stop(self, timeout: float = 90.0, group: bool = False, signum: int = signal.SIGTERM) -> int:
-        """Signal the server (``group``: its whole process group, as systemd or a terminal's Ctrl-C do) and wait."""
+    def stop(self, timeout: float = 90.0, group: bool = False, signum: int | None = None) -> int:
+        """Signal the server (default SIGTERM; ``group``: its whole process group, as systemd or a terminal's
+        Ctrl-C do) and wait for its exit."""
+        signum = signal.SIGTERM if signum is None else signum
         if self.process.poll() is None:
             if group:
                 os.killpg(self.process.pid, signum)

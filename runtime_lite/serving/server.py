@@ -461,6 +461,7 @@ def _end_and_exit(announce: Callable[[str], None], why: str) -> None:
 
     announce(why)
     processes.end_descendants(grace_s=1.0)
+    _unharden_haproxy()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

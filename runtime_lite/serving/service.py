@@ -148,13 +148,16 @@ async def read_body(
         if declared > max_bytes:
             raise ProtocolError(413, f"request body is over {max_bytes} bytes (Content-Length {declared})")
     body = bytearray()
+
+    async def collect() -> None:
+        async for chunk in chunks:
+            if len(body) + len(chunk) > max_bytes:
+                raise ProtocolError(413, f"request body is over {max_bytes} bytes")
+            body.extend(chunk)
+
     try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in chunks:
-                if len(body) + len(chunk) > max_bytes:
-                    raise ProtocolError(413, f"request body is over {max_bytes} bytes")
-                body += chunk
-    except TimeoutError:
+        await asyncio.wait_for(collect(), timeout_s)
+    except asyncio.TimeoutError:  # not TimeoutError: Python 3.10's asyncio has its own
         raise ProtocolError(
             408, f"request body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
         ) from None
