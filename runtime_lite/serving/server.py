@@ -292,16 +292,19 @@ def stop(config: ServeConfig, deadline: float | None = None) -> None:
     ray, serve = _import_ray()
     if not ray.is_initialized():
         return  # start() failed before Ray: Serve's own shutdown would start a Ray instance just to stop it
+    unresponsive = False
     try:
         if config.address:
             serve.delete(config.app_name)
         else:
             _drain_local(ray, deadline if deadline is not None else time.monotonic() + DRAIN_SECONDS)
     except RayUnresponsive:
-        _unharden_haproxy()
+        unresponsive = True
         raise
-    ray.shutdown()
-    _unharden_haproxy()
+    finally:
+        if not unresponsive:
+            ray.shutdown()
+        _unharden_haproxy()
 
 
 #: A Serve controller not found within this is taken as gone, with the GCS it lives on.
