@@ -1,6 +1,7 @@
 """The hostile-client campaign against ``runtime-lite serve`` at size, then every way of stopping it.
 
-    python benchmarks/bench_serving_hostile.py                      # 2,000 cases per family, ~10 minutes
+    python benchmarks/bench_serving_hostile.py                      # ~11,000 cases, ~5 minutes
+    python benchmarks/bench_serving_hostile.py --scale 19000        # ~100,000 cases
     python benchmarks/bench_serving_hostile.py --scale 200 --bomb-mib 64
 
 One local server (two replicas, HAProxy ingress, ``--request-timeout`` short so stalled
@@ -9,7 +10,7 @@ nested JSON, impossible shapes, lying lengths, compression bombs inflating to
 ``--bomb-mib``, stalled bodies beside good clients, concurrency with a SIGHUP reload —
 and after each family must answer a good request bit-identically, with no replica's peak
 RSS (VmHWM) grown past the bound. Then fresh servers are stopped each way a stop
-arrives (SIGTERM to the main pid, SIGTERM to the whole process group, idle and after
+arrives (SIGTERM to the main pid, SIGTERM and SIGINT to the whole process group, idle and after
 traffic): each must exit 0 within 12 s and leave no process behind. Everything is on
 127.0.0.1, bounded in cases and seconds; the output is the counts and every escape.
 """
@@ -57,11 +58,11 @@ def campaign(root: Path, scale: int, bomb_mib: int, stalled: int, seed: int) -> 
 
 def stops(root: Path) -> list[str]:
     problems = []
-    for group in (False, True):
+    ways = (("SIGTERM to the main pid", False, signal.SIGTERM), ("SIGTERM to the process group", True, signal.SIGTERM),
+            ("SIGINT to the process group (Ctrl-C)", True, signal.SIGINT))  # fmt: skip
+    for way, group, signum in ways:
         for traffic in (False, True):
-            name = (
-                f"SIGTERM to the {'process group' if group else 'main pid'}, {'after traffic' if traffic else 'idle'}"
-            )
+            name = f"{way}, {'after traffic' if traffic else 'idle'}"
             server = ServerProcess(
                 [f"fixed={root / 'fixed.aotb'}", "--threads", "1", "--cpus-per-replica", "0.5"],
                 log=root / "stop.log", own_session=True,
@@ -71,7 +72,7 @@ def stops(root: Path) -> list[str]:
                     for _ in range(200):
                         send(http_request(infer_path(), good_body()), server.port, timeout=30)
                 began = time.monotonic()
-                code = server.stop(timeout=60, group=group)
+                code = server.stop(timeout=60, group=group, signum=signum)
                 took = time.monotonic() - began
                 time.sleep(1)
                 left = server.leftovers()

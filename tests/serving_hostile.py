@@ -23,6 +23,7 @@ Only 127.0.0.1 is ever contacted.
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 import random
@@ -30,7 +31,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,34 +232,39 @@ def _deflate(parts: Iterator[bytes], encoding: str) -> bytes:
     return b"".join(compressor.compress(p) for p in parts) + compressor.flush()
 
 
-def bombs(rng: random.Random, n: int, inflated_mib: int) -> Iterator[Case]:
+@functools.lru_cache(maxsize=64)
+def _bomb(kind: int, encoding: str, mib: int) -> tuple[bytes, str | None]:
+    """A compressed body inflating to ``mib`` MiB, and its Inference-Header-Content-Length (compressed once each)."""
     block = 1 << 20
+    if kind == 0:  # JSON numbers that would parse to gigabytes of Python objects
+        head = b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ['
+        return _deflate(iter([head, *(b"0," * (block // 2) for _ in range(mib)), b"0]}]}"]), encoding), None
+    if kind == 1:  # a binary section far past what the header declares
+        header = _json(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]}
+        )
+        return _deflate(iter([header, *(bytes(block) for _ in range(mib))]), encoding), str(len(header))
+    # nested lists, the costliest JSON per byte
+    return _deflate(iter([b'{"inputs": [', *(b"[]," * (block // 3) for _ in range(mib)), b"[]]}"]), encoding), None
+
+
+def bombs(rng: random.Random, n: int, inflated_mib: int) -> Iterator[Case]:
+    sizes = sorted({1, min(16, inflated_mib), min(64, inflated_mib), inflated_mib})
     for i in range(n):
         encoding = rng.choice(["gzip", "deflate"])
         kind = i % 4
-        mib = rng.randint(1, inflated_mib)
+        mib = rng.choice(sizes)
         headers = {"Content-Encoding": encoding}
-        if kind == 0:  # JSON numbers that would parse to gigabytes of Python objects
-            head = b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ['
-            body = _deflate(iter([head, *(b"0," * (block // 2) for _ in range(mib)), b"0]}]}"]), encoding)
-        elif kind == 1:  # a binary section far past what the header declares
-            header = _json(
-                {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]}
-            )
-            body = _deflate(iter([header, *(bytes(block) for _ in range(mib))]), encoding)
-            headers["Inference-Header-Content-Length"] = str(len(header))
-        elif kind == 2:  # nested lists, the costliest JSON per byte
-            body = _deflate(iter([b'{"inputs": [', *(b"[]," * (block // 3) for _ in range(mib)), b"[]]}"]), encoding)
+        if kind < 3:
+            body, header_length = _bomb(kind, encoding, mib)
+            if header_length is not None:
+                headers["Inference-Header-Content-Length"] = header_length
         else:  # a damaged stream, or the wrong encoding named
             good = gzip.compress(good_body())
             body = rng.choice([good[:-8], good + b"junk", b"\x1f\x8b" + bytes(64), good])
             headers["Content-Encoding"] = rng.choice(["deflate", "br", "gzip, gzip", "gzip"])
-        yield Case(
-            "bombs",
-            f"{kind} {encoding} {mib} MiB",
-            http_request(infer_path(), body, headers),
-            statuses=(200, 400, 413, 415),
-        )
+        raw = http_request(infer_path(), body, headers)
+        yield Case("bombs", f"{kind} {encoding} {mib} MiB", raw, statuses=(200, 400, 413, 415))
 
 
 def stalled(n: int) -> Iterator[Case]:
@@ -308,15 +314,19 @@ class Campaign:
             return f"good request answered {answer.tolist()}, expected {self.expected.tolist()}"
         return None
 
-    def run_family(self, name: str, cases: list[Case], threads: int = 4) -> Outcome:
+    def run_family(self, name: str, cases: Iterable[Case], threads: int = 4) -> Outcome:
         outcome = Outcome()
         baseline = replica_memory(self.replica_pids())
         start = time.perf_counter()
-        lock = threading.Lock()
-        queue = iter(cases)
+        lock, take = threading.Lock(), threading.Lock()
+        queue = iter(cases)  # made as they are sent: a family never holds all its bodies at once
 
         def worker() -> None:
-            for case in queue:
+            while True:
+                with take:
+                    case = next(queue, None)
+                if case is None:
+                    return
                 timeout = self.request_timeout_s + 15 if case.stall else 60
                 began = time.monotonic()
                 status, body = send(case.raw, self.port, timeout=timeout)
@@ -406,11 +416,11 @@ class Campaign:
         ``during_concurrency`` runs in a thread while the concurrency family does (a SIGHUP reload, say).
         """
         rng = random.Random(self.seed)
-        self.run_family("malformed", list(malformed(rng, scale)))
-        self.run_family("nested", list(nested(rng, max(8, scale // 4))))
-        self.run_family("shapes", list(shapes(rng, scale)))
-        self.run_family("lengths", list(lengths(rng, scale, stall_ok=True)), threads=8)
-        self.run_family("bombs", list(bombs(rng, max(8, scale // 8), bomb_mib)), threads=2)
+        self.run_family("malformed", malformed(rng, scale))
+        self.run_family("nested", nested(rng, max(8, scale // 4)))
+        self.run_family("shapes", shapes(rng, scale))
+        self.run_family("lengths", lengths(rng, scale, stall_ok=True), threads=64)  # a quarter of them stall
+        self.run_family("bombs", bombs(rng, max(8, scale // 8), bomb_mib), threads=2)
         self.slow_family(stalled_connections, good_requests=3)
         mixed = list(malformed(rng, scale)) + list(shapes(rng, scale))
         rng.shuffle(mixed)
