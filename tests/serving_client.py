@@ -7,6 +7,7 @@ Everything listens on loopback and every wait has a deadline.
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,13 +44,30 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 class ServerProcess:
     """``python -m runtime_lite serve ARGS`` in the background; ``stop()`` sends SIGTERM and returns the exit status."""
 
-    def __init__(self, args: Sequence[str], log: Path, port: int | None = None, start_timeout: float = 240.0):
+    def __init__(
+        self,
+        args: Sequence[str],
+        log: Path,
+        port: int | None = None,
+        start_timeout: float = 240.0,
+        own_session: bool = False,
+    ):
         self.port = port or free_port()
         self.url = f"127.0.0.1:{self.port}"
         self.log = log
+        #: Every process the server starts inherits this in its environment: ``leftovers()`` finds them by it.
+        self.mark = f"serve-{uuid.uuid4().hex}"
+        #: The statuses /v2/health/ready answered while the server started ("refused": nothing listening yet).
+        self.ready_statuses: list[int | str] = []
         command = [sys.executable, "-m", "runtime_lite", "serve", *args, "--port", str(self.port)]
         self._log_file = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RUNTIME_LITE_TEST_SERVER": self.mark},
+            start_new_session=own_session,  # a process group of its own, to be signalled whole
+        )
         self._wait_ready(start_timeout)
 
     def _wait_ready(self, timeout: float) -> None:
@@ -57,11 +76,14 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.process.returncode}:\n{self.output()}")
             try:
-                if http_get(f"http://{self.url}/v2/health/ready", timeout=2)[0] == 200 and "SIGTERM" in self.output():
-                    return
+                status = http_get(f"http://{self.url}/v2/health/ready", timeout=2)[0]
             except OSError:
-                pass
-            time.sleep(0.5)
+                status = "refused"
+            if not self.ready_statuses or self.ready_statuses[-1] != status:
+                self.ready_statuses.append(status)
+            if status == 200 and "SIGTERM" in self.output():
+                return
+            time.sleep(0.1)
         self.process.kill()
         raise RuntimeError(f"serve was not ready after {timeout:.0f} s:\n{self.output()}")
 
@@ -73,9 +95,39 @@ class ServerProcess:
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
-    def stop(self, timeout: float = 90.0) -> int:
+    def leftovers(self) -> list[str]:
+        """Processes still running that this server started (found by the mark in their environment)."""
+        found = []
+        needle = f"RUNTIME_LITE_TEST_SERVER={self.mark}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    stat = (entry / "stat").read_text()
+                    if stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X"):
+                        found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:80]!r}")
+            except OSError:
+                continue
+        return found
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL what ``leftovers()`` finds, so a failing test leaves nothing behind either."""
+        for line in self.leftovers():
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except OSError:
+                pass
+
+    def stop(self, timeout: float = 90.0, group: bool = False, signum: int | None = None) -> int:
+        """Signal the server (default SIGTERM; ``group``: its whole process group, as systemd or a terminal's
+        Ctrl-C do) and wait for its exit."""
+        signum = signal.SIGTERM if signum is None else signum
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            if group:
+                os.killpg(self.process.pid, signum)
+            else:
+                self.process.send_signal(signum)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -329,3 +329,256 @@ def test_concurrent_requests_run_the_model_one_at_a_time(module):
     responses = asyncio.run(all_requests())
     assert [r.status for r in responses] == [200] * 8
     assert recorder.most == 1
+
+
+# --- hostile requests (issue 29): every one a 4xx with one line, none a 500, none allocating past its bound ---
+
+DEEP = 100_000
+
+
+def nested(depth: int, leaf: str = "1") -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+def hostile_input(**fields) -> bytes:
+    return json.dumps({"inputs": [{**X_OK, **fields}]}).encode()
+
+
+HOSTILE = [
+    (b"[" * DEEP, "nested too deeply"),
+    (b'{"inputs": ' + b"[" * DEEP + b"]" * DEEP + b"}", "nested too deeply"),
+    (
+        b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ' + nested(600).encode() + b"}]}",
+        "not FP32",
+    ),
+    (b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ' + nested(990).encode() + b"}]}", ""),
+    (b'{"id": ' + nested(990, "").encode() + b', "inputs": []}', "nested too deeply"),
+    (hostile_input(shape=[0, 2**70], data=[]), "over the 268435456-byte limit"),
+    (hostile_input(shape=[2**62, 2**62], data=[]), "over the 268435456-byte limit"),
+    (hostile_input(shape=[0] * 100, data=[]), "has 100 dims; the model takes 2"),
+    (hostile_input(shape=[4], data=[1, 2, 3, 4]), "has 1 dims; the model takes 2"),
+    (hostile_input(datatype=[]), "datatype [] is not one"),
+    (hostile_input(datatype={}), "datatype {} is not one"),
+    (hostile_input(datatype=None), "datatype None is not one"),
+    (hostile_input(data=[None, 1, 2, 3]), "data holds null, not FP32 values"),
+    (hostile_input(data=[1, 2, 3, [4]]), "not FP32 values"),
+    (hostile_input(data=[1, 2, 3, {"a": 1}]), "not FP32 values"),
+    (hostile_input(data=[1, 2, 3, 2**70]), "not FP32 values"),
+    (hostile_input(data=[1, 2, 3, 1e300]), "FP32 cannot represent exactly"),
+    (hostile_input(data=[[1, 2], [3]]), "not FP32 values"),
+    (hostile_input(data=1.0), "1 values for shape [1, 4] (needs 4)"),
+    (hostile_input(shape=[True, 4]), "non-negative integers"),
+    (json.dumps({"id": ["a"], "inputs": [X_OK]}).encode(), "'id' must be a string"),
+    (json.dumps({"inputs": [X_OK], "outputs": [{"name": ["y"]}]}).encode(), "outputs[0]"),
+    (
+        b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 1' + b"9" * 5000 + b"]}]}",
+        "JSON",
+    ),
+    ('{"inputs": ["\udcff"]}'.encode("utf-8", "surrogatepass"), "inputs[0]"),
+    (b"\xff\xfe\x00", "JSON"),
+]
+
+
+@pytest.mark.parametrize(("request_body", "words"), HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_requests_are_400_with_one_line(service, request_body, words):
+    response = call(service, "POST", "/v2/models/mlp/infer", request_body)
+    assert response.status == 400, response.body[:300]
+    assert words in error_of(response)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values", "accepted"),
+    [
+        ("INT32", [1, 2], True),
+        ("INT32", [1.0, 2.0], True),
+        ("INT32", [1.5, 2], False),
+        ("INT8", [300, 1], False),
+        ("UINT8", [-1, 1], False),
+        ("BOOL", [True, False], True),
+        ("BOOL", [2, 0], False),
+        ("INT64", [None, 1], False),
+        ("FP16", [70000.0, 1], False),
+        ("FP64", [float("nan"), 1], True),  # an explicit NaN is a value; null is not
+    ],
+)
+def test_json_values_a_cast_would_change_are_refused(datatype, values, accepted):
+    from runtime_lite.serving.protocol import DATATYPES
+
+    specs = (TensorSpec("t", ("N",), DATATYPES[datatype]),)
+    body = json.dumps({"inputs": [{"name": "t", "shape": [2], "datatype": datatype, "data": values}]}).encode()
+    if accepted:
+        decoded = decode_infer_request(body, None, specs).inputs["t"]
+        np.testing.assert_array_equal(decoded, np.array(values, DATATYPES[datatype]))
+    else:
+        with pytest.raises(ProtocolError) as refused:
+            decode_infer_request(body, None, specs)
+        assert refused.value.status == 400 and "input 't'" in str(refused.value)
+
+
+def traced_peak(fn) -> tuple[object, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[" + b"0," * 200_000 + b"0]",
+        b"[" + b"1.5," * 100_000 + b"1.5]",
+        b"[" + b"1000000," * 50_000 + b"1]",
+        b"[" + b"[]," * 100_000 + b"[]]",
+        b"[" + b"[1.5]," * 100_000 + b"[1.5]]",
+        b"[" + b"{}," * 100_000 + b"{}]",
+        b'[' + b'{"a":1.5},' * 50_000 + b'{"a":1.5}]',
+        b'{' + b",".join(b'"k%d":1.5' % i for i in range(50_000)) + b"}",
+        b"[" + b",".join(b'"%d"' % i for i in range(100_000)) + b"]",
+        "[" + '"\U0001F600",' * 50_000 + '"x"]',
+        '["' + "\U0001F600" * 50_000 + '"]',
+        b"[" * 900 + b"]" * 900,
+    ],
+    ids=["zeros", "floats", "ints", "empty-lists", "one-float-lists", "empty-dicts", "small-dicts", "wide-dict",
+         "strings", "emoji-strings", "one-emoji-string", "nesting"],
+)  # fmt: skip
+def test_json_cost_bounds_what_parsing_allocates(text):
+    """The estimate json_cost makes from bytes alone is never below what json.loads and numpy really allocate."""
+    from runtime_lite.serving.protocol import json_cost
+
+    data = text.encode() if isinstance(text, str) else text
+
+    def parse_and_build():
+        parsed = json.loads(data)
+        try:
+            array = np.asarray(parsed)
+            return parsed, array, array.astype(np.float32) if array.dtype.kind in "biuf" else None
+        except (ValueError, TypeError):
+            return parsed, None, None
+
+    _, peak = traced_peak(parse_and_build)
+    assert peak <= json_cost(data), (peak, json_cost(data), peak / len(data))
+
+
+def bomb(size: int, pattern: bytes = b"0,") -> bytes:
+    """gzip of a JSON request whose data list is ``size`` bytes of ``pattern``: a few hundred kB on the wire."""
+    import zlib
+
+    head = b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": ['
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [deflate.compress(head)]
+    block = pattern * ((1 << 20) // len(pattern))
+    for _ in range(size // len(block)):
+        parts.append(deflate.compress(block))
+    parts.append(deflate.compress(b"0]}]}"))
+    parts.append(deflate.flush())
+    return b"".join(parts)
+
+
+def test_a_gzip_bomb_under_the_size_cap_is_refused_within_bounded_memory(service):
+    """~200 kB of gzip inflating to 200 MiB of JSON (under the 256 MiB cap) was parsed whole: ~1.5 GB of peak."""
+    body = bomb(200 << 20)
+    assert len(body) < 400_000
+    response, peak = traced_peak(
+        lambda: call(service, "POST", "/v2/models/mlp/infer", body, {"content-encoding": "gzip"})
+    )
+    assert response.status == 413 and "binary tensor extension" in error_of(response)
+    assert peak < 40 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_a_binary_section_bomb_is_refused_one_step_past_what_the_header_declares(service):
+    import zlib
+
+    header = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]}
+    ).encode()
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = deflate.compress(header) + b"".join(deflate.compress(bytes(1 << 20)) for _ in range(200)) + deflate.flush()
+    headers = {"content-encoding": "gzip", "inference-header-content-length": str(len(header))}
+    response, peak = traced_peak(lambda: call(service, "POST", "/v2/models/mlp/infer", body, headers))
+    assert response.status == 400 and "more bytes than its inputs claim" in error_of(response)
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_gzip_binary_request_streams_into_its_tensor(service, module):
+    x = rand(3, 4, seed=9)
+    body, headers = infer_binary(x)
+    response = call(
+        service, "POST", "/v2/models/mlp/infer", gzip.compress(body), {**headers, "content-encoding": "gzip"}
+    )
+    assert response.status == 200
+    n = int(response.headers["inference-header-content-length"])
+    np.testing.assert_array_equal(np.frombuffer(response.body[n:], np.float32).reshape(3, 8), module.run([x])[0])
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (gzip.compress(infer_json(rand(1, 4)))[:-12], "ends early"),
+        (gzip.compress(infer_json(rand(1, 4))) + b"junk", "after the end of its gzip stream"),
+        (gzip.compress(b'{"inputs": [1]'), "not valid JSON"),
+    ],
+)
+def test_damaged_gzip_bodies_are_400(service, body, words):
+    response = call(service, "POST", "/v2/models/mlp/infer", body, {"content-encoding": "gzip"})
+    assert response.status == 400 and words in error_of(response)
+
+
+def test_a_json_request_past_its_parse_budget_is_413_before_parsing(module):
+    service = InferenceService({"mlp": served_model("mlp", module, 1)}, max_json_cost=1 << 20)
+    body = json.dumps({"inputs": [{**X_OK, "shape": [50_000, 4], "data": [0.5] * 200_000}]}).encode()
+    response, peak = traced_peak(lambda: call(service, "POST", "/v2/models/mlp/infer", body))
+    assert response.status == 413 and "binary tensor extension" in error_of(response)
+    assert peak < len(body) + (1 << 20)
+
+
+async def trickle(parts, pause_s=0.0):
+    """Test double of a client's body on the wire: ``parts`` with a pause before each."""
+    for part in parts:
+        await asyncio.sleep(pause_s)
+        yield part
+
+
+def test_read_body_times_out_a_stalled_body_and_bounds_its_size():
+    from runtime_lite.serving.service import read_body
+
+    assert asyncio.run(read_body(trickle([b"ab", b"cd"]), "4", 100, 5.0)) == b"abcd"
+    with pytest.raises(ProtocolError) as slow:
+        asyncio.run(read_body(trickle([b"ab"] * 100, pause_s=0.05), "200", 1000, 0.3))
+    assert slow.value.status == 408 and "did not arrive within 0.3 s" in str(slow.value)
+    with pytest.raises(ProtocolError) as big:
+        asyncio.run(read_body(trickle([b"x" * 60] * 3), None, 100, 5.0))
+    assert big.value.status == 413
+
+    async def never_read():
+        raise AssertionError("a body declared over the cap must not be read")
+        yield b""  # pragma: no cover
+
+    with pytest.raises(ProtocolError) as declared:
+        asyncio.run(read_body(never_read(), str(10**12), 100, 5.0))
+    assert declared.value.status == 413 and "Content-Length" in str(declared.value)
+
+
+def test_end_descendants_finds_and_ends_orphans_a_child_left_behind(tmp_path):
+    """What Ray's raylet leaves when it dies first (its agents): orphans, adopted by the subreaper and ended."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "orphans.py"
+    script.write_text(
+        "import subprocess, time\n"
+        "from runtime_lite.serving import processes\n"
+        "assert processes.adopt_orphans()\n"
+        "subprocess.run(['sh', '-c', 'sleep 300 & sleep 300 & exit 0'], check=True)\n"  # the parent exits at once
+        "time.sleep(0.3)\n"
+        "left = [processes.command_name(p) for p in processes.descendants()]\n"
+        "assert left == ['sleep', 'sleep'], left\n"
+        "assert sorted(processes.end_descendants(grace_s=2.0)) == ['sleep', 'sleep']\n"
+        "assert processes.descendants() == []\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr

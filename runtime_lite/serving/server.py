@@ -15,6 +15,8 @@ import os
 import shutil
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,14 @@ HAPROXY_BUFFER_BYTES = 1 << 20
 #: ``option redispatch``), so a short window loses nothing and a stop takes seconds, not ~35 s.
 HAPROXY_DEREGISTER_SECONDS = 2.0
 _HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
+_HAPROXY_BINARY = "RAY_SERVE_HAPROXY_BINARY_PATH"
+#: How long a request's headers and body may take to arrive (HAProxy's ``timeout http-request`` and the
+#: replica's body read): a client that stalls mid-request is answered 408 and closed, never left holding a slot.
+REQUEST_TIMEOUT_SECONDS = 30
+#: A stop drains for at most this long (requests in flight finish); then Ray is shut down whatever is left.
+DRAIN_SECONDS = 5.0
+#: However a stop goes, the command exits 0 within this, with every process it started ended.
+STOP_SECONDS = 8.5
 
 
 @dataclass
@@ -74,6 +84,7 @@ class ServeConfig:
     #: ``None``: HAProxy on a local Ray instance where its binary is found, else Ray's proxy; an existing
     #: cluster keeps the ingress it started with.
     ingress: str | None = None
+    request_timeout_s: int = REQUEST_TIMEOUT_SECONDS
 
     def user_config(self) -> dict[str, Any]:
         """What every replica loads: the ``reconfigure`` argument (JSON only: it crosses to the cluster)."""
@@ -85,6 +96,7 @@ class ServeConfig:
             "max_batch_size": self.max_batch_size,
             "batch_wait_ms": self.batch_wait_ms,
             "backend_options": self.backend_options,
+            "request_timeout_s": self.request_timeout_s,
         }
 
 
@@ -177,6 +189,35 @@ def _haproxy_binary() -> str | None:
         return shutil.which("haproxy")
 
 
+def _harden_haproxy(config: ServeConfig) -> None:
+    """Point Ray at the wrapper that adds request timeouts and a 503-while-starting to its HAProxy config."""
+    from runtime_lite.serving.haproxy import write_wrapper
+
+    binary = _haproxy_binary()
+    if binary is None:  # _choose_ingress chose haproxy only with a binary; a race with its removal says so here
+        raise RuntimeLiteError("the HAProxy binary disappeared while serve was starting")
+    wrapper = write_wrapper(binary, config.request_timeout_s)
+    _hardening["previous"] = os.environ.get(_HAPROXY_BINARY)
+    _hardening["wrapper"] = str(wrapper)
+    os.environ[_HAPROXY_BINARY] = str(wrapper)
+
+
+#: The wrapper this process wrote and the HAProxy override it replaced (restored at stop).
+_hardening: dict[str, str | None] = {}
+
+
+def _unharden_haproxy() -> None:
+    wrapper = _hardening.pop("wrapper", None)
+    if wrapper is None:
+        return
+    previous = _hardening.pop("previous", None)
+    if previous is None:
+        os.environ.pop(_HAPROXY_BINARY, None)
+    else:
+        os.environ[_HAPROXY_BINARY] = previous
+    shutil.rmtree(Path(wrapper).parent, ignore_errors=True)
+
+
 def _import_ray() -> Any:
     try:
         import ray
@@ -212,6 +253,8 @@ def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]
     deployed = config.user_config()  # every bundle checked before Ray starts: a bad path costs no start-up
     _choose_ingress(config)
     ray, serve = _import_ray()
+    if config.ingress == "haproxy" and not config.address:
+        _harden_haproxy(config)
     init: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": "runtime_lite"}
     if config.address:
         init["address"] = config.address
@@ -234,18 +277,85 @@ def reload(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any
     return deployed
 
 
-def stop(config: ServeConfig) -> None:
-    """Drain and remove the application; shut down Ray only if this command started it."""
+class RayUnresponsive(Exception):
+    """Ray's GCS stopped answering during a stop: the signal reached Ray's processes too."""
+
+
+def stop(config: ServeConfig, deadline: float | None = None) -> None:
+    """Drain and remove the application; shut down Ray only if this command started it.
+
+    A local instance drains through the Serve controller until ``deadline`` (monotonic
+    seconds; default ``DRAIN_SECONDS`` from now), then Ray is shut down whatever is left.
+    Raises RayUnresponsive, without calling ``ray.shutdown()`` (it would block), when the
+    local instance no longer answers.
+    """
     ray, serve = _import_ray()
     if not ray.is_initialized():
         return  # start() failed before Ray: Serve's own shutdown would start a Ray instance just to stop it
+    unresponsive = False
     try:
         if config.address:
             serve.delete(config.app_name)
         else:
-            serve.shutdown()
+            _drain_local(ray, deadline if deadline is not None else time.monotonic() + DRAIN_SECONDS)
+    except RayUnresponsive:
+        unresponsive = True
+        raise
     finally:
-        ray.shutdown()
+        if not unresponsive:
+            ray.shutdown()
+        _unharden_haproxy()
+
+
+#: A Serve controller not found within this is taken as gone, with the GCS it lives on.
+_GCS_ANSWER_SECONDS = 3.0
+
+
+def _drain_local(ray: Any, deadline: float) -> None:
+    """Ask the Serve controller to stop (replicas finish their requests, HAProxy closes) and wait for it to go.
+
+    ``serve.shutdown()`` would wait on a controller call that the controller answers by
+    killing itself, which Ray reports on the console as a failed task
+    (``Task ServeController.graceful_shutdown failed ... killed by ray.kill``), and for
+    up to 30 s on a controller that is already gone. Here the request returns at once
+    and the wait polls for the controller's name. The calls run in a thread, because a
+    signal to the whole process group or cgroup (systemd's ``KillMode=control-group``,
+    ``kill -- -PGID``) reaches Ray's processes too: their GCS stops answering, and any
+    call to it, ``ray.shutdown()`` included, blocks. A controller lookup unanswered
+    within ``_GCS_ANSWER_SECONDS`` raises RayUnresponsive.
+    """
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    found = threading.Event()
+
+    def drain() -> None:
+        try:
+            controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+            found.set()
+            ray.get(controller.graceful_shutdown.remote(False), timeout=max(0.1, deadline - time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - a controller already gone has nothing to drain
+            found.set()
+            log.info("Serve controller did not take the stop: %s", one_line(str(e), 300))
+            return
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+            except ValueError:
+                return  # the controller stopped the replicas and proxies, then itself
+            time.sleep(0.2)
+        log.warning("Serve did not drain within %.0f s; stopping Ray with requests still in flight", DRAIN_SECONDS)
+
+    worker = threading.Thread(target=drain, name="serve-drain", daemon=True)
+    worker.start()
+    if not found.wait(min(_GCS_ANSWER_SECONDS, max(0.0, deadline - time.monotonic()))):
+        raise RayUnresponsive("Ray's GCS stopped answering (the stop signal reached Ray's processes too)")
+    worker.join(max(0.0, deadline - time.monotonic()))
+    try:
+        from ray.serve.context import _set_global_client
+
+        _set_global_client(None)  # nothing at exit asks the stopped controller again
+    except ImportError:
+        pass
 
 
 def _model_lines(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
@@ -274,7 +384,16 @@ def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
 
 
 def serve_forever(config: ServeConfig, loader: Callable | None = None, announce: Callable[[str], None] = print) -> int:
-    """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status."""
+    """The ``serve`` command: deploy, announce, wait for a signal, stop cleanly; returns the exit status.
+
+    However it is stopped — SIGTERM or SIGINT to this process alone, or to its whole
+    process group or cgroup (systemd's ``KillMode=control-group``, ``kill -- -PGID``,
+    Ctrl-C), which reaches Ray's processes at the same moment — the command drains what
+    it can, ends every process it started (``processes.py``) and exits 0 within
+    ``STOP_SECONDS``.
+    """
+    from runtime_lite.serving import processes
+
     _import_ray()  # a missing extra is one line before anything starts (start() checks the bundles first)
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 
@@ -282,6 +401,10 @@ def serve_forever(config: ServeConfig, loader: Callable | None = None, announce:
         pending.append("reload" if signum == getattr(signal, "SIGHUP", None) else "stop")
 
     previous = _install(on_signal)
+    local = not config.address
+    if local:
+        processes.adopt_orphans()  # Ray's grandchildren (agents, HAProxy) come back to us if their parent dies
+    stopping_since: float | None = None
     try:
         deployed = start(config, loader)
         _install(on_signal)  # ray.init installs its own SIGTERM handler (log and die): ours must win
@@ -293,17 +416,58 @@ def serve_forever(config: ServeConfig, loader: Callable | None = None, announce:
             while pending:
                 if pending.pop(0) == "stop":
                     announce("stopping: draining replicas")
+                    stopping_since = time.monotonic()
                     return 0
                 try:
                     announce("reloaded: " + "; ".join(_model_lines(config, reload(config, loader))))
                 except Exception as e:  # noqa: BLE001 - a bad new bundle must not stop the old one serving
                     announce(f"reload refused, still serving the previous version: {one_line(str(e), 500)}")
     finally:
+        begun = stopping_since if stopping_since is not None else time.monotonic()
+        watchdog = _stop_watchdog(begun + STOP_SECONDS, announce) if local else None
         _restore(previous)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the drain short
         try:
-            stop(config)
+            stop(config, deadline=begun + DRAIN_SECONDS)
+        except RayUnresponsive as e:
+            _end_and_exit(announce, f"stopping: {e}; ending its processes")
         except Exception as e:  # noqa: BLE001 - exiting anyway; say why the drain was incomplete
             log.warning("stopping Ray Serve: %s", one_line(str(e), 500))
+        finally:
+            signal.signal(signal.SIGINT, previous.get(signal.SIGINT, signal.default_int_handler))
+        if local:
+            ended = processes.end_descendants()
+            if ended:
+                log.info("ended %d process(es) Ray left behind: %s", len(ended), ", ".join(sorted(set(ended))))
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+def _stop_watchdog(deadline: float, announce: Callable[[str], None]) -> threading.Timer:
+    """If the stop is still running at ``deadline``, end every process below this one and exit 0 anyway.
+
+    The promise is an exit within ``STOP_SECONDS`` with nothing left running, whatever Ray does.
+    """
+
+    def expire() -> None:
+        _end_and_exit(announce, f"stopping: Ray did not shut down within {STOP_SECONDS:g} s; ending its processes")
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _end_and_exit(announce: Callable[[str], None], why: str) -> None:
+    """End every process below this one and exit 0 now: Ray's exit hooks would block on its stopped GCS."""
+    from runtime_lite.serving import processes
+
+    announce(why)
+    processes.end_descendants(grace_s=1.0)
+    _unharden_haproxy()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _install(handler: Callable[[int, Any], None]) -> Mapping[int, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,10 +20,10 @@ from runtime_lite.errors import InputError, RuntimeLiteError, one_line
 from runtime_lite.format.signature import TensorSpec, bind, ordered_values
 from runtime_lite.serving.batching import BatchAxis, batch_axis
 from runtime_lite.serving.protocol import (
+    DEFAULT_MAX_JSON_COST,
     DEFAULT_MAX_REQUEST_BYTES,
     HEADER_LENGTH,
     ProtocolError,
-    decode_body,
     decode_infer_request,
     encode_infer_response,
     error_body,
@@ -126,6 +126,44 @@ def served_model(name: str, module: Runnable, max_batch_size: int, infer: Infer 
     return ServedModel(name, module, infer or direct_infer(module, gate), max_batch_size, axis, gate)
 
 
+#: How long a request's body may take to arrive, unless the server says otherwise (``serve --request-timeout``).
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+async def read_body(
+    chunks: AsyncIterator[bytes], declared_length: str | None, max_bytes: int, timeout_s: float
+) -> bytearray:
+    """A request body off the wire, within ``max_bytes`` and ``timeout_s``; ProtocolError 413 or 408 otherwise.
+
+    A client that sends headers and part of a body, then waits, would otherwise hold a
+    replica's request slot for as long as its connection stays open: the deadline
+    covers the whole body, however slowly it trickles. A declared length over the cap
+    is refused before a byte is read.
+    """
+    if declared_length is not None:
+        try:
+            declared = int(declared_length)
+        except ValueError:
+            raise ProtocolError(400, f"Content-Length {declared_length[:40]!r} is not a number") from None
+        if declared > max_bytes:
+            raise ProtocolError(413, f"request body is over {max_bytes} bytes (Content-Length {declared})")
+    body = bytearray()
+
+    async def collect() -> None:
+        async for chunk in chunks:
+            if len(body) + len(chunk) > max_bytes:
+                raise ProtocolError(413, f"request body is over {max_bytes} bytes")
+            body.extend(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), timeout_s)
+    except asyncio.TimeoutError:  # not TimeoutError: Python 3.10's asyncio has its own
+        raise ProtocolError(
+            408, f"request body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
+        ) from None
+    return body
+
+
 @dataclass
 class Response:
     status: int
@@ -149,10 +187,12 @@ class InferenceService:
         models: Mapping[str, ServedModel] | None = None,
         observer: Observer | None = None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_json_cost: int = DEFAULT_MAX_JSON_COST,
     ):
         self.models: dict[str, ServedModel] = dict(models or {})
         self.observer = observer or NoMetrics()
         self.max_request_bytes = max_request_bytes
+        self.max_json_cost = max_json_cost
         self.ready = bool(self.models)
 
     def replace_models(self, models: Mapping[str, ServedModel]) -> None:
@@ -213,9 +253,13 @@ class InferenceService:
 
     async def _infer_response(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
         try:
-            data = decode_body(body, headers.get("content-encoding"), self.max_request_bytes)
             request = decode_infer_request(
-                data, headers.get(HEADER_LENGTH), model.module.inputs, self.max_request_bytes
+                body,
+                headers.get(HEADER_LENGTH),
+                model.module.inputs,
+                self.max_request_bytes,
+                headers.get("content-encoding"),
+                self.max_json_cost,
             )
             chosen = select_outputs(request, model.module.outputs)
             arrays, _ = bind(model.module.inputs, ordered_values(model.module.inputs, request.inputs))

@@ -179,6 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         backend_options=backend_options,
         ingress=args.ingress,
+        request_timeout_s=args.request_timeout,
     )
     return serve_forever(config, announce=lambda line: print(line, flush=True))
 
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    from runtime_lite.serving.server import INGRESSES  # Ray itself loads only when serve runs
+    from runtime_lite.serving.server import INGRESSES, REQUEST_TIMEOUT_SECONDS  # Ray loads only when serve runs
 
     serve = commands.add_parser(
         "serve", parents=[common], help="serve bundles over HTTP (Open Inference Protocol v2) on Ray Serve",
@@ -362,6 +363,11 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="how HTTP reaches the replicas of a local Ray instance: haproxy (default where ray[serve] brought "
         "its HAProxy binary: ~5 ms per request, a dead replica's requests replayed) or proxy (Ray Serve's "
         "Python proxy: ~20 ms, a dead replica's requests get 500)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--request-timeout", type=_positive, default=REQUEST_TIMEOUT_SECONDS, metavar="SECONDS",
+        help="a request's headers and body must arrive within this, or it is answered 408 and closed "
+        f"(default {REQUEST_TIMEOUT_SECONDS})",
     )  # fmt: skip
     serve.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs reserved per replica (default 1)")
     serve.add_argument("--threads", type=_positive, help="BLAS threads in each replica (default: Ray's, 1 per CPU)")
