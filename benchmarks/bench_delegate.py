@@ -45,7 +45,7 @@ from report import command_line, publish  # noqa: E402
 
 import aot  # noqa: E402
 import runtime_lite  # noqa: E402
-from aot.testing import ZOO_MODELS, load_zoo_model, relative_l2  # noqa: E402
+from aot.testing import ZOO_MODELS, load_zoo_model  # noqa: E402
 
 MODELS = (
     "resnet50", "squeezenet", "shufflenet", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny",
@@ -110,12 +110,7 @@ def bench_model(name: str, rounds: int, workdir: Path) -> dict:
     module = runtime_lite.load(bundle, backend_options=options)
     session = reference_session(path)
     feeds = model_feeds(session)
-    ours, theirs = module.run(feeds), session.run(None, feeds)
-    error = max(relative_l2(a, b) for a, b in zip(ours, theirs))
-    for _ in range(2):
-        module.run(feeds)
-        session.run(None, feeds)
-    lite, ort_times = bench_host.alternate_times(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
+    error, lite, ort_times = bench_host.against_onnxruntime(module, session, feeds, rounds)
     ratios = [a / b for a, b in zip(lite, ort_times)]
     placement = sorted({p["runs_on"] for p in module.placement.values()})
     module.close()

@@ -124,6 +124,18 @@ def alternate_times(first, second, rounds: int) -> tuple[list[float], list[float
     return a, b
 
 
+def against_onnxruntime(module, session, feeds, rounds: int) -> tuple[float, list[float], list[float]]:
+    """(worst relative L2 of the outputs, runtime_lite's seconds, onnxruntime's seconds), two warm-up
+    runs each, then ``rounds`` rounds alternating one run of each."""
+    ours, theirs = module.run(feeds), session.run(None, feeds)
+    error = max(relative_l2(a, b) for a, b in zip(ours, theirs))
+    for _ in range(2):
+        module.run(feeds)
+        session.run(None, feeds)
+    lite, ort_times = alternate_times(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
+    return error, lite, ort_times
+
+
 def alternate(first, second, rounds: int) -> tuple[float, float]:
     """Median seconds of ``first`` and ``second`` over ``rounds`` alternating calls."""
     a, b = alternate_times(first, second, rounds)

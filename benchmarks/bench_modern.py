@@ -36,7 +36,6 @@ from report import command_line, publish  # noqa: E402
 
 import aot  # noqa: E402
 import runtime_lite  # noqa: E402
-from aot.testing import relative_l2  # noqa: E402
 
 #: Latency targets as runtime_lite / onnxruntime ratios at batch 1 (issue 14).
 TARGETS = {"vit_b_16": 1.3, "bert_base": 1.3, "mobilenet_v3_small": 1.5, "efficientnet_b0": 1.5, "convnext_tiny": 1.5}
@@ -159,12 +158,7 @@ def bench_model(name: str, rounds: int, workdir: Path, profile: bool) -> dict:
     module = runtime_lite.load(bundle)
     session = bench_host.onnxruntime_session(str(path))
     feeds = model_feeds(session)
-    ours, theirs = module.run(feeds), session.run(None, feeds)
-    error = max(relative_l2(a, b) for a, b in zip(ours, theirs))
-    for _ in range(2):
-        module.run(feeds)
-        session.run(None, feeds)
-    lite, ort_times = bench_host.alternate_times(lambda: module.run(feeds), lambda: session.run(None, feeds), rounds)
+    error, lite, ort_times = bench_host.against_onnxruntime(module, session, feeds, rounds)
     ratios = [a / b for a, b in zip(lite, ort_times)]
     row = {
         "model": name,

@@ -145,3 +145,14 @@ def pytest_terminal_summary(terminalreporter):
         write(
             f"FAILED: the pytest process held more than {limit:g} GiB ({memory.LIMIT_ENV}; 0 turns this off)", red=True
         )
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    """A stand-in GPU machine for one test (tests/tensorrt_standin.py), closed after it."""
+    from tests.tensorrt_standin import StandinMachine
+
+    m = StandinMachine(monkeypatch, tmp_path / "builds.log")
+    m.become()
+    yield m
+    m.close()

@@ -30,18 +30,10 @@ from runtime_lite.errors import InputError
 from runtime_lite.execution import dlpack
 from runtime_lite.execution.device import DeviceArray, is_device_array, stream_handle, to_device
 from tests.helpers import build_and_load, conv_relu_graph
-from tests.tensorrt_standin import StandinGpuArray, StandinMachine
+from tests.tensorrt_standin import StandinGpuArray
 
 WEIGHT = np.random.default_rng(0).standard_normal((16, 3, 3, 3)).astype(np.float32)
 DATA = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
-
-
-@pytest.fixture
-def machine(monkeypatch, tmp_path):
-    m = StandinMachine(monkeypatch, tmp_path / "builds.log")
-    m.become()
-    yield m
-    m.close()
 
 
 def _cudart():

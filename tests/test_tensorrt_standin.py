@@ -24,18 +24,10 @@ from runtime_lite.backends.tensorrt.builder import EngineBuildError, build_engin
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import BuildSettings
 from tests.helpers import build_and_load, conv_relu_graph
-from tests.tensorrt_standin import StandinMachine, child_env
+from tests.tensorrt_standin import child_env
 
 WEIGHT = np.random.default_rng(0).standard_normal((16, 3, 3, 3)).astype(np.float32)
 DATA = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
-
-
-@pytest.fixture
-def machine(monkeypatch, tmp_path):
-    m = StandinMachine(monkeypatch, tmp_path / "builds.log")
-    m.become()
-    yield m
-    m.close()
 
 
 def _build(tmp_path, batch=1, **settings):

@@ -82,6 +82,19 @@ def reject(reason: str) -> Rejected:
 Check = Callable[[PatternCheckContext], "bool | Rejected"]
 
 
+def all_of(*checks: Check) -> Check:
+    """One check made of several, in order: the first refusal (with its reason) is the verdict."""
+
+    def check(ctx: PatternCheckContext) -> bool | Rejected:
+        for one in checks:
+            verdict = one(ctx)
+            if not verdict:
+                return verdict
+        return True
+
+    return check
+
+
 @dataclass(frozen=True)
 class FusionPattern:
     """A named pattern a backend can execute; ``annotations`` name sub-patterns for the check."""

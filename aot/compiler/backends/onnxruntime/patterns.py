@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 from aot.compiler.backends.onnxruntime.lowerings import ONNXRUNTIME_EXPORTS
 from aot.compiler.pattern import is_const, is_op, wildcard
-from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.compiler.pattern_registry import (
+    FusionPattern,
+    PatternCheckContext,
+    Rejected,
+    all_of,
+    register_patterns,
+    reject,
+)
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS
 
 #: Tensor dtypes a recipe region exchanges and computes in (float16/float64 stay on the host:
@@ -35,17 +42,6 @@ def _tensors(ctx: PatternCheckContext) -> bool | Rejected:
         if v.type.dtype not in DTYPES:
             return reject(f"%{v.name} is {v.type.dtype}; onnxruntime regions take {', '.join(sorted(DTYPES))}")
     return True
-
-
-def _all(*checks: Callable[[PatternCheckContext], bool | Rejected]) -> Callable[[PatternCheckContext], bool | Rejected]:
-    def check(ctx: PatternCheckContext) -> bool | Rejected:
-        for one in checks:
-            verdict = one(ctx)
-            if not verdict:
-                return verdict
-        return True
-
-    return check
 
 
 def _attr(predicate: Callable[[dict], bool], why: str) -> Callable[[PatternCheckContext], bool | Rejected]:
@@ -81,15 +77,15 @@ def onnxruntime_patterns() -> list[FusionPattern]:
     """onnxruntime's patterns (single ops: their order does not matter)."""
     patterns = [_pattern(op, is_op(op)) for op in PLAIN_OPS]
     for conv in (*CONV_OPS, *CONV_TRANSPOSE_OPS):
-        patterns.append(_pattern(conv, is_op(conv), _all(_tensors, _static_kernel)))
+        patterns.append(_pattern(conv, is_op(conv), all_of(_tensors, _static_kernel)))
     for pool in AVG_POOL_OPS:  # AveragePool has no dilations before opset 19: the recipe drops them
-        patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1},
+        patterns.append(_pattern(pool, is_op(pool), all_of(_tensors, _attr(lambda a: set(a["dilations"]) == {1},
                                                                          "dilated average pooling"))))  # fmt: skip
     patterns += [
         # A target shape known only at run time is a host computation the recipe cannot carry.
         _pattern("reshape", is_op("reshape")(wildcard())),
         _pattern("expand", is_op("expand")(wildcard())),
-        _pattern("pad", is_op("pad"), _all(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
+        _pattern("pad", is_op("pad"), all_of(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _int8),
     ]

@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 from aot.compiler.backends.recipe import EXPORTS
 from aot.compiler.pattern import is_const, is_op, wildcard
-from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.compiler.pattern_registry import (
+    FusionPattern,
+    PatternCheckContext,
+    Rejected,
+    all_of,
+    register_patterns,
+    reject,
+)
 from aot.ir.graph import Node, Value
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS
 
@@ -53,17 +60,6 @@ def _tensors(ctx: PatternCheckContext, dtypes: frozenset[str] = FLOAT_DTYPES) ->
         if not _static_but_batch(v):
             return reject(f"%{v.name} has shape {v.type}: only the batch dim may be symbolic, rank <= {MAX_RANK}")
     return True
-
-
-def _all(*checks: Callable[[PatternCheckContext], bool | Rejected]) -> Callable[[PatternCheckContext], bool | Rejected]:
-    def check(ctx: PatternCheckContext) -> bool | Rejected:
-        for one in checks:
-            verdict = one(ctx)
-            if not verdict:
-                return verdict
-        return True
-
-    return check
 
 
 def _attr(predicate: Callable[[dict], bool]) -> Callable[[PatternCheckContext], bool | Rejected]:
@@ -135,16 +131,16 @@ def tensorrt_patterns() -> list[FusionPattern]:
             )
         )
     for pool in (*MAX_POOL_OPS, *AVG_POOL_OPS):
-        patterns.append(_pattern(pool, is_op(pool), _all(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))
+        patterns.append(_pattern(pool, is_op(pool), all_of(_tensors, _attr(lambda a: set(a["dilations"]) == {1}))))
     patterns += [
         *(_pattern(op, is_op(op)) for op in PLAIN_OPS),
         _pattern("softmax", is_op("softmax", "log_softmax")),
         # A target shape known only at run time needs shape tensors TensorRT's profile cannot bound.
         _pattern("reshape", is_op("reshape")(wildcard())),
-        _pattern("pad", is_op("pad"), _all(_tensors, _attr(lambda a: a["mode"] in PAD_MODES))),
+        _pattern("pad", is_op("pad"), all_of(_tensors, _attr(lambda a: a["mode"] in PAD_MODES))),
         _pattern("batch_norm", is_op("batch_norm")(wildcard(), is_const(), is_const(), is_const(), is_const())),
         _pattern("instance_norm", is_op("instance_norm")(wildcard(), is_const(), is_const())),
-        _pattern("resize", is_op("resize"), _all(_tensors, _attr(lambda a: a["mode"] in RESIZE_MODES))),
+        _pattern("resize", is_op("resize"), all_of(_tensors, _attr(lambda a: a["mode"] in RESIZE_MODES))),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _quantized),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _quantized),
     ]
