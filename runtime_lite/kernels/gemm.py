@@ -111,6 +111,12 @@ def _pool() -> tuple[_BlasThreads | None, ThreadPoolExecutor | None]:
     return _state
 
 
+def concurrent_blocks() -> int:
+    """How many blocks ``run_blocks`` may run at once (for costs: each holds its own scratch)."""
+    blas, _ = _pool()
+    return 1 if blas is None else blas.threads
+
+
 def run_blocks(blocks: list[Callable[[], None]]) -> None:
     """Run independent blocks of work (numpy calls that release the GIL) on the caller and the pool.
 
