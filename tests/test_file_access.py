@@ -138,3 +138,41 @@ def test_tensorrt_regions_touch_only_the_bundle_and_the_named_cache(tmp_path, cc
     assert _outside(seen["touched"], path, cache) == []
     if cc == "9.0":
         assert [t for t in seen["touched"] if t[1].startswith(str(cache))]  # it did write its rebuild there
+
+
+UNKNOWN_BACKEND_TWICE = WATCH.rsplit("try:", 1)[0] + textwrap.dedent(
+    """
+    first = None
+    for attempt in range(2):
+        try:
+            runtime_lite.load(sys.argv[1])
+        except runtime_lite.BundleError:
+            pass
+        if first is None:
+            first, touched[:] = list(touched), []
+    print(json.dumps({"first": first, "second": touched}))
+    """
+)
+
+
+def test_an_unknown_backend_reads_distribution_metadata_once_per_process(tmp_path):
+    """What docs/RELIABILITY.md says: the first unknown backend name reads the installed distributions'
+    metadata (importlib.metadata's entry-point query opens each ``*.dist-info/entry_points.txt``); the
+    answer is kept, so later loads in the process read nothing but their bundle."""
+    result = build(small_cnn_model(), targets=["npu"])
+    header = copy.deepcopy(result.header)
+    header["modules"][0]["backend"] = "acme_npu"
+    bundle = tmp_path / "unknown.aotb"
+    bundle.write_bytes(to_bytes(header, result.blobs))
+    out = subprocess.run(
+        [sys.executable, "-c", UNKNOWN_BACKEND_TWICE, str(bundle)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    metadata = [t for t in seen["first"] if ".dist-info" in t[1] or ".egg-info" in t[1] or t[0] == "os.listdir"
+                or t[0] == "os.scandir"]  # fmt: skip
+    assert any(t[1].endswith("entry_points.txt") for t in metadata), seen["first"][:5]
+    others = [t for t in _outside(seen["first"], bundle) if t not in metadata]
+    assert all(t[1].endswith((".pth", "site-packages")) or "/site-packages" in t[1] or "python3" in t[1]
+               for t in others), others[:5]  # fmt: skip
+    assert _outside(seen["second"], bundle) == []
