@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -11,6 +12,10 @@ from onnx import helper
 import aot
 from tests import memory
 from tests.helpers import make_model, rand
+
+# Engine caches authenticate their entries with a key kept outside the cache (engine_cache.cache_key_file):
+# the tests, and the processes they start, use one of their own, never the developer's ~/.config/aot key.
+os.environ.setdefault("AOT_CACHE_KEY_FILE", os.path.join(tempfile.mkdtemp(prefix="aot-test-key-"), "engine-cache.key"))
 
 
 def small_cnn_model(batch: int | str = 1, opset: int = 13):

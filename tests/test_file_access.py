@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -43,7 +45,8 @@ WATCH = textwrap.dedent(
         if event in EVENTS:
             for arg in args[:1] if event == "open" else args[:2]:  # open's second is its mode
                 if isinstance(arg, (str, bytes, os.PathLike)):
-                    touched.append([event, os.path.abspath(os.fsdecode(arg))])
+                    name = os.fsdecode(arg)  # relative: opened against a directory descriptor (dir_fd)
+                    touched.append([event, os.path.abspath(name) if os.path.isabs(name) else "@" + name])
     sys.addaudithook(hook)
     try:
         module = runtime_lite.load(sys.argv[1])
@@ -69,12 +72,25 @@ def _watch(bundle_path, env=None) -> dict:
 OWN_PROCESS = ("/proc/self/maps",)
 
 
+#: Names the engine cache opens relative to the directory descriptors it walked down from the
+#: cache root without following symlinks (runtime_lite/backends/tensorrt/engine_cache.py); the root
+#: itself is opened by its absolute path, which must be one the caller named. The audit event of an
+#: ``os.open(name, dir_fd=...)`` carries only ``name``: these are recorded as ``@name``.
+CACHE_RELATIVE = re.compile(
+    r"@(tensorrt-engines|v1|timing|\.evict\.lock|[0-9a-f]{64}\.(engine|json|lock)|\.[^/]+\.tmp|trt[^/]*\.cache)"
+)
+
+
 def _outside(touched, *allowed) -> list:
     roots = [str(a) for a in allowed]
+    key_file = os.environ.get("AOT_CACHE_KEY_FILE")  # the cache's HMAC key, outside the cache (tests/conftest.py)
     return [
         t
         for t in touched
-        if t[1] not in OWN_PROCESS and not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)
+        if t[1] not in OWN_PROCESS
+        and t[1] != key_file
+        and not (t[1].startswith("@") and CACHE_RELATIVE.fullmatch(t[1]) and roots[1:])
+        and not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)
     ]
 
 
