@@ -9,6 +9,16 @@ or "ran" with outputs the caller owns; anything else is a failure and is written
 to ``--failures`` for replay.
 
     python benchmarks/fuzz_campaign.py --cases 100000 --seed 2026 --workers 2
+
+``--families`` picks what is drawn (issue 29 added the last two), in equal shares per batch:
+
+* ``bundle``: the mutated bundles above;
+* ``budget``: a seed's host plan with an amplifying chain (the input tiled to 1-60 MiB, cast, then
+  any kernel one to four times, results kept), run under tracemalloc: a failure too if the traced
+  peak passes the 64 MiB budget, i.e. a kernel allocated before the plan checked its cost;
+* ``cache``: an engine cache attacked by someone who can write its directory while a process uses
+  it; a failure if anything outside the cache is written, an engine is served under a key it was
+  never stored under, or a timing cache is read from outside or unbounded (tests/hostile.py).
 """
 
 from __future__ import annotations
@@ -25,6 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import hostile  # noqa: E402
 
 
+def _family_cases(family: str, seed_list: list, count: int, rng: random.Random):
+    if family == "budget":
+        return hostile.budget_cases(seed_list, count, rng)
+    if family == "cache":
+        return hostile.cache_cases(count, rng)
+    return hostile.cases(seed_list, count, rng)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100_000)
@@ -32,7 +50,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
+    parser.add_argument("--families", default="bundle,budget,cache", help="comma-separated: bundle, budget, cache")
     args = parser.parse_args()
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(families) - set(hostile.CLASSIFIERS))
+    if unknown or not families:
+        parser.error(f"unknown families {unknown}; choose from {sorted(hostile.CLASSIFIERS)}")
 
     seed_list = hostile.seeds()
     rng = random.Random(args.seed)
@@ -43,11 +66,13 @@ def main() -> int:
     try:
         while done < args.cases:
             batch = min(args.batch, args.cases - done)
-            harness.run(hostile.cases(seed_list, batch, rng))
+            for i, family in enumerate(families):
+                share = batch // len(families) + (1 if i < batch % len(families) else 0)
+                harness.run(_family_cases(family, seed_list, share, rng))
             done += batch
             for what, outcome, data in harness.failures[reported:]:
                 args.failures.mkdir(parents=True, exist_ok=True)
-                (args.failures / f"case-{reported:05d}.bundle").write_bytes(data)
+                (args.failures / f"case-{reported:05d}.bundle").write_bytes(data)  # a cache case: its seed
                 print(f"FAIL case-{reported:05d} {what}: {outcome}", flush=True)
                 reported += 1
             rate = done / (time.perf_counter() - started)
@@ -56,7 +81,7 @@ def main() -> int:
         harness.close()
 
     print(
-        f"\n{done} cases from seeds {[s.name for s in seed_list]}, seed {args.seed}, "
+        f"\n{done} cases ({', '.join(families)}) from seeds {[s.name for s in seed_list]}, seed {args.seed}, "
         f"{args.workers} workers, {time.perf_counter() - started:.0f} s"
     )
     for outcome, count in harness.outcomes.most_common():
