@@ -51,6 +51,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
     parser.add_argument("--families", default="bundle,budget,cache", help="comma-separated: bundle, budget, cache")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop after the batch that passes this many seconds (the summary says so)")  # fmt: skip
     args = parser.parse_args()
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(families) - set(hostile.CLASSIFIERS))
@@ -77,6 +79,9 @@ def main() -> int:
                 reported += 1
             rate = done / (time.perf_counter() - started)
             print(f"{done:>7} cases  {rate:5.1f}/s  failures {len(harness.failures)}", flush=True)
+            if args.max_seconds is not None and time.perf_counter() - started > args.max_seconds:
+                print(f"stopped at --max-seconds {args.max_seconds:.0f}, after {done} of {args.cases} cases")
+                break
     finally:
         harness.close()
 

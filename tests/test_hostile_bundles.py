@@ -551,3 +551,20 @@ def test_options_given_as_python_values_of_the_right_type_are_accepted(seeds, tm
         backend_options={"tensorrt": {"cache_dir": pathlib.Path(tmp_path), "allow_engine_build": False}},
     )
     module.run(seed.inputs)
+
+
+# -- issue 29: the budget and cache families of the campaign, at CI size -------------------------------
+
+
+def test_the_budget_family_never_allocates_past_the_budget(seeds, harness):
+    """Amplifying chains of every kernel (tests/hostile.py: insert_budget_chain), run under tracemalloc."""
+    before = len(harness.failures)
+    harness.run(hostile.budget_cases(list(seeds.values()), 60, random.Random(29)))
+    assert not harness.failures[before:], [(what, outcome) for what, outcome, _ in harness.failures[before:]]
+
+
+def test_the_cache_family_never_serves_a_planted_engine_or_writes_outside(harness):
+    """An engine cache in use while someone with write access to its directory attacks it."""
+    before = len(harness.failures)
+    harness.run(hostile.cache_cases(80, random.Random(29)))
+    assert not harness.failures[before:], [(what, outcome) for what, outcome, _ in harness.failures[before:]]
