@@ -125,3 +125,34 @@ def test_tile_and_expand_are_refused_from_their_shapes_before_computing(op):
     data = _bundle(nodes, {"x": _small_inputs()[0]}, ["y"], amplify)
     assert len(data) < 4096  # a few kilobytes ask for gigabytes' worth of budget
     _check(data, _small_inputs, op.lower())
+
+
+def _campaign_case(op: str, cast: str | None):
+    """The budget family's findings (tests/hostile.py, insert_budget_chain), replayed by hand: a 24 MiB tensor
+    (tiled from the seed's input, perhaps cast) handed to ``op``."""
+    import copy
+
+    seed = next(s for s in hostile.seeds() if s.name == "cnn-host")
+    header = copy.deepcopy(seed.header)
+    plan = header["plan"]
+    slot = plan["num_slots"]
+    chain = [{"op": "tile", "name": "t", "in": [0], "out": [slot], "attrs": {"repeats": [1, 1, 256, 128]}}]
+    if cast:
+        chain.append({"op": "cast", "name": "c", "in": [slot], "out": [slot + 1], "attrs": {"to": cast}})
+        slot += 1
+    attrs = {"constant_of_shape": {"value": 1.0, "dtype": "float32"}, "softplus": {}, "reshape": {"shape": None,
+             "allowzero": 0}}[op]  # fmt: skip
+    operands = [slot, slot] if op == "reshape" else [slot]
+    chain.append({"op": op, "name": "victim", "in": operands, "out": [slot + 1], "attrs": attrs})
+    plan["instructions"] = chain + plan["instructions"]
+    plan["num_slots"] = slot + 2
+    return seed.pack(header), seed.inputs
+
+
+@pytest.mark.parametrize("op, cast", [("constant_of_shape", None), ("reshape", None), ("softplus", "bool")])
+def test_what_the_budget_campaign_found_stays_within_the_budget(op, cast):
+    """constant_of_shape/reshape of a 6 M-entry "shape" converted it to Python ints (200 MB) before any check;
+    softplus of bool makes int64 temporaries (8x the input) its cost did not count."""
+    data, inputs = _campaign_case(op, cast)
+    kind, value = hostile.isolated(hostile._classify_budget, data, inputs, timeout=120)
+    assert kind == "returned" and not value.startswith("FAIL"), value

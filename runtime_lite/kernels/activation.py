@@ -13,7 +13,7 @@ import numpy as np
 
 from runtime_lite.kernels import gemm
 from runtime_lite.kernels.bounds import bounded, clamp
-from runtime_lite.kernels.cost import like, nbytes, promoted, ufunc_cost
+from runtime_lite.kernels.cost import like, nbytes, promoted, ufunc_cost, work_itemsize
 from runtime_lite.kernels.elementwise import check_broadcast
 from runtime_lite.kernels.registry import kernel
 
@@ -29,7 +29,7 @@ def _prelu_cost(x, slope) -> int:
 
 
 def _elu_cost(x, *, alpha) -> int:
-    return 5 * x.nbytes + x.size
+    return 5 * nbytes(x.shape, work_itemsize(x)) + x.size
 
 
 def _softmax_cost(times: int):
@@ -37,7 +37,7 @@ def _softmax_cost(times: int):
 
     def cost(x, *, axis) -> int:
         rows = x.size // x.shape[axis] if x.ndim and x.shape[axis] else x.size
-        return times * x.nbytes + 2 * nbytes((rows,), x.dtype)
+        return times * nbytes(x.shape, work_itemsize(x)) + 2 * nbytes((rows,), work_itemsize(x))
 
     return cost
 
@@ -46,7 +46,7 @@ def _erf_cost(x, *_, out=None, approximate="none", **__) -> int:
     """float32: the result and each running block's scratch; other dtypes: a dozen float64 temporaries."""
     result = 0 if out is not None else x.nbytes
     if approximate == "tanh":
-        return result + 8 * x.nbytes
+        return result + 8 * nbytes(x.shape, work_itemsize(x))
     if x.dtype == np.float32:
         copy = 0 if x.flags.c_contiguous else x.nbytes
         return result + copy + 8 * nbytes((min(_BLOCK, x.size),), 4) * gemm.concurrent_blocks()

@@ -64,14 +64,21 @@ def ufunc_result(ufunc: np.ufunc, *operands: np.ndarray) -> int:
     return nbytes(broadcast_shape(*operands), _ufunc_itemsize(ufunc, tuple(x.dtype for x in operands)))
 
 
+def work_itemsize(x: np.ndarray) -> int:
+    """Bytes per element of the temporaries numpy makes from ``x``: its own for floats, but float64 for
+    integers and bools (``exp``, ``/``, ``expm1`` of an int8 tensor are float64, 8x its size)."""
+    return x.dtype.itemsize if x.dtype.kind in "fc" else max(8, x.dtype.itemsize)
+
+
 def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
-    """``times`` results the size of operand 0 (in ``dtype``, default its own), plus ``scratch`` more
-    in its own dtype; in place (``out`` given) only the scratch and ``times - 1`` results count."""
+    """``times`` results the size of operand 0 (in ``dtype``, default its working dtype: see
+    ``work_itemsize``), plus ``scratch`` more temporaries of that size; in place (``out`` given)
+    only the scratch and ``times - 1`` results count."""
 
     def cost(x, *_, out=None, **__) -> int:
-        size = nbytes(x.shape, x.dtype if dtype is None else dtype)
+        size = nbytes(x.shape, work_itemsize(x) if dtype is None else dtype)
         results = times - (1 if out is not None else 0)
-        return int(size * results + nbytes(x.shape, x.dtype) * scratch)
+        return int(size * results + nbytes(x.shape, work_itemsize(x)) * scratch)
 
     return cost
 
@@ -107,6 +114,7 @@ __all__ = [
     "like",
     "nbytes",
     "promoted",
+    "work_itemsize",
     "ufunc_cost",
     "ufunc_result",
     "views",

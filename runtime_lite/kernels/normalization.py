@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from runtime_lite.errors import describe
-from runtime_lite.kernels.cost import like, nbytes
+from runtime_lite.kernels.cost import like, nbytes, work_itemsize
 from runtime_lite.kernels.elementwise import check_broadcast
 from runtime_lite.kernels.registry import kernel
 
@@ -24,7 +24,7 @@ def _lrn_cost(x, *, size, alpha, beta, bias) -> int:
     if x.ndim < 2:
         return 0  # refused by the kernel before it allocates
     padded = x.shape[:1] + (x.shape[1] + size - 1,) + x.shape[2:]
-    return 5 * x.nbytes + nbytes(padded, x.dtype)
+    return 5 * nbytes(x.shape, work_itemsize(x)) + nbytes(padded, x.dtype)
 
 
 def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:

@@ -16,12 +16,29 @@ from runtime_lite.kernels.cost import always_view, nbytes, promoted, views
 from runtime_lite.kernels.registry import kernel
 
 
+#: A shape tensor holds one entry per axis: more than a bundle's rank limit (32) is not a shape.
+MAX_SHAPE_ENTRIES = 32
+
+
 def _dims(values, what: str) -> tuple[int, ...]:
-    """Integer dims from an attribute or a shape tensor, refusing anything else."""
+    """Integer dims from an attribute or a shape tensor, refusing anything else.
+
+    The entry count is checked first: converting a 6 M-element "shape" would allocate
+    hundreds of MB of Python ints before any budget could refuse it.
+    """
+    if np.size(values) > MAX_SHAPE_ENTRIES:
+        raise ValueError(f"{what}: a shape of {np.size(values)} entries (more than {MAX_SHAPE_ENTRIES} axes)")
     dims = tuple(int(d) for d in np.asarray(values, dtype=np.int64).reshape(-1))
     if any(d < 0 for d in dims):
         raise ValueError(f"{what}: negative dim in {list(dims)}")
     return dims
+
+
+def _signed_dims(values, what: str) -> tuple[int, ...]:
+    """A reshape target (0 and -1 allowed), its entry count checked before any conversion."""
+    if np.size(values) > MAX_SHAPE_ENTRIES:
+        raise ValueError(f"{what}: a shape of {np.size(values)} entries (more than {MAX_SHAPE_ENTRIES} axes)")
+    return tuple(int(d) for d in np.asarray(values).reshape(-1))
 
 
 def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
@@ -92,7 +109,7 @@ def _range_cost(start, limit, delta) -> int:
 @kernel("reshape", view=True, cost=views)
 def reshape(x, target=None, *, shape, allowzero):
     if target is not None:
-        shape = target.tolist()
+        shape = list(_signed_dims(target, "reshape"))
     return x.reshape(resolve_reshape(x.shape, shape, allowzero))
 
 
