@@ -15,7 +15,6 @@ from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.cost import always_view, nbytes, promoted, views
 from runtime_lite.kernels.registry import kernel
 
-
 #: A shape tensor holds one entry per axis: more than a bundle's rank limit (32) is not a shape.
 MAX_SHAPE_ENTRIES = 32
 
