@@ -191,6 +191,8 @@ class Directory:
 
     def __init__(self, root: Path, parts: tuple[str, ...], create: bool):
         self.path = root.joinpath(*parts)
+        if os.open not in os.supports_dir_fd:  # Windows: no descriptor-relative opens, so no safe walk
+            raise OSError(errno.ENOSYS, "this platform cannot open files relative to a directory", str(self.path))
         if create:
             os.makedirs(root, exist_ok=True)
         fd = os.open(root, _DIR_FLAGS)  # the root itself: a symlink there is refused (ELOOP)
