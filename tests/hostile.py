@@ -808,6 +808,8 @@ def _attack(rng: random.Random, root: Path, elsewhere: Path, keys: list[str], tm
         if kind == "link component":
             component = rng.choice(["", "tensorrt-engines", "tensorrt-engines/v1", "timing"])
             path = root / component if component else root
+            if _through_link(path.parent, tmp):
+                return kind + " (skipped: would write through a link)"
             if path.is_dir() and not path.is_symlink():
                 path.rename(tmp / f"moved-{rng.getrandbits(32)}")
             path.parent.mkdir(parents=True, exist_ok=True)
