@@ -39,7 +39,7 @@ FIXED_OVERHEAD = 128 << 10
 def nbytes(shape, dtype: Any) -> int:
     """Bytes of an array of ``shape`` and ``dtype`` (or itemsize); Python ints, so no overflow."""
     itemsize = dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
-    return math.prod(int(d) for d in shape) * itemsize
+    return (math.prod(shape) if type(shape) is tuple else math.prod(int(d) for d in shape)) * itemsize
 
 
 def broadcast_shape(*operands: np.ndarray) -> tuple[int, ...]:
@@ -61,6 +61,9 @@ def _ufunc_itemsize(ufunc: np.ufunc, dtypes: tuple[np.dtype, ...]) -> int:
 
 def ufunc_result(ufunc: np.ufunc, *operands: np.ndarray) -> int:
     """Bytes of ``ufunc(*operands)``'s result (broadcast shape, resolved dtype)."""
+    first = operands[0]
+    if all(x.shape == first.shape and x.dtype == first.dtype for x in operands[1:]):  # the common case, fast
+        return first.size * _ufunc_itemsize(ufunc, (first.dtype,) * len(operands))
     return nbytes(broadcast_shape(*operands), _ufunc_itemsize(ufunc, tuple(x.dtype for x in operands)))
 
 
@@ -76,7 +79,10 @@ def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
     only the scratch and ``times - 1`` results count."""
 
     def cost(x, *_, out=None, **__) -> int:
-        size = nbytes(x.shape, work_itemsize(x) if dtype is None else dtype)
+        if dtype is None:
+            size = x.nbytes if x.dtype.kind in "fc" else x.size * work_itemsize(x)
+        else:
+            size = nbytes(x.shape, dtype)
         results = times - (1 if out is not None else 0)
         return int(size * results + nbytes(x.shape, work_itemsize(x)) * scratch)
 
@@ -103,6 +109,9 @@ def always_view(*_, **__) -> int:
 
 
 def promoted(*operands: np.ndarray) -> np.dtype:
+    first = operands[0].dtype
+    if all(x.dtype == first for x in operands[1:]):
+        return first
     return np.result_type(*(x.dtype for x in operands))
 
 
