@@ -9,7 +9,18 @@ or "ran" with outputs the caller owns; anything else is a failure and is written
 to ``--failures`` for replay.
 
     python benchmarks/fuzz_campaign.py --cases 100000 --seed 2026 --workers 2
-    python benchmarks/fuzz_campaign.py --family onnxruntime --cases 10000   # onnxruntime recipes (issue 27)
+    python benchmarks/fuzz_campaign.py --families onnxruntime --cases 10000   # onnxruntime recipes (issue 27)
+
+``--families`` picks what is drawn (issue 27 added onnxruntime, issue 29 budget and cache), in equal shares per batch:
+
+* ``bundle``: the mutated bundles above;
+* ``onnxruntime``: onnxruntime bundles whose recipe or weight references are attacked;
+* ``budget``: a seed's host plan with an amplifying chain (the input tiled to 1-60 MiB, cast, then
+  any kernel one to four times, results kept), run under tracemalloc: a failure too if the traced
+  peak passes the 64 MiB budget, i.e. a kernel allocated before the plan checked its cost;
+* ``cache``: an engine cache attacked by someone who can write its directory while a process uses
+  it; a failure if anything outside the cache is written, an engine is served under a key it was
+  never stored under, or a timing cache is read from outside or unbounded (tests/hostile.py).
 """
 
 from __future__ import annotations
@@ -29,10 +40,13 @@ from report import machine  # noqa: E402
 
 from tests import hostile  # noqa: E402
 
-#: Mutation families: (seed bundles, cases drawn from them).
-FAMILIES = {
-    "bundles": (hostile.seeds, hostile.cases),
-    "onnxruntime": (hostile.onnxruntime_seeds, hostile.onnxruntime_cases),
+#: The families of cases: each draws ``count`` cases from the bundle seeds (or, for onnxruntime,
+#: its own seeds: bundles whose one module is an onnxruntime recipe).
+FAMILY_CASES = {
+    "bundle": lambda seeds, count, rng: hostile.cases(seeds["bundle"], count, rng),
+    "onnxruntime": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["onnxruntime"], count, rng),
+    "budget": lambda seeds, count, rng: hostile.budget_cases(seeds["bundle"], count, rng),
+    "cache": lambda seeds, count, rng: hostile.cache_cases(count, rng),
 }
 
 
@@ -43,11 +57,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
-    parser.add_argument("--family", choices=sorted(FAMILIES), default="bundles", help="which mutations")
+    parser.add_argument(
+        "--families", default="bundle,budget,cache", help="comma-separated: bundle, onnxruntime, budget, cache"
+    )
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop after the batch that passes this many seconds (the summary says so)")  # fmt: skip
     args = parser.parse_args()
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(families) - set(FAMILY_CASES))
+    if unknown or not families:
+        parser.error(f"unknown families {unknown}; choose from {sorted(FAMILY_CASES)}")
 
-    make_seeds, make_cases = FAMILIES[args.family]
-    seed_list = make_seeds()
+    seeds = {"bundle": hostile.seeds()}
+    if "onnxruntime" in families:
+        seeds["onnxruntime"] = hostile.onnxruntime_seeds()
+    seed_list = [s for group in seeds.values() for s in group]
     rng = random.Random(args.seed)
     harness = hostile.Harness(workers=args.workers)
     started = time.perf_counter()
@@ -56,20 +80,25 @@ def main() -> int:
     try:
         while done < args.cases:
             batch = min(args.batch, args.cases - done)
-            harness.run(make_cases(seed_list, batch, rng))
+            for i, family in enumerate(families):
+                share = batch // len(families) + (1 if i < batch % len(families) else 0)
+                harness.run(FAMILY_CASES[family](seeds, share, rng))
             done += batch
             for what, outcome, data in harness.failures[reported:]:
                 args.failures.mkdir(parents=True, exist_ok=True)
-                (args.failures / f"case-{reported:05d}.bundle").write_bytes(data)
+                (args.failures / f"case-{reported:05d}.bundle").write_bytes(data)  # a cache case: its seed
                 print(f"FAIL case-{reported:05d} {what}: {outcome}", flush=True)
                 reported += 1
             rate = done / (time.perf_counter() - started)
             print(f"{done:>7} cases  {rate:5.1f}/s  failures {len(harness.failures)}", flush=True)
+            if args.max_seconds is not None and time.perf_counter() - started > args.max_seconds:
+                print(f"stopped at --max-seconds {args.max_seconds:.0f}, after {done} of {args.cases} cases")
+                break
     finally:
         harness.close()
 
     print(
-        f"\n{done} cases from seeds {[s.name for s in seed_list]}, seed {args.seed}, "
+        f"\n{done} cases ({', '.join(families)}) from seeds {[s.name for s in seed_list]}, seed {args.seed}, "
         f"{args.workers} workers, {time.perf_counter() - started:.0f} s on {machine()}"
     )
     for outcome, count in harness.outcomes.most_common():

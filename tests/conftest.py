@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -28,6 +29,11 @@ def _tensorrt_regions_fall_back_to_the_host():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AOT_ONNXRUNTIME_FALLBACK", "0")
         yield
+
+
+# Engine caches authenticate their entries with a key kept outside the cache (engine_cache.cache_key_file):
+# the tests, and the processes they start, use one of their own, never the developer's ~/.config/aot key.
+os.environ.setdefault("AOT_CACHE_KEY_FILE", os.path.join(tempfile.mkdtemp(prefix="aot-test-key-"), "engine-cache.key"))
 
 
 def small_cnn_model(batch: int | str = 1, opset: int = 13):

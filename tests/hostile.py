@@ -18,17 +18,21 @@ the budget is recorded as an outcome instead of taking the caller down. Used by
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import random
 import resource
 import signal
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -354,7 +358,31 @@ def paths(node, prefix=()):
             yield from paths(v, prefix + (i,))
 
 
+def mutate_counts(rng, header, payloads) -> str:
+    """Issue 29's structural lies: a result slot too many or too few, two modules with one id, a constant
+    whose non-zero dims span more than numpy can represent."""
+    choice = rng.choice(["results", "module ids", "empty huge constant"])
+    if choice == "results":
+        plan, store = _pick_plan(rng, header, payloads)
+        if not plan["instructions"]:
+            return "empty plan"
+        ins = rng.choice(plan["instructions"])
+        if rng.random() < 0.5 or len(ins["out"]) < 2:
+            ins["out"] = ins["out"] + [plan["num_slots"]]
+            plan["num_slots"] += 1
+        else:
+            ins["out"] = ins["out"][:-1]
+        store(plan)
+    elif choice == "module ids" and len(header.get("modules", [])) > 1:
+        header["modules"][-1]["id"] = header["modules"][0]["id"]
+    elif header["constants"]:
+        record = rng.choice(header["constants"])
+        record["shape"] = rng.choice([[0, 2**40, 2**40], [2**40, 0, 2**30], [0] + [2**20] * 3])
+    return f"counts {choice}"
+
+
 MUTATIONS: dict[str, Callable[..., str]] = {
+    "counts": mutate_counts,
     "attribute": mutate_attribute,
     "slots": mutate_slots,
     "op": mutate_op,
@@ -451,6 +479,9 @@ def _classify(data: bytes, inputs: list[np.ndarray]) -> str:
 
 
 def _worker(connection, address_space: int) -> None:
+    import logging
+
+    logging.disable(logging.WARNING)  # the cases' fallback and cache warnings: outcomes are what is counted
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (address_space, hard))
@@ -458,8 +489,8 @@ def _worker(connection, address_space: int) -> None:
         job = connection.recv()
         if job is None:
             return
-        data, inputs = job
-        connection.send(_classify(data, inputs))
+        data, inputs, family = job
+        connection.send(CLASSIFIERS[family](data, inputs))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -512,7 +543,7 @@ class Harness:
                 if i in busy or exhausted:
                     continue
                 try:
-                    what, data, inputs = next(cases)
+                    what, data, inputs, *family = next(cases)  # a fourth item names the family (default: bundle)
                 except StopIteration:
                     exhausted = True
                     break
@@ -520,7 +551,7 @@ class Harness:
                     self.outcomes["not encodable"] += 1
                     continue
                 process, connection = self._pool[i] or self._start(i)
-                connection.send((data, inputs))
+                connection.send((data, inputs, family[0] if family else "bundle"))
                 busy[i] = (what, data, time.monotonic(), _cpu_seconds(process.pid))
             for i in list(busy):
                 process, connection = self._pool[i]
@@ -747,3 +778,309 @@ def onnxruntime_cases(
         seed = rng.choice(seed_list)
         what, data = mutate_onnxruntime(rng, seed)
         yield what, data, seed.inputs
+
+
+# -- issue 29: the budget family ------------------------------------------------------------------
+#
+# A chain spliced into a seed's host plan: the input tiled to 1 to 60 MiB (inside the 64 MiB
+# budget), perhaps cast to another dtype, then any kernel (with its sample attributes, sometimes
+# one made hostile) applied to it one to four times, every result kept alive. Each case runs under
+# tracemalloc: whatever the kernel, the run's traced peak must stay within the budget (plus
+# numpy's fixed overheads), i.e. the plan refused the instruction before its memory was asked for.
+
+#: What numpy allocates besides what a cost counts (ufunc buffers, array headers), and the
+#: signature checks' copies of the (small) outputs.
+BUDGET_SLACK = 2 << 20
+
+
+@functools.cache
+def _sample_attributes() -> dict[str, dict[str, Any]]:
+    """op -> (number of operands, attributes) of its first sample in tests/kernel_samples.py."""
+    from tests.kernel_samples import attributes, kernel_of, samples
+
+    found: dict[str, Any] = {}
+    for case, (operands, given) in sorted(samples().items()):
+        op = kernel_of(case)
+        found.setdefault(op, (len(operands), attributes(case, given)))
+    return found
+
+
+def insert_budget_chain(rng: random.Random, header: dict, payloads: list[bytes]) -> str:
+    from runtime_lite.kernels import KERNELS
+
+    plan = header["plan"]
+    source = plan["inputs"][0]
+    x = header["signature"]["inputs"][0]
+    in_bytes = math.prod(d if isinstance(d, int) else 1 for d in x["shape"]) * 4
+    target = rng.choice([1, 8, 24, 40, 60]) << 20
+    rows = rng.choice([64, 128, 256, 512])
+    repeats = [1] * (len(x["shape"]) - 2) + [rows, max(1, target // (in_bytes * rows))]
+    slot = plan["num_slots"]
+    chain = [{"op": "tile", "name": "budget_tile", "in": [source], "out": [slot], "attrs": {"repeats": repeats}}]
+    current, slot = slot, slot + 1
+    if rng.random() < 0.4:
+        to = rng.choice(["bool", "int8", "float16", "float64", "int64", "int32"])
+        chain.append({"op": "cast", "name": "budget_cast", "in": [current], "out": [slot], "attrs": {"to": to}})
+        current, slot = slot, slot + 1
+    op = rng.choice(sorted(_sample_attributes()))
+    arity, attrs = _sample_attributes()[op]
+    attrs = copy.deepcopy(attrs)
+    if attrs and rng.random() < 0.3:
+        name = rng.choice(sorted(attrs))
+        attrs[name] = hostile_value(rng, attrs[name])
+    try:
+        outputs = KERNELS[op].result_count(attrs)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        outputs = 1
+    for k in range(rng.choice([1, 1, 2, 4])):
+        operands = [rng.choice([current, current, source]) for _ in range(arity)]
+        out = list(range(slot, slot + outputs))
+        chain.append({"op": op, "name": f"budget_{op}_{k}", "in": operands, "out": out, "attrs": attrs})
+        slot += outputs
+    plan["num_slots"] = slot
+    plan["instructions"] = chain + plan["instructions"]
+    return f"budget chain {op} on {target >> 20} MiB"
+
+
+def budget_cases(seed_list: list[Seed], count: int, rng: random.Random) -> Iterator[tuple]:
+    """Budget-family cases from the host seeds: (what, bundle, inputs, "budget")."""
+    hosts = [s for s in seed_list if s.name.endswith("-host")]
+    for _ in range(count):
+        seed = rng.choice(hosts)
+        header, payloads = copy.deepcopy(seed.header), list(seed.payloads)
+        what = insert_budget_chain(rng, header, payloads)
+        try:
+            data = seed.pack(header, payloads)
+        except (TypeError, ValueError, OverflowError):
+            data = b""
+        yield f"{seed.name}: {what}", data, seed.inputs, "budget"
+
+
+def _classify_budget(data: bytes, inputs: list[np.ndarray]) -> str:
+    """``_classify`` under tracemalloc: also a failure if the traced peak passed the budget."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        outcome = _classify(data, inputs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    if not outcome.startswith("FAIL") and peak > CASE_MAX_MEMORY + BUDGET_SLACK:
+        return f"FAIL over budget: traced peak {peak:,} bytes ({outcome})"
+    return outcome
+
+
+# -- issue 29: the cache family ------------------------------------------------------------------
+#
+# An engine cache in a fresh directory, used by a legitimate process (put, get, get_or_build,
+# timing cache, eviction) while an attacker who can write the directory plants symlinks at any
+# component, forges entries (another key's engine with a rewritten record, a matching sha256,
+# a random HMAC), squats lock names with directories, FIFOs and links, damages and deletes files
+# and plants oversized timing caches. Invariants: nothing outside the cache is written; every
+# engine served under a key is one the legitimate process stored under that key; no timing cache
+# is read from outside the cache or beyond its bound; no operation raises or hangs.
+
+
+def _tree(path: Path) -> list[tuple[str, int, str]]:
+    found = []
+    for item in sorted(path.rglob("*")):
+        if item.is_file() and not item.is_symlink():
+            found.append(
+                (str(item.relative_to(path)), item.stat().st_size, hashlib.sha256(item.read_bytes()).hexdigest())
+            )
+        else:
+            found.append((str(item.relative_to(path)), -1, ""))
+    return found
+
+
+def _through_link(path: Path, top: Path) -> bool:
+    """Whether ``path`` (under ``top``) passes through a symlink: the attacker works inside the cache only,
+    so that what lands outside it can only have been written by the cache's own code."""
+    for parent in [path, *path.parents]:
+        if parent == top:
+            return False
+        if parent.is_symlink():
+            return True
+    return True
+
+
+def _plant(path: Path, data: bytes | str) -> None:
+    """Replace whatever is at ``path`` (a FIFO would block a plain write) with a file holding ``data``."""
+    if path.is_symlink() or path.exists() and not path.is_dir():
+        path.unlink()
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def _regular_bytes(path: Path) -> bytes:
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OSError("not a regular file")
+    return path.read_bytes()
+
+
+def _attack(rng: random.Random, root: Path, elsewhere: Path, keys: list[str], tmp: Path) -> str:
+    """One thing someone with write access to the cache directory does; failures to do it are ignored."""
+    from runtime_lite.backends.tensorrt.engine_cache import LAYOUT
+
+    entries = root / LAYOUT
+    if _through_link(entries, tmp) and rng.random() < 0.7:
+        kind = "restore component"  # mostly undo a planted link, so attacks on entries keep happening
+    else:
+        kind = rng.choice(["link component", "restore component", "forge", "plant engine", "link engine", "squat lock",
+                           "damage", "delete", "plant timing", "fifo"])  # fmt: skip
+    if kind not in ("link component", "restore component") and (
+        _through_link(entries, tmp) or _through_link(root / "timing", tmp)
+    ):
+        return kind + " (skipped: would write through a link)"
+    key, other = rng.choice(keys), rng.choice(keys)
+    try:
+        if kind == "link component":
+            component = rng.choice(["", "tensorrt-engines", "tensorrt-engines/v1", "timing"])
+            path = root / component if component else root
+            if _through_link(path.parent, tmp):
+                return kind + " (skipped: would write through a link)"
+            if path.is_dir() and not path.is_symlink():
+                path.rename(tmp / f"moved-{rng.getrandbits(32)}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(elsewhere, target_is_directory=True)
+        elif kind == "restore component":
+            for path in (root / "timing", entries, entries.parent, root):
+                if path.is_symlink():
+                    path.unlink()
+        elif kind == "forge":
+            engine = _regular_bytes(entries / f"{other}.engine")
+            record = json.loads(_regular_bytes(entries / f"{other}.json"))
+            record["key"] = key
+            if rng.random() < 0.5:
+                record["hmac"] = hashlib.sha256(rng.randbytes(8)).hexdigest()
+            _plant(entries / f"{key}.engine", engine)
+            _plant(entries / f"{key}.json", json.dumps(record))
+        elif kind in ("plant engine", "link engine"):
+            entries.mkdir(parents=True, exist_ok=True)
+            target = entries / f"{key}.engine"
+            target.unlink(missing_ok=True)
+            if kind == "link engine":
+                target.symlink_to(elsewhere / "secret.engine")
+                data = (elsewhere / "secret.engine").read_bytes()
+            else:
+                data = b"planted " + rng.randbytes(16)
+                _plant(target, data)
+            record = {"key": key, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "created": 0,
+                      "ingredients": {}, "hmac": hashlib.sha256(rng.randbytes(8)).hexdigest()}  # fmt: skip
+            _plant(entries / f"{key}.json", json.dumps(record))
+        elif kind == "squat lock":
+            entries.mkdir(parents=True, exist_ok=True)
+            lock = entries / f"{key}.lock"
+            if lock.is_dir() and not lock.is_symlink():
+                return kind
+            lock.unlink(missing_ok=True)
+            how = rng.choice(["dir", "fifo", "link"])
+            if how == "dir":
+                (lock / "inside").mkdir(parents=True)
+            elif how == "fifo":
+                os.mkfifo(lock)
+            else:
+                lock.symlink_to(elsewhere / "lock-victim")
+        elif kind == "damage":
+            path = entries / f"{key}.{rng.choice(['engine', 'json'])}"
+            data = _regular_bytes(path)
+            _plant(path, data[: rng.randrange(len(data) + 1)] + rng.choice([b"", b"x", b"\0" * 100]))
+        elif kind == "delete":
+            (entries / f"{key}.{rng.choice(['engine', 'json', 'lock'])}").unlink()
+        elif kind == "plant timing":
+            timing = root / "timing"
+            timing.mkdir(parents=True, exist_ok=True)
+            path = timing / "trt-x.cache"
+            path.unlink(missing_ok=True)
+            if rng.random() < 0.5:
+                path.symlink_to(elsewhere / "secret.engine")
+            else:
+                with open(path, "wb") as f:
+                    f.truncate(rng.choice([1 << 30, 3 << 30]))  # sparse
+        else:
+            entries.mkdir(parents=True, exist_ok=True)
+            path = entries / f"{key}.{rng.choice(['engine', 'json'])}"
+            path.unlink(missing_ok=True)
+            os.mkfifo(path)
+    except (OSError, ValueError):
+        pass
+    return kind
+
+
+def cache_scenario(seed: int) -> str:
+    """One attacked cache's life (see above); "ran" or "FAIL ..." naming the broken invariant."""
+    import tempfile
+
+    from runtime_lite.backends.tensorrt.engine_cache import MAX_TIMING_CACHE_BYTES, EngineCache, engine_key
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        root, elsewhere = tmp / "cache", tmp / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "secret.engine").write_bytes(b"SECRET ENGINE " * 64)
+        before = _tree(elsewhere)
+        key_file = tmp / "private" / "engine-cache.key"
+        keys = [engine_key(bytes([i]), {}) for i in range(3)]
+        legit: dict[str, set[bytes]] = {k: set() for k in keys}
+        secret = (elsewhere / "secret.engine").read_bytes()
+        cache = EngineCache(root, key_file=key_file)
+        done = []
+        for step in range(rng.randint(4, 24)):
+            if rng.random() < 0.45:
+                done.append(_attack(rng, root, elsewhere, keys, tmp))
+                continue
+            if rng.random() < 0.3:
+                cache = EngineCache(root, key_file=key_file, max_bytes=rng.choice([1 << 30, 4096]))  # another process
+            key = rng.choice(keys)
+            fresh = f"{key[:8]} build {step} ".encode() * rng.choice([1, 50])
+            kind = rng.choice(["put", "get", "get_or_build", "timing", "entries"])
+            done.append(kind)
+            try:
+                if kind == "put":
+                    legit[key].add(fresh)
+                    cache.put(key, fresh, {"step": step})
+                elif kind == "get":
+                    got = cache.get(key)
+                    if got is not None and got not in legit[key]:
+                        return f"FAIL served an engine never stored under its key: {got[:24]!r} after {done}"
+                elif kind == "get_or_build":
+                    legit[key].add(fresh)
+                    got, _ = cache.get_or_build(key, lambda fresh=fresh: fresh, {"step": step})
+                    if got not in legit[key]:
+                        return f"FAIL get_or_build gave an engine never stored under its key: {got[:24]!r} after {done}"
+                elif kind == "timing":
+                    cache.write_timing("trt-x.cache", fresh)
+                    got = cache.read_timing("trt-x.cache")
+                    if got == secret or len(got) > MAX_TIMING_CACHE_BYTES:
+                        return f"FAIL timing cache read from outside the cache or unbounded: after {done}"
+                else:
+                    cache.entries()
+                    cache.evict()
+            except Exception as e:  # noqa: BLE001 - every exception is a finding
+                return f"FAIL cache {kind} raised {type(e).__name__}: {str(e)[:160]} after {done}"
+        if _tree(elsewhere) != before:
+            return f"FAIL something was written outside the cache: after {done}"
+    return "ran"
+
+
+def cache_cases(count: int, rng: random.Random) -> Iterator[tuple]:
+    """Cache-family cases: (what, the scenario's seed as bytes, None, "cache")."""
+    for _ in range(count):
+        seed = rng.getrandbits(48)
+        yield f"cache scenario {seed}", json.dumps({"seed": seed}).encode(), None, "cache"
+
+
+def _classify_cache(data: bytes, inputs: Any) -> str:
+    try:
+        return cache_scenario(json.loads(data)["seed"])
+    except Exception as e:  # noqa: BLE001 - the scenario itself broke: recorded, never a dead worker
+        return f"FAIL cache scenario raised {type(e).__name__}: {str(e)[:160]}"
+
+
+#: How a worker judges a case of each family (the fourth item of a case; "bundle" by default).
+CLASSIFIERS: dict[str, Callable[[bytes, Any], str]] = {
+    "bundle": _classify,
+    "budget": _classify_budget,
+    "cache": _classify_cache,
+}

@@ -74,7 +74,7 @@ def test_put_get_round_trip_and_index_record(tmp_path):
     (entry,) = cache.entries()
     assert entry.key == key and entry.size == len(b"engine bytes")
     assert entry.ingredients["device"]["gpu"] == INGREDIENTS["device"]["gpu"]
-    assert sorted(p.suffix for p in cache.directory.iterdir()) == [".engine", ".json"]
+    assert sorted(p.suffix for p in cache.directory.iterdir()) == [".engine", ".json", ".lock"]  # the key's lock
 
 
 def test_a_corrupt_entry_is_dropped_and_rebuilt(tmp_path):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -44,7 +46,8 @@ WATCH = textwrap.dedent(
         if event in EVENTS:
             for arg in args[:1] if event == "open" else args[:2]:  # open's second is its mode
                 if isinstance(arg, (str, bytes, os.PathLike)):
-                    touched.append([event, os.path.abspath(os.fsdecode(arg))])
+                    name = os.fsdecode(arg)  # relative: opened against a directory descriptor (dir_fd)
+                    touched.append([event, os.path.abspath(name) if os.path.isabs(name) else "@" + name])
     sys.addaudithook(hook)
     try:
         module = runtime_lite.load(sys.argv[1])
@@ -76,12 +79,25 @@ def _host_tuning_dir() -> str:
     return str(default_cache_dir() / "host-tuning")
 
 
+#: Names the engine cache opens relative to the directory descriptors it walked down from the
+#: cache root without following symlinks (runtime_lite/backends/tensorrt/engine_cache.py); the root
+#: itself is opened by its absolute path, which must be one the caller named. The audit event of an
+#: ``os.open(name, dir_fd=...)`` carries only ``name``: these are recorded as ``@name``.
+CACHE_RELATIVE = re.compile(
+    r"@(tensorrt-engines|v1|timing|\.evict\.lock|[0-9a-f]{64}\.(engine|json|lock)|\.[^/]+\.tmp|trt[^/]*\.cache)"
+)
+
+
 def _outside(touched, *allowed) -> list:
     roots = [str(a) for a in allowed] + [_host_tuning_dir()]
+    key_file = os.environ.get("AOT_CACHE_KEY_FILE")  # the cache's HMAC key, outside the cache (tests/conftest.py)
     return [
         t
         for t in touched
-        if t[1] not in OWN_PROCESS and not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)
+        if t[1] not in OWN_PROCESS
+        and t[1] != key_file
+        and not (t[1].startswith("@") and CACHE_RELATIVE.fullmatch(t[1]) and roots[1:])
+        and not any(t[1] == r or t[1].startswith(r.rstrip("/") + "/") for r in roots)
     ]
 
 
@@ -145,3 +161,41 @@ def test_tensorrt_regions_touch_only_the_bundle_and_the_named_cache(tmp_path, cc
     assert _outside(seen["touched"], path, cache) == []
     if cc == "9.0":
         assert [t for t in seen["touched"] if t[1].startswith(str(cache))]  # it did write its rebuild there
+
+
+UNKNOWN_BACKEND_TWICE = WATCH.rsplit("try:", 1)[0] + textwrap.dedent(
+    """
+    first = None
+    for attempt in range(2):
+        try:
+            runtime_lite.load(sys.argv[1])
+        except runtime_lite.BundleError:
+            pass
+        if first is None:
+            first, touched[:] = list(touched), []
+    print(json.dumps({"first": first, "second": touched}))
+    """
+)
+
+
+def test_an_unknown_backend_reads_distribution_metadata_once_per_process(tmp_path):
+    """What docs/RELIABILITY.md says: the first unknown backend name reads the installed distributions'
+    metadata (importlib.metadata's entry-point query opens each ``*.dist-info/entry_points.txt``); the
+    answer is kept, so later loads in the process read nothing but their bundle."""
+    result = build(small_cnn_model(), targets=["npu"])
+    header = copy.deepcopy(result.header)
+    header["modules"][0]["backend"] = "acme_npu"
+    bundle = tmp_path / "unknown.aotb"
+    bundle.write_bytes(to_bytes(header, result.blobs))
+    out = subprocess.run(
+        [sys.executable, "-c", UNKNOWN_BACKEND_TWICE, str(bundle)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    metadata = [t for t in seen["first"] if ".dist-info" in t[1] or ".egg-info" in t[1] or t[0] == "os.listdir"
+                or t[0] == "os.scandir"]  # fmt: skip
+    assert any(t[1].endswith("entry_points.txt") for t in metadata), seen["first"][:5]
+    others = [t for t in _outside(seen["first"], bundle) if t not in metadata]
+    assert all(t[1].endswith((".pth", "site-packages")) or "/site-packages" in t[1] or "python3" in t[1]
+               for t in others), others[:5]  # fmt: skip
+    assert _outside(seen["second"], bundle) == []

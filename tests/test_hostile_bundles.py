@@ -503,3 +503,86 @@ def test_mutated_onnxruntime_recipes_are_rejected_refused_or_run_never_worse(onn
     harness.run(hostile.onnxruntime_cases(onnxruntime_seeds, 120, random.Random(27)))
     new = harness.failures[before:]
     assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
+
+
+# -- issue 29: bundles and options ----------------------------------------------------------------------
+
+
+def test_an_empty_constant_with_huge_dims_is_a_bundle_error(seeds):
+    """float32[0, 2**40, 2**40] holds no element, yet numpy refuses the dims ("array is too big")."""
+    seed = seeds["cnn-host"]
+    header = copy.deepcopy(seed.header)
+    header["constants"][0]["shape"] = [0, 2**40, 2**40]
+    payloads = list(seed.payloads)
+    payloads[header["constants"][0]["blob"]] = b""
+    with pytest.raises(BundleError, match=r"constants\[0\]"):
+        runtime_lite.load(seed.pack(header, payloads))
+
+
+@pytest.mark.parametrize("op, outs", [("relu", 2), ("split", 3), ("topk", 1)])
+def test_an_instruction_names_exactly_as_many_result_slots_as_its_op_returns(seeds, op, outs):
+    seed = seeds["cnn-host"]
+    header = copy.deepcopy(seed.header)
+    plan = header["plan"]
+    attrs = {"relu": {}, "split": {"axis": 1, "sizes": [1, 2]}, "topk": {"k": 1, "axis": 1, "largest": 1, "sorted": 1}}
+    slots = list(range(plan["num_slots"], plan["num_slots"] + outs))
+    plan["instructions"].insert(0, {"op": op, "name": "hostile", "in": [0], "out": slots, "attrs": attrs[op]})
+    plan["num_slots"] += outs
+    with pytest.raises(BundleError, match=r"instructions\[0\]\.out.*hostile.*returns"):
+        runtime_lite.load(seed.pack(header))
+
+
+def test_two_modules_with_one_id_are_refused(seeds):
+    seed = seeds["cnn-npu"]
+    header = copy.deepcopy(seed.header)
+    header["modules"][1]["id"] = header["modules"][0]["id"]
+    with pytest.raises(BundleError, match=r"modules\[1\]\.id.*repeats"):
+        runtime_lite.load(seed.pack(header))
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"cache_dir": 123}, "cache_dir"),
+        ({"cache_dir": b"/tmp/x"}, "cache_dir"),
+        ({"cache_dir": "/tmp/a\0b"}, "NUL"),
+        ({"allow_engine_build": [1]}, "allow_engine_build"),
+        ({"allow_engine_build": "maybe"}, "allow_engine_build"),
+        ({"allow_version_compatible": 1}, "allow_version_compatible"),
+    ],
+)
+def test_every_declared_option_checks_its_type(seeds, options, match):
+    from runtime_lite.errors import OptionError
+
+    seed = seeds["cnn-tensorrt"]
+    with pytest.raises(OptionError, match=match) as caught:
+        runtime_lite.load(seed.pack(seed.header), backend_options={"tensorrt": options})
+    assert "\n" not in str(caught.value)
+
+
+def test_options_given_as_python_values_of_the_right_type_are_accepted(seeds, tmp_path):
+    import pathlib
+
+    seed = seeds["cnn-tensorrt"]
+    module = runtime_lite.load(
+        seed.pack(seed.header),
+        backend_options={"tensorrt": {"cache_dir": pathlib.Path(tmp_path), "allow_engine_build": False}},
+    )
+    module.run(seed.inputs)
+
+
+# -- issue 29: the budget and cache families of the campaign, at CI size -------------------------------
+
+
+def test_the_budget_family_never_allocates_past_the_budget(seeds, harness):
+    """Amplifying chains of every kernel (tests/hostile.py: insert_budget_chain), run under tracemalloc."""
+    before = len(harness.failures)
+    harness.run(hostile.budget_cases(list(seeds.values()), 60, random.Random(29)))
+    assert not harness.failures[before:], [(what, outcome) for what, outcome, _ in harness.failures[before:]]
+
+
+def test_the_cache_family_never_serves_a_planted_engine_or_writes_outside(harness):
+    """An engine cache in use while someone with write access to its directory attacks it."""
+    before = len(harness.failures)
+    harness.run(hostile.cache_cases(80, random.Random(29)))
+    assert not harness.failures[before:], [(what, outcome) for what, outcome, _ in harness.failures[before:]]

@@ -24,7 +24,7 @@ from runtime_lite import format as fmt
 from runtime_lite.backends import Backend, BackendContext, register_backend
 from runtime_lite.errors import BundleError
 from runtime_lite.execution.limits import BudgetExceeded, current_budget
-from runtime_lite.execution.plan import bind_kernel
+from runtime_lite.execution.plan import bind_cost, bind_kernel, check_result_count, guarded
 from runtime_lite.format.fields import expect_index
 from runtime_lite.format.reader import MAX_DECODED_ITEMS
 from runtime_lite.format.records import BodyOp, ConstantRecord, NpuGraph, NpuKernel
@@ -65,7 +65,9 @@ def _compile_body(body: tuple[BodyOp, ...], num_args: int, field: str) -> Callab
         for k, (source, index) in enumerate(op.inputs):
             limit = num_args if source == "arg" else j
             refs.append((source == "op", expect_index(index, limit, f"{where}.inputs[{k}][1]")))
-        steps.append((bind_kernel(op.op, len(refs), op.attrs, where, f"body op {j}"), tuple(refs)))
+        fn = bind_kernel(op.op, len(refs), op.attrs, where, f"body op {j}")
+        check_result_count(op.op, op.attrs, 1, where, f"body op {j}")
+        steps.append((guarded(fn, bind_cost(op.op, op.attrs), f"{where} ({op.op})"), tuple(refs)))
 
     if len(steps) == 1:
         fn, refs = steps[0]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime_lite.errors import OptionError
+from runtime_lite.errors import OptionError, describe
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,20 @@ class Option:
         return self.default() if callable(self.default) else self.default
 
     def resolve(self, given: Any, owner: str) -> Any:
-        if given is _UNSET:
+        """Text goes through ``parse``; a Python value through the parser's ``accepts`` check (see
+        ``accepting``), so ``cache_dir=123`` or ``allow_engine_build=[1]`` is an OptionError here, never
+        a confusing failure later. ``None`` means not given."""
+        if given is _UNSET or given is None:
             return self.default_value()
-        if not isinstance(given, str):
-            return given
         try:
-            return self.parse(given)
-        except ValueError as e:
-            raise OptionError(f"{owner} option {self.name}={given!r}: {e}") from None
+            if isinstance(given, str):
+                return self.parse(given)
+            accepts = getattr(self.parse, "accepts", None)
+            if accepts is None:
+                raise ValueError(f"expected text, got {type(given).__name__}")
+            return accepts(given)
+        except (ValueError, TypeError) as e:
+            raise OptionError(f"{owner} option {self.name}={describe(given)}: {e}") from None
 
 
 _UNSET = object()
@@ -83,6 +89,33 @@ def split_assignments(assignments: Sequence[str], flag: str = "--backend-option"
     return by_backend
 
 
+def accepting(check: Callable[[Any], Any]) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+    """Declare how a parser checks a value given in code rather than as text (``parse.accepts``).
+
+    Every option's parser needs one to accept anything but text: ``check(value)`` returns
+    the value to use or raises ValueError/TypeError saying what was expected.
+    """
+
+    def declare(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        parse.accepts = check  # type: ignore[attr-defined]
+        return parse
+
+    return declare
+
+
+def _is_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {type(value).__name__}")
+    return value
+
+
+def _is_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+@accepting(_is_bool)
 def boolean(text: str) -> bool:
     """``true/false``, ``yes/no``, ``on/off``, ``1/0``."""
     lowered = text.strip().lower()
@@ -93,6 +126,7 @@ def boolean(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+@accepting(_is_int)
 def integer(text: str) -> int:
     try:
         return int(text.strip())
@@ -106,12 +140,27 @@ def choice(*values: str) -> Callable[[str], str]:
             raise ValueError(f"expected one of {', '.join(values)}")
         return text
 
-    return parse
+    def accepts(value: Any) -> str:
+        raise ValueError(f"expected one of {', '.join(values)}, got {type(value).__name__}")
+
+    return accepting(accepts)(parse)
 
 
+def _is_path(value: Any) -> str:
+    if not isinstance(value, os.PathLike):
+        raise ValueError(f"expected a path, got {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise ValueError("expected a text path, got bytes")
+    return path(text)
+
+
+@accepting(_is_path)
 def path(text: str) -> str:
     if not text.strip():
         raise ValueError("expected a path")
+    if "\0" in text:
+        raise ValueError("a path cannot contain a NUL character")
     return os.path.expanduser(text.strip())
 
 
@@ -125,4 +174,4 @@ def env_flag(name: str, default: bool = False) -> Callable[[], bool]:
     return read
 
 
-__all__ = ["Option", "OptionError", "boolean", "choice", "env_flag", "integer", "path", "resolve_options"]
+__all__ = ["Option", "OptionError", "accepting", "boolean", "choice", "env_flag", "integer", "path", "resolve_options"]

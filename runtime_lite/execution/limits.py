@@ -5,11 +5,15 @@ A bundle of two kilobytes can ask for gigabytes: ``tile``, ``expand``, ``pad`` o
 or a matmul multiplies two small inputs into a large output. So a run has budgets
 the caller sets at load (``load(..., max_memory=..., max_run_seconds=...)``):
 
-* ``max_memory``: no single allocation a kernel makes, and no total of live
-  activations at any point of a run, may exceed it. Kernels that can grow their
-  output beyond their inputs ask ``check_allocation`` before allocating, so the
-  refusal comes before the memory is touched; the executor adds up what each
-  instruction produced and stops the run as soon as the live total is over.
+* ``max_memory``: the live activations of a run plus what the next kernel call
+  will allocate (its outputs and scratch) may not exceed it. Every kernel declares
+  a ``cost`` computed from its operands' shapes and dtypes
+  (runtime_lite/kernels/cost.py); the host plan checks it before each call, so the
+  refusal comes before the memory is touched, whatever kernel a bundle names. A
+  backend's own plan runs within what the host run has left. Kernels with
+  intermediate steps also ask ``check_allocation`` before each step, and the
+  executor adds up what each instruction produced and stops the run as soon as
+  the live total is over.
 * ``max_run_seconds``: checked between instructions, so a run stops at most one
   kernel after its deadline (a kernel itself is not interrupted).
 
@@ -61,6 +65,12 @@ def current_budget() -> ActiveBudget:
     return _ACTIVE.get()
 
 
+def enter_budget(budget: ActiveBudget) -> contextvars.Token:
+    """Run what follows in this thread under ``budget`` until ``RunLimits.reset(token)`` (a backend's
+    plan inside a run gets what the run has left)."""
+    return _ACTIVE.set(budget)
+
+
 def check_allocation(shape, dtype_or_itemsize, what: str) -> None:
     """Raise BudgetExceeded if an array of ``shape`` would be larger than the current run allows."""
     itemsize = dtype_or_itemsize if isinstance(dtype_or_itemsize, int) else dtype_or_itemsize.itemsize
@@ -100,4 +110,12 @@ class RunLimits:
         _ACTIVE.reset(token)
 
 
-__all__ = ["DEFAULT_MAX_MEMORY", "ActiveBudget", "BudgetExceeded", "RunLimits", "check_allocation", "current_budget"]
+__all__ = [
+    "DEFAULT_MAX_MEMORY",
+    "ActiveBudget",
+    "BudgetExceeded",
+    "RunLimits",
+    "check_allocation",
+    "current_budget",
+    "enter_budget",
+]

@@ -16,7 +16,7 @@ from runtime_lite.backends import (
     get_backend,
     resolve_backend_options,
 )
-from runtime_lite.errors import BundleError, ExecutionError, InputError, RuntimeLiteError, one_line
+from runtime_lite.errors import BundleError, ExecutionError, InputError, RuntimeLiteError, describe, one_line
 from runtime_lite.execution.allocator import keep_freed_memory
 from runtime_lite.execution.device import (
     OUTPUTS_ON,
@@ -243,10 +243,12 @@ class _Header:
             model_name=expect(
                 expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"
             ),
-            modules=[
-                _module_record(bundle, i, record)
-                for i, record in enumerate(expect(header.get("modules", []), list, "header.modules"))
-            ],
+            modules=_unique_ids(
+                [
+                    _module_record(bundle, i, record)
+                    for i, record in enumerate(expect(header.get("modules", []), list, "header.modules"))
+                ]
+            ),
             plan=expect_key(header, "plan", dict, "header"),
         )
 
@@ -255,6 +257,18 @@ class _Header:
         if len(plan.input_slots) != len(self.inputs) or len(plan.output_slots) != len(self.outputs):
             raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
         return plan
+
+
+def _unique_ids(records: list[_ModuleRecord]) -> list[_ModuleRecord]:
+    """Module ids name placements (``module.placement``) and cache entries: two records with one id would lose one."""
+    seen: dict[str, int] = {}
+    for i, record in enumerate(records):
+        if record.id in seen:
+            raise BundleError(
+                f"bundle field 'modules[{i}].id' = {describe(record.id)} repeats the id of modules[{seen[record.id]}]"
+            )
+        seen[record.id] = i
+    return records
 
 
 def _module_record(bundle: Bundle, i: int, record: Any) -> _ModuleRecord:

@@ -20,7 +20,7 @@ import numpy as np
 
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.execution.device import to_host
-from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget
+from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget, enter_budget
 from runtime_lite.format.fields import expect_dtype, expect_index
 from runtime_lite.format.records import Instruction, PlanRecord
 from runtime_lite.kernels import KERNELS
@@ -193,7 +193,61 @@ def _check_attribute_values(attrs: dict[str, Any], field: str) -> None:
 
 
 def _bind_kernel(ins: Instruction, field: str) -> Callable:
-    return bind_kernel(ins.op, len(ins.inputs), ins.attrs, field, f"instruction {ins.name!r}", ins.inplace)
+    fn = bind_kernel(ins.op, len(ins.inputs), ins.attrs, field, f"instruction {ins.name!r}", ins.inplace)
+    check_result_count(ins.op, ins.attrs, len(ins.outputs), field, f"instruction {ins.name!r}")
+    return fn
+
+
+def check_result_count(op: str, attrs: dict[str, Any], count: int, field: str, name: str) -> None:
+    """An instruction names exactly as many result slots as its kernel returns (a relu has one).
+
+    numpy would otherwise unpack one result row by row into extra slots, or leave slots unset.
+    """
+    try:
+        expected = KERNELS[op].result_count(attrs)
+    except (TypeError, KeyError, ValueError):
+        raise BundleError(f"bundle field '{field}.attrs': {name} ({op}): its attributes do not say how many "
+                          "results it has") from None  # fmt: skip
+    if count != expected:
+        raise BundleError(
+            f"bundle field '{field}.out': {name} ({op}) returns {expected} result{'s' * (expected != 1)}, "
+            f"the instruction names {count} slots"
+        )
+
+
+def bind_cost(op: str, attrs: dict[str, Any]) -> Callable[..., int]:
+    """The kernel's cost with the attributes bound (call it with the operands, and ``out`` when in place)."""
+    cost = KERNELS[op].cost
+    return functools.partial(cost, **attrs) if attrs else cost
+
+
+def guarded(fn: Callable, cost: Callable[..., int], what: str) -> Callable:
+    """``fn`` that first checks its cost against the budget of the run in progress (for backends
+    that run kernels outside a host plan, such as the NPU's fused bodies)."""
+
+    def call(*operands, **kw):
+        need = cost(*operands, **kw)
+        limit = current_budget().max_memory
+        if need > limit:
+            raise BudgetExceeded(f"{what} would allocate {need:,} bytes, more than max_memory = {limit:,}")
+        return fn(*operands, **kw)
+
+    return call
+
+
+def _make_cost(cost: Callable[..., int], ins: Instruction) -> Callable[[list], int]:
+    """The instruction's cost as a function of the slots, operands picked as its step picks them."""
+    inputs = ins.inputs
+    if ins.inplace is not None:
+        target = inputs[ins.inplace]
+        return lambda slots: cost(*[slots[i] for i in inputs], out=slots[target])
+    if len(inputs) == 1:
+        (a,) = inputs
+        return lambda slots: cost(slots[a])
+    if len(inputs) == 2:
+        a, b = inputs
+        return lambda slots: cost(slots[a], slots[b])
+    return lambda slots: cost(*[slots[i] for i in inputs])
 
 
 def _make_step(fn: Callable, ins: Instruction) -> Step:
@@ -293,25 +347,28 @@ class HostPlan:
             defined.difference_update(ins.free)
             self.instructions.append(ins)
             view_source = -1
+            cost = None
             if ins.op == CALL_MODULE:
                 fn = _bind_module_call(ins, field, modules)
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
+                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins)
                 if KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)
-            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs))
-        # What the run loop unpacks per instruction: (step, the single non-view output or -1, free, entry)
+            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost))
+        # What the run loop unpacks per instruction: (step, its cost or None for a backend call,
+        # the single non-view output or -1, free, entry)
         self._steps = [
-            (e.step, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e) for e in self._program
+            (e.step, e.cost, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e)
+            for e in self._program
         ]
         # Instructions that must see numpy where a run holds GPU arrays: host kernels and host-only backends
         self._host_only = [
             ins.op != CALL_MODULE or not getattr(modules[ins.attrs["module"]].backend, "accepts_device_arrays", False)
             for ins in self.instructions
         ]
-        self._device_steps: list | None = None
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
                 raise BundleError(
@@ -337,15 +394,6 @@ class HostPlan:
         finally:
             RunLimits.reset(token)
 
-    def _boundary_steps(self) -> list:
-        """``_steps`` with each host-only step converting the GPU arrays it reads, once (written back to the slot)."""
-        if self._device_steps is None:
-            self._device_steps = [
-                (_on_host(step, entry.ins), out, free, entry) if host_only else (step, out, free, entry)
-                for (step, out, free, entry), host_only in zip(self._steps, self._host_only)
-            ]
-        return self._device_steps
-
     def _execute(
         self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget, device: bool = False
     ) -> list[np.ndarray]:
@@ -355,13 +403,21 @@ class HostPlan:
         charged = [0] * self.num_slots  # bytes each slot's value holds that this run allocated
         live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
-            for index, (step, out, free, entry) in enumerate(self._boundary_steps() if device else self._steps):
+            for index, (step, cost, out, free, entry) in enumerate(self._steps):
+                if device and self._host_only[index]:
+                    _operands_on_host(slots, entry.ins)
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
-                    if device and self._host_only[index]:
-                        step = _on_host(step, entry.ins)
                 try:
-                    step(slots)
+                    # The one place every kernel's allocation meets the budget, before it is made.
+                    if cost is None:  # a backend call: its own plan runs within what is left
+                        _call_within(step, slots, ActiveBudget(limit - live, deadline))
+                    else:
+                        need = cost(slots)
+                        if live + need > limit:
+                            raise BudgetExceeded(f"it would allocate {need:,} bytes, with the live activations "
+                                                 f"({live:,} bytes) more than max_memory = {limit:,}")  # fmt: skip
+                        step(slots)
                     if out >= 0:  # one output, not a view: the common case, inline
                         size = slots[out].nbytes
                         live += size - charged[out]
@@ -398,6 +454,14 @@ class HostPlan:
         return ExecutionError(f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(error).__name__}: {error}")
 
 
+def _call_within(step: Step, slots: list, budget: ActiveBudget) -> None:
+    token = enter_budget(budget)
+    try:
+        step(slots)
+    finally:
+        RunLimits.reset(token)
+
+
 def _charge(entry: _Entry, slots: list, charged: list[int]) -> int:
     """Bytes the entry's outputs add to the live total (a view of operand 0 adds nothing)."""
     added = 0
@@ -426,19 +490,16 @@ class _Entry:
     view_source: int
     #: the slots the instruction reads
     ins: tuple[int, ...] = ()
+    #: bytes the kernel will allocate, from the slots (None: a backend call)
+    cost: Callable[[list], int] | None = None
 
 
-def _on_host(step: Step, inputs: tuple[int, ...]) -> Step:
-    """``step``, after replacing each GPU array among its operands by its host copy in the slot itself."""
-
-    def boundary(slots: list) -> None:
-        for slot in inputs:
-            value = slots[slot]
-            if type(value) is not np.ndarray and getattr(type(value), "on_device", False):
-                slots[slot] = to_host(value)
-        step(slots)
-
-    return boundary
+def _operands_on_host(slots: list, inputs: tuple[int, ...]) -> None:
+    """Replace each GPU array among an instruction's operands by its host copy, in the slot itself (once)."""
+    for slot in inputs:
+        value = slots[slot]
+        if type(value) is not np.ndarray and getattr(type(value), "on_device", False):
+            slots[slot] = to_host(value)
 
 
 class _Origins:

@@ -44,7 +44,7 @@ def expect_shape(value: Any, field: str, allow_symbols: bool) -> tuple:
     expect(value, list, field)
     if len(value) > fmt.MAX_RANK:
         raise BundleError(f"bundle field '{field}' has rank {len(value)} > {fmt.MAX_RANK}")
-    elements = 1
+    elements = extent = 1
     for i, d in enumerate(value):
         if isinstance(d, str) and allow_symbols and d:
             continue
@@ -54,8 +54,13 @@ def expect_shape(value: Any, field: str, allow_symbols: bool) -> tuple:
         if d > fmt.MAX_ELEMENTS:
             raise BundleError(f"bundle field '{field}[{i}]' = {d} is larger than {fmt.MAX_ELEMENTS}")
         elements *= d
+        extent *= max(d, 1)
     if elements > fmt.MAX_ELEMENTS:
         raise BundleError(f"bundle field '{field}' declares {elements} elements, more than {fmt.MAX_ELEMENTS}")
+    if extent > fmt.MAX_ELEMENTS:  # empty, but numpy refuses such dims ("array is too big") all the same
+        raise BundleError(
+            f"bundle field '{field}' = {value}: its non-zero dims span {extent} elements, more than {fmt.MAX_ELEMENTS}"
+        )
     return tuple(value)
 
 

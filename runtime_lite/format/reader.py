@@ -241,7 +241,10 @@ def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
                 f"bundle field '{field}' declares {dtype.name}{list(shape)} "
                 f"({count * dtype.itemsize} bytes) but its blob holds {len(blob)} bytes"
             )
-        array = np.frombuffer(blob, dtype=dtype, count=count).reshape(shape)
+        try:
+            array = np.frombuffer(blob, dtype=dtype, count=count).reshape(shape)
+        except ValueError as e:  # a shape numpy cannot represent, whatever checked it before
+            raise BundleError(f"bundle field '{field}': {dtype.name}{list(shape)}: {e}") from None
         array.flags.writeable = False
         constants.append(array)
     return constants

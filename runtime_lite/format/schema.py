@@ -127,12 +127,12 @@ class Shape(Kind):
     def quick(self, value: Any) -> Any:
         if type(value) is not list or len(value) > fmt.MAX_RANK:
             return SLOW
-        elements = 1
+        extent = 1  # the product of the non-zero dims bounds the elements too, and numpy needs it bounded
         for d in value:
             if type(d) is not int or not 0 <= d <= fmt.MAX_ELEMENTS:
                 return SLOW
-            elements *= d
-        return tuple(value) if elements <= fmt.MAX_ELEMENTS else SLOW
+            extent *= d or 1
+        return tuple(value) if extent <= fmt.MAX_ELEMENTS else SLOW
 
     def dump(self, value: Any) -> list:
         return [int(d) if not isinstance(d, str) else d for d in value]

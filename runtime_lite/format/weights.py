@@ -15,6 +15,9 @@ def view_constant(weights: memoryview | None, shape: tuple[int, ...], dtype: np.
     nbytes = count * dtype.itemsize
     if weights is None or offset < 0 or offset + nbytes > len(weights):
         raise BundleError(f"bundle field '{field}' points outside the weights payload")
-    array = np.frombuffer(weights, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+    try:
+        array = np.frombuffer(weights, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+    except ValueError as e:  # a shape numpy cannot represent, whatever checked it before
+        raise BundleError(f"bundle field '{field}': shape {list(shape)} of {dtype}: {e}") from None
     array.flags.writeable = False  # weights are shared by every run and may be the caller's own buffer
     return array

@@ -13,21 +13,57 @@ import numpy as np
 
 from runtime_lite.kernels import gemm
 from runtime_lite.kernels.bounds import bounded, clamp
+from runtime_lite.kernels.cost import like, nbytes, promoted, ufunc_cost, work_itemsize
 from runtime_lite.kernels.elementwise import check_broadcast
 from runtime_lite.kernels.registry import kernel
 
 
-@kernel("relu", inplace=(0,))
+def _leaky_relu_cost(x, *, alpha, out=None) -> int:
+    """``x * alpha`` always; outside [0, 1] a mask and a fresh ``where`` result even in place."""
+    return 2 * x.nbytes + x.size
+
+
+def _prelu_cost(x, slope) -> int:
+    size = math.prod(np.broadcast_shapes(x.shape, slope.shape))
+    return size * (1 + 2 * promoted(x, slope).itemsize + x.dtype.itemsize)
+
+
+def _elu_cost(x, *, alpha) -> int:
+    return 5 * nbytes(x.shape, work_itemsize(x)) + x.size
+
+
+def _softmax_cost(times: int):
+    """``times`` tensors the size of the input, and the per-row max and sum."""
+
+    def cost(x, *, axis) -> int:
+        rows = x.size // x.shape[axis] if x.ndim and x.shape[axis] else x.size
+        return times * nbytes(x.shape, work_itemsize(x)) + 2 * nbytes((rows,), work_itemsize(x))
+
+    return cost
+
+
+def _erf_cost(x, *_, out=None, approximate="none", **__) -> int:
+    """float32: the result and each running block's scratch; other dtypes: a dozen float64 temporaries."""
+    result = 0 if out is not None else x.nbytes
+    if approximate == "tanh":
+        return result + 8 * nbytes(x.shape, work_itemsize(x))
+    if x.dtype == np.float32:
+        copy = 0 if x.flags.c_contiguous else x.nbytes
+        return result + copy + 8 * nbytes((min(_BLOCK, x.size),), 4) * gemm.concurrent_blocks()
+    return result + 14 * nbytes(x.shape, max(8, x.dtype.itemsize))
+
+
+@kernel("relu", inplace=(0,), cost=like())
 def relu(x, *, out=None):
     return bounded(np.maximum, x, 0, out)
 
 
-@kernel("relu6", inplace=(0,))
+@kernel("relu6", inplace=(0,), cost=like())
 def relu6(x, *, out=None):
     return clamp(x, 0, 6, out)
 
 
-@kernel("leaky_relu", inplace=(0,))
+@kernel("leaky_relu", inplace=(0,), cost=_leaky_relu_cost)
 def leaky_relu(x, *, alpha, out=None):
     negative = x * np.asarray(alpha, x.dtype)
     if 0 <= alpha <= 1:  # then max(x, alpha*x) is exactly leaky relu
@@ -35,19 +71,19 @@ def leaky_relu(x, *, alpha, out=None):
     return np.where(x < 0, negative, x)
 
 
-@kernel("prelu")
+@kernel("prelu", cost=_prelu_cost)
 def prelu(x, slope):
     check_broadcast(x, slope)
     return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
 
 
-@kernel("elu")
+@kernel("elu", cost=_elu_cost)
 def elu(x, *, alpha):
     negative = np.expm1(np.minimum(x, 0)) * np.asarray(alpha, x.dtype)
     return np.where(x > 0, x, negative).astype(x.dtype, copy=False)
 
 
-@kernel("sigmoid", inplace=(0,))
+@kernel("sigmoid", inplace=(0,), cost=like())
 def sigmoid(x, *, out=None):
     # 1 / (1 + exp(-x)) overflows to inf for large -x and then rounds to exactly 0,
     # which is the right limit; errors are silenced by the executor. (Measured: in
@@ -60,30 +96,30 @@ def sigmoid(x, *, out=None):
     return np.reciprocal(y, out=y)
 
 
-@kernel("tanh", inplace=(0,))
+@kernel("tanh", inplace=(0,), cost=ufunc_cost(np.tanh))
 def tanh(x, *, out=None):
     return np.tanh(x, out=out)
 
 
-@kernel("hard_sigmoid", inplace=(0,))
+@kernel("hard_sigmoid", inplace=(0,), cost=like())
 def hard_sigmoid(x, *, alpha, beta, out=None):
     y = np.asarray(np.multiply(x, np.asarray(alpha, x.dtype), out=out))  # a 0-d x gives a scalar: make it writable
     y += np.asarray(beta, x.dtype)
     return clamp(y, 0, 1, out=y)
 
 
-@kernel("hard_swish", inplace=(0,))
+@kernel("hard_swish", inplace=(0,), cost=like(scratch=1))
 def hard_swish(x, *, out=None):
     gate = hard_sigmoid(x, alpha=1.0 / 6.0, beta=0.5)
     return np.multiply(x, gate, out=out)
 
 
-@kernel("softplus")
+@kernel("softplus", cost=like(scratch=4))
 def softplus(x):
     return (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))).astype(x.dtype, copy=False)
 
 
-@kernel("softsign")
+@kernel("softsign", cost=like(scratch=2))
 def softsign(x):
     return x / (np.ones((), x.dtype) + np.abs(x))
 
@@ -205,7 +241,7 @@ def _erf_rational32(x: np.ndarray, p_coeffs, q_coeffs, clip: float, tail: float,
     return blockwise(x, out, step)
 
 
-@kernel("erf")
+@kernel("erf", cost=_erf_cost)
 def erf(x):
     if x.dtype == np.float32:
         p, q, tail = _ERF_COEFFS
@@ -213,7 +249,7 @@ def erf(x):
     return _erf64(x).astype(x.dtype, copy=False)
 
 
-@kernel("gelu", inplace=(0,))
+@kernel("gelu", inplace=(0,), cost=_erf_cost)
 def gelu(x, *, approximate, out=None):
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + np.asarray(0.044715, x.dtype) * x * x * x)
@@ -224,7 +260,7 @@ def gelu(x, *, approximate, out=None):
     return y.astype(x.dtype, copy=False) if out is None else np.copyto(out, y, casting="same_kind") or out
 
 
-@kernel("softmax")
+@kernel("softmax", cost=_softmax_cost(1))
 def softmax(x, *, axis):
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     np.exp(y, out=y)
@@ -232,7 +268,7 @@ def softmax(x, *, axis):
     return y
 
 
-@kernel("log_softmax")
+@kernel("log_softmax", cost=_softmax_cost(2))
 def log_softmax(x, *, axis):
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     y -= np.log(np.exp(y).sum(axis=axis, keepdims=True))

@@ -37,6 +37,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels import gemm
+from runtime_lite.kernels.cost import promoted
 from runtime_lite.kernels.geometry import (
     check_conv_attrs,
     check_conv_transpose_attrs,
@@ -372,16 +373,53 @@ def _check_operands(op: str, x, w, b, groups: int, channels_per_group: int, outp
         raise ValueError(f"{op}: bias must have shape [{outputs}], got {list(b.shape)}")
 
 
-@kernel("conv1d", "conv2d", "conv3d", check=check_conv_attrs)
-def conv(x, w, b=None, *, strides, pads, dilations, groups):
+def _conv_geometry(x, w, b, strides, pads, dilations, groups) -> tuple[list[int], tuple[int, ...]]:
+    """The padded input's and the output's spatial shapes, after checking the operands and attributes."""
     _check_operands("conv", x, w, b, groups, w.shape[1] if w.ndim > 1 else 0, w.shape[0])
-    n, c = x.shape[:2]
-    o = w.shape[0]
     kernel_shape = w.shape[2:]
     nd = len(kernel_shape)
     spatial_geometry("conv", x.shape[2:], kernel_shape, strides, pads, dilations)
     padded = [x.shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
     out_shape = tuple(output_extent(padded[i], kernel_shape[i], strides[i], dilations[i]) for i in range(nd))
+    return padded, out_shape
+
+
+def _conv_cost(x, w, b=None, *, strides, pads, dilations, groups) -> int:
+    """Bounds every lowering: the padded input, three output-sized buffers over the padded extent
+    (the shifted GEMMs' product and sum, the result), and the im2col columns (the largest scratch
+    of the im2col, batch-folded, blocked and depthwise-tap paths)."""
+    padded, out_shape = _conv_geometry(x, w, b, strides, pads, dilations, groups)
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    itemsize = x.dtype.itemsize
+    k = (c // groups) * math.prod(w.shape[2:])
+    columns = n * groups * k * math.prod(out_shape) * itemsize
+    if groups == 1 and columns > BLOCKED_IM2COL_BYTES:  # built a block of output rows at a time
+        columns = max(IM2COL_BLOCK_BYTES, k * math.prod(out_shape[1:]) * itemsize)
+    elements = n * c * math.prod(padded) + 3 * n * o * max(math.prod(padded), math.prod(out_shape))
+    return elements * itemsize + columns
+
+
+def _conv_transpose_cost(x, w, b=None, *, strides, pads, dilations, output_padding, groups) -> int:
+    """The GEMM's columns (one per kernel tap and input pixel), the full output, its crop copied, the bias sum."""
+    if x.ndim < 3 or w.ndim != x.ndim or len(strides) != w.ndim - 2 or len(output_padding) != w.ndim - 2:
+        return 0  # refused by the kernel before it allocates
+    nd = w.ndim - 2
+    full = [strides[i] * (x.shape[2 + i] - 1) + dilations[i] * (w.shape[2 + i] - 1) + 1 + output_padding[i]
+            for i in range(nd)]  # fmt: skip
+    n, o = x.shape[0], w.shape[1] * max(groups, 1)
+    columns = n * w.shape[1] * math.prod(w.shape[2:]) * math.prod(x.shape[2:]) * max(groups, 1)
+    wide = promoted(x, w).itemsize
+    return (columns + 3 * n * o * math.prod(max(d, 0) for d in full)) * wide + w.nbytes + x.nbytes
+
+
+@kernel("conv1d", "conv2d", "conv3d", check=check_conv_attrs, cost=_conv_cost)
+def conv(x, w, b=None, *, strides, pads, dilations, groups):
+    padded, out_shape = _conv_geometry(x, w, b, strides, pads, dilations, groups)
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    kernel_shape = w.shape[2:]
+    nd = len(kernel_shape)
     check_allocation([n, c, *padded], x.dtype, "conv input padding")
     check_allocation([n, o, *out_shape], x.dtype, "conv output")
     if groups == c == o and nd == 2 and _taps_depthwise(out_shape, kernel_shape):
@@ -419,7 +457,13 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
     return y
 
 
-@kernel("conv_transpose1d", "conv_transpose2d", "conv_transpose3d", check=check_conv_transpose_attrs)
+@kernel(
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    check=check_conv_transpose_attrs,
+    cost=_conv_transpose_cost,
+)
 def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, groups):
     """Transposed convolution as GEMM then col2im: scatter-add one strided view per kernel tap."""
     _check_operands("conv_transpose", x, w, b, groups, w.shape[0] // max(groups, 1), w.shape[1] * groups)

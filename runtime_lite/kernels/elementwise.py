@@ -11,6 +11,7 @@ import numpy as np
 
 from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.bounds import clamp
+from runtime_lite.kernels.cost import like, nbytes, promoted, ufunc_cost, ufunc_result
 from runtime_lite.kernels.registry import kernel
 
 
@@ -73,19 +74,52 @@ def _binary(ufunc):
 
 
 for _name, _ufunc in UNARY_UFUNCS.items():
-    kernel(_name, inplace=(0,))(_unary(_ufunc))
+    kernel(_name, inplace=(0,), cost=ufunc_cost(_ufunc))(_unary(_ufunc))
 for _name, _ufunc in BINARY_UFUNCS.items():
-    kernel(_name, inplace=(0, 1))(_binary(_ufunc))
+    kernel(_name, inplace=(0, 1), cost=ufunc_cost(_ufunc))(_binary(_ufunc))
 for _name, _ufunc in COMPARISONS.items():
-    kernel(_name)(_binary(_ufunc))
+    kernel(_name, cost=ufunc_cost(_ufunc))(_binary(_ufunc))
 
 
-@kernel("reciprocal", inplace=(0,))
+def _divide_cost(a, b, *, out=None) -> int:
+    """Integers: the quotient, the remainder and the sign masks (one byte each), then the result."""
+    result = ufunc_result(np.divide if a.dtype.kind not in "iu" else np.floor_divide, a, b)
+    if a.dtype.kind in "iu":
+        return 3 * result + 4 * nbytes(np.broadcast_shapes(a.shape, b.shape), 1)
+    return 0 if out is not None else result
+
+
+def _cast_back_cost(ufunc):
+    """numpy's promoted result, then the copy cast back to operand 0's dtype (ONNX keeps it)."""
+
+    def cost(a, b, **_) -> int:
+        result = ufunc_result(ufunc, a, b)
+        back = nbytes(np.broadcast_shapes(a.shape, b.shape), a.dtype)
+        return result + (back if promoted(a, b) != a.dtype else 0)
+
+    return cost
+
+
+def _where_cost(condition, x, y) -> int:
+    shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
+    return nbytes(shape, promoted(x, y))
+
+
+def _reciprocal_cost(x, *, out=None) -> int:
+    return 0 if out is not None else ufunc_result(np.divide, x, x)
+
+
+def _power_cost(base, exponent) -> int:
+    """The exponent cast to the base's dtype (integers), the power, and the cast back."""
+    return _cast_back_cost(np.power)(base, exponent) + nbytes(exponent.shape, base.dtype)
+
+
+@kernel("reciprocal", inplace=(0,), cost=_reciprocal_cost)
 def reciprocal(x, *, out=None):
     return np.divide(np.ones((), x.dtype), x, out=out)
 
 
-@kernel("divide", inplace=(0, 1))
+@kernel("divide", inplace=(0, 1), cost=_divide_cost)
 def divide(a, b, *, out=None):
     if a.dtype.kind in "iu":
         # ONNX integer division truncates toward zero (C semantics), numpy floors.
@@ -98,38 +132,38 @@ def divide(a, b, *, out=None):
     return np.divide(a, b, out=out)
 
 
-@kernel("mod")
+@kernel("mod", cost=_cast_back_cost(np.fmod))
 def mod(a, b, *, fmod):
     return (np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype, copy=False)
 
 
-@kernel("power")
+@kernel("power", cost=_power_cost)
 def power(base, exponent):
     if base.dtype.kind in "iu" and exponent.dtype.kind in "iu":
         return np.power(base, exponent.astype(base.dtype, copy=False))
     return np.power(base, exponent).astype(base.dtype, copy=False)
 
 
-@kernel("where")
+@kernel("where", cost=_where_cost)
 def where(condition, x, y):
     if not condition.shape == x.shape == y.shape:
         check_broadcast(condition, x, y)
     return np.where(condition, x, y)
 
 
-@kernel("clip", inplace=(0,))
+@kernel("clip", inplace=(0,), cost=like())
 def clip(x, *, min, max, out=None):  # noqa: A002 - ONNX's attribute names
     if min is None and max is None:
         return x  # in place, ``out`` is ``x`` itself
     return clamp(x, min, max, out)
 
 
-@kernel("cast")
+@kernel("cast", cost=lambda x, *, to: nbytes(x.shape, to))
 def cast(x, *, to):
     return x.astype(to)
 
 
-@kernel("copy")
+@kernel("copy", cost=like())
 def copy(x):
     """Materialise a fresh array (used where an output must not alias an input)."""
     return np.array(x, copy=True)

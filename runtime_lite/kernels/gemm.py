@@ -196,6 +196,12 @@ def policy() -> gemm_policy.Policy | None:
     return host.policy if host is not None else None
 
 
+def concurrent_blocks() -> int:
+    """How many blocks ``run_blocks`` may run at once (for costs: each holds its own scratch)."""
+    host = _pool()
+    return 1 if host is None else host.blas.threads
+
+
 def run_blocks(blocks: list[Callable[[], None]]) -> None:
     """Run independent blocks of work (numpy calls that release the GIL) on the caller and the pool.
 

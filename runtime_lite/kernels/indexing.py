@@ -10,9 +10,49 @@ outside the output). Every kernel here returns a fresh array.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
+
+#: Bytes per index that ``checked_indices`` and numpy's fancy indexing allocate: int64 copies,
+#: the wrapped indices, the out-of-range mask and its parts, numpy's own intp arrays.
+INDEX_SCRATCH = 8 * 5 + 4
+
+
+def _gather_nd_cost(data, indices, *, batch_dims) -> int:
+    if indices.ndim < 1 or not 0 <= batch_dims < indices.ndim or batch_dims + indices.shape[-1] > data.ndim:
+        return 0  # refused by the kernel before it allocates
+    rows = math.prod(indices.shape[:-1])
+    row = nbytes(data.shape[batch_dims + indices.shape[-1] :], data.dtype)
+    return indices.size * INDEX_SCRATCH + rows * (8 + 2 * row)
+
+
+def _scatter_cost(data, indices, updates, **_) -> int:
+    """The copy of ``data`` written into, the checked indices, numpy's index arrays and a reshaped updates."""
+    return data.nbytes + indices.size * INDEX_SCRATCH + updates.nbytes
+
+
+def _cumsum_cost(x, *, axis, exclusive, reverse) -> int:
+    return 3 * x.nbytes
+
+
+def _trilu_cost(x, *, upper, k) -> int:
+    """The result and numpy's mask over the last two axes."""
+    return x.nbytes + (nbytes(x.shape[-2:], 1) if x.ndim >= 2 else 0)
+
+
+def _topk_cost(x, *, k, axis, largest, sorted) -> int:  # noqa: A002
+    """Two int64 orders over the whole input (argsort and its flip), then k per row: indices and values."""
+    if not -x.ndim <= axis < max(x.ndim, 1) or not x.ndim:
+        return 0  # refused by the kernel before it allocates
+    size = x.shape[axis]
+    chosen = k if isinstance(k, int) and 0 <= k <= size else size
+    rows = x.size // size if size else 0
+    return 3 * nbytes(x.shape, 8) + rows * chosen * (3 * 8 + x.dtype.itemsize)
+
 
 #: ONNX scatter reductions -> the numpy ufunc whose ``.at`` applies them unbuffered.
 SCATTER_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -45,7 +85,7 @@ def _index_depth(data: np.ndarray, indices: np.ndarray, batch_dims: int, op: str
     return depth
 
 
-@kernel("gather_nd")
+@kernel("gather_nd", cost=_gather_nd_cost)
 def gather_nd(data, indices, *, batch_dims):
     """ONNX GatherND: each row of ``indices``' last axis addresses a slice of ``data`` (after the batch axes)."""
     depth = _index_depth(data, indices, batch_dims, "gather_nd")
@@ -68,7 +108,7 @@ def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str)
     return out
 
 
-@kernel("scatter_nd")
+@kernel("scatter_nd", cost=_scatter_cost)
 def scatter_nd(data, indices, updates, *, reduction):
     """ONNX ScatterND: a copy of ``data`` with the slices ``indices`` addresses replaced (or reduced) by ``updates``."""
     depth = _index_depth(data, indices, 0, "scatter_nd")
@@ -80,7 +120,7 @@ def scatter_nd(data, indices, updates, *, reduction):
     return _scatter(np.array(data, copy=True), index, updates.reshape((-1,) + data.shape[depth:]), reduction)
 
 
-@kernel("scatter_elements")
+@kernel("scatter_elements", cost=_scatter_cost)
 def scatter_elements(data, indices, updates, *, axis, reduction):
     """ONNX ScatterElements: ``out[..., indices[i, j, ...], ...] = updates[i, j, ...]`` along ``axis``."""
     if not data.ndim == indices.ndim == updates.ndim or indices.shape != updates.shape:
@@ -101,7 +141,7 @@ def scatter_elements(data, indices, updates, *, axis, reduction):
     return _scatter(np.array(data, copy=True), tuple(index), updates, reduction)
 
 
-@kernel("cumsum")
+@kernel("cumsum", cost=_cumsum_cost)
 def cumsum(x, *, axis, exclusive, reverse):
     """ONNX CumSum in the input's dtype; ``exclusive`` shifts by one so each sum leaves out its own element."""
     if reverse:
@@ -117,7 +157,7 @@ def cumsum(x, *, axis, exclusive, reverse):
     return np.ascontiguousarray(np.flip(total, axis)) if reverse else total
 
 
-@kernel("trilu")
+@kernel("trilu", cost=_trilu_cost)
 def trilu(x, *, upper, k):
     """ONNX Trilu: keep the upper (or lower) triangle of the last two axes from diagonal ``k``, zero the rest."""
     if x.ndim < 2:
@@ -125,7 +165,7 @@ def trilu(x, *, upper, k):
     return np.triu(x, int(k)) if upper else np.tril(x, int(k))
 
 
-@kernel("topk")
+@kernel("topk", cost=_topk_cost, outputs=2)
 def topk(x, *, k, axis, largest, sorted):  # noqa: A002 - ONNX's attribute name
     """ONNX TopK: the ``k`` largest (or smallest) along ``axis`` and their int64 indices.
 

@@ -29,9 +29,9 @@ import math
 
 import numpy as np
 
-from runtime_lite.kernels.conv import conv
+from runtime_lite.kernels.conv import _conv_cost, _conv_geometry, conv
 from runtime_lite.kernels.geometry import check_conv_attrs
-from runtime_lite.kernels.linalg import dense
+from runtime_lite.kernels.linalg import _dense_cost, dense
 from runtime_lite.kernels.registry import kernel
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -85,7 +85,36 @@ def _check_int8_conv_attrs(attrs: dict) -> None:
     _check_activation(attrs["act_min"], attrs["act_max"])
 
 
-@kernel("int8_conv", check=_check_int8_conv_attrs)
+def _widened(array: np.ndarray, dtype: type[np.floating]) -> np.ndarray:
+    """A stand-in of ``array.astype(dtype)`` for the float kernels' costs: its shape and dtype, no memory."""
+    return np.broadcast_to(np.zeros((), dtype), array.shape)
+
+
+#: Output-sized int64/float64 temporaries of ``_accumulate`` and ``requantize`` (rint, the int64 sum,
+#: the product, its magnitude, the signed result, the clip), counted without reuse.
+_REQUANTIZE_TEMPORARIES = 8
+
+
+def _int8_conv_cost(x, w, bias, multiplier, shift, *, strides, pads, dilations, groups, act_min, act_max) -> int:
+    """The widened operands, the float convolution's own cost, and the requantization's temporaries."""
+    wide = exact_float(math.prod(w.shape[1:]))
+    xw, ww = _widened(x, wide), _widened(w, wide)
+    _, out_shape = _conv_geometry(xw, ww, None, strides, pads, dilations, groups)
+    outputs = x.shape[0] * w.shape[0] * math.prod(out_shape)
+    return xw.nbytes + ww.nbytes + _conv_cost(xw, ww, strides=strides, pads=pads, dilations=dilations, groups=groups) \
+        + _REQUANTIZE_TEMPORARIES * 8 * outputs  # fmt: skip
+
+
+def _int8_dense_cost(x, w, bias, multiplier, shift, *, act_min, act_max) -> int:
+    if w.ndim != 2 or x.ndim < 1:
+        return 0  # refused by the kernel before it allocates
+    wide = exact_float(w.shape[1])
+    xw, ww = _widened(x, wide), _widened(w, wide)
+    outputs = math.prod(x.shape[:-1]) * w.shape[0]
+    return xw.nbytes + ww.nbytes + _dense_cost(xw, ww) + _REQUANTIZE_TEMPORARIES * 8 * outputs
+
+
+@kernel("int8_conv", check=_check_int8_conv_attrs, cost=_int8_conv_cost)
 def int8_conv(x, w, bias, multiplier, shift, *, strides, pads, dilations, groups, act_min, act_max):
     """A convolution (any spatial rank, grouped or depthwise) of int8 operands, int32 accumulation, int8 out."""
     _check_int8("int8_conv", x=x, w=w)
@@ -101,7 +130,7 @@ def _check_int8_dense_attrs(attrs: dict) -> None:
     _check_activation(attrs["act_min"], attrs["act_max"])
 
 
-@kernel("int8_dense", check=_check_int8_dense_attrs)
+@kernel("int8_dense", check=_check_int8_dense_attrs, cost=_int8_dense_cost)
 def int8_dense(x, w, bias, multiplier, shift, *, act_min, act_max):
     """``x @ w.T`` of int8 operands (w laid out (units, in), as ``dense``), int32 accumulation, int8 out."""
     _check_int8("int8_dense", x=x, w=w)

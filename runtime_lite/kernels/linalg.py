@@ -6,7 +6,29 @@ import numpy as np
 
 from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels import gemm
+from runtime_lite.kernels.cost import nbytes, promoted
 from runtime_lite.kernels.registry import kernel
+
+
+def _copies(a: np.ndarray, b: np.ndarray) -> int:
+    """Operands BLAS cannot read in place: non-contiguous ones, and both when numpy must cast one."""
+    if a.dtype != b.dtype:
+        wide = promoted(a, b)
+        return nbytes(a.shape, wide) + nbytes(b.shape, wide)
+    return sum(x.nbytes for x in (a, b) if not (x.flags.c_contiguous or x.flags.f_contiguous))
+
+
+def _matmul_cost(a, b) -> int:
+    """The product, and the operand copies BLAS needs."""
+    return nbytes(matmul_shape(a.shape, b.shape), promoted(a, b)) + _copies(a, b)
+
+
+def _dense_cost(x, w, b=None) -> int:
+    if x.ndim < 1 or w.ndim != 2:
+        return 0  # refused by the kernel before it allocates
+    out = x.shape[:-1] + w.shape[:1]
+    bias = nbytes(out, promoted(x, w, b)) if b is not None and promoted(x, w, b) != promoted(x, w) else 0
+    return nbytes(out, promoted(x, w)) + _copies(x, w) + bias
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -35,13 +57,13 @@ def rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gemm.matmul(rows, b).reshape(a.shape[:-1] + b.shape[1:])
 
 
-@kernel("matmul")
+@kernel("matmul", cost=_matmul_cost)
 def matmul(a, b):
     check_allocation(matmul_shape(a.shape, b.shape), a.dtype, "matmul output")
     return rows_matmul(a, b)
 
 
-@kernel("dense")
+@kernel("dense", cost=_dense_cost)
 def dense(x, w, b=None):
     """``x @ w.T + b`` with ``w`` laid out (units, in_features), as TVM's nn.dense.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_lite.kernels.cost import like, nbytes, ufunc_cost
 from runtime_lite.kernels.registry import kernel
 
 BITWISE_UFUNCS = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
@@ -23,20 +24,20 @@ def _bitwise(ufunc):
 
 
 for _name, _ufunc in BITWISE_UFUNCS.items():
-    kernel(_name, inplace=(0, 1))(_bitwise(_ufunc))
+    kernel(_name, inplace=(0, 1), cost=ufunc_cost(_ufunc))(_bitwise(_ufunc))
 
 
-@kernel("bitwise_not", inplace=(0,))
+@kernel("bitwise_not", inplace=(0,), cost=ufunc_cost(np.invert))
 def bitwise_not(x, *, out=None):
     return np.invert(x, out=out)
 
 
-@kernel("isnan")
+@kernel("isnan", cost=like(dtype=bool))
 def isnan(x):
     return np.isnan(x)
 
 
-@kernel("isinf")
+@kernel("isinf", cost=lambda x, **_: nbytes(x.shape, bool))
 def isinf(x, *, detect_positive, detect_negative):
     if detect_positive and detect_negative:
         return np.isinf(x)

@@ -7,8 +7,24 @@ import math
 import numpy as np
 
 from runtime_lite.errors import describe
+from runtime_lite.kernels.cost import like, nbytes, work_itemsize
 from runtime_lite.kernels.elementwise import check_broadcast
 from runtime_lite.kernels.registry import kernel
+
+
+def _layer_norm_cost(x, scale, bias=None, *, axis, epsilon) -> int:
+    """A float32 (or wider) copy, the centred rows, a broadcast product, the result cast back."""
+    shape = np.broadcast_shapes(x.shape, *(p.shape for p in (scale, bias) if p is not None))
+    wide = max(4, x.dtype.itemsize)
+    return 3 * nbytes(shape, wide) + nbytes(shape, x.dtype)
+
+
+def _lrn_cost(x, *, size, alpha, beta, bias) -> int:
+    """Squares, the channel-padded squares (``size - 1`` more channels), the window sum, the denominator."""
+    if x.ndim < 2:
+        return 0  # refused by the kernel before it allocates
+    padded = x.shape[:1] + (x.shape[1] + size - 1,) + x.shape[2:]
+    return 5 * nbytes(x.shape, work_itemsize(x)) + nbytes(padded, x.dtype)
 
 
 def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:
@@ -19,7 +35,7 @@ def check_channel_params(op: str, x: np.ndarray, *params: np.ndarray) -> None:
             raise ValueError(f"{op}: parameters must have shape [C] for input {list(x.shape)}, got {list(p.shape)}")
 
 
-@kernel("batch_norm", inplace=(0,))
+@kernel("batch_norm", inplace=(0,), cost=like())
 def batch_norm(x, scale, bias, mean, var, *, epsilon, out=None):
     """Per-channel affine ``x * s + t`` with ``s = scale / sqrt(var + eps)``, channels on axis 1."""
     check_channel_params("batch_norm", x, scale, bias, mean, var)
@@ -31,7 +47,7 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon, out=None):
     return y
 
 
-@kernel("layer_norm")
+@kernel("layer_norm", cost=_layer_norm_cost)
 def layer_norm(x, scale, bias=None, *, axis, epsilon):
     """ONNX LayerNormalization: normalise over axes [axis, rank), statistics in float32 or wider.
 
@@ -59,7 +75,12 @@ def layer_norm(x, scale, bias=None, *, axis, epsilon):
     return y.astype(x.dtype, copy=False)
 
 
-@kernel("instance_norm")
+def _instance_norm_cost(x, scale, bias, *, epsilon) -> int:
+    """Up to six input-sized temporaries, in float64 when the input is not float."""
+    return 6 * nbytes(x.shape, x.dtype.itemsize if x.dtype.kind == "f" else 8)
+
+
+@kernel("instance_norm", cost=_instance_norm_cost)
 def instance_norm(x, scale, bias, *, epsilon):
     check_channel_params("instance_norm", x, scale, bias)
     axes = tuple(range(2, x.ndim))
@@ -76,7 +97,7 @@ def _check_lrn_attrs(attrs: dict) -> None:
         raise ValueError(f"attribute size must be an integer in [1, 65536], got {describe(size)}")
 
 
-@kernel("lrn", check=_check_lrn_attrs)
+@kernel("lrn", check=_check_lrn_attrs, cost=_lrn_cost)
 def lrn(x, *, size, alpha, beta, bias):
     """Local response normalisation across channels, window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
     if x.ndim < 2:

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.geometry import check_pool_attrs, spatial_geometry
 from runtime_lite.kernels.registry import kernel
 
@@ -56,6 +57,16 @@ def _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode):
     check_allocation(x.shape[:2] + out_shape, x.dtype, "pool output")
     check_allocation([in_shape[i] + pads[i] + ends[i] for i in range(nd)], x.dtype, "pool padded plane")
     return out_shape, [(pads[i], ends[i]) for i in range(nd)]
+
+
+def _pool_cost(x, *, kernel_shape, strides, pads, dilations, ceil_mode, count_include_pad=0) -> int:
+    """The result, the padded block and its two scratch buffers, a copy of a strided input, the divisor."""
+    out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
+    n, c = x.shape[:2]
+    plane = nbytes([size + lo + hi for size, (lo, hi) in zip(x.shape[2:], widths)], x.dtype)
+    per_block = max(1, min(n * c, POOL_BLOCK_BYTES // max(1, plane)))
+    copy = 0 if x.flags.c_contiguous else x.nbytes
+    return nbytes(x.shape[:2] + out_shape, x.dtype) + 3 * per_block * plane + copy + 2 * nbytes(out_shape, 8)
 
 
 def window_reduce(x, combine, fill, kernel_shape, strides, dilations, out_shape, widths) -> np.ndarray:
@@ -106,7 +117,7 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-@kernel("max_pool1d", "max_pool2d", "max_pool3d", check=check_pool_attrs)
+@kernel("max_pool1d", "max_pool2d", "max_pool3d", check=check_pool_attrs, cost=_pool_cost)
 def max_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode):
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)
     return window_reduce(x, np.maximum, _lowest(x.dtype), kernel_shape, strides, dilations, out_shape, widths)
@@ -135,7 +146,7 @@ def _avg_divisor(in_shape, out_shape, kernel_shape, strides, pads, dilations, co
     return divisor
 
 
-@kernel("avg_pool1d", "avg_pool2d", "avg_pool3d", check=check_pool_attrs)
+@kernel("avg_pool1d", "avg_pool2d", "avg_pool3d", check=check_pool_attrs, cost=_pool_cost)
 def avg_pool(x, *, kernel_shape, strides, pads, dilations, ceil_mode, count_include_pad):
     in_shape = x.shape[2:]
     out_shape, widths = _pool_geometry(x, kernel_shape, strides, pads, dilations, ceil_mode)

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_lite.kernels.cost import nbytes, promoted
 from runtime_lite.kernels.registry import kernel
+
+
+def _quantize_cost(x, scale, zero_point=None, *, axis, dtype) -> int:
+    """``x / scale`` (promoted), its rounding, the clip, and the result in ``dtype``."""
+    wide = max(promoted(x, scale).itemsize, x.dtype.itemsize)
+    return 3 * nbytes(x.shape, wide) + nbytes(x.shape, np.dtype(dtype))
+
+
+def _dequantize_cost(x, scale, zero_point=None, *, axis) -> int:
+    """The widened integers, their product with the scale (numpy promotes int32 * float32 to float64), the result."""
+    wide = np.dtype(np.int32 if x.dtype.itemsize < 4 else np.int64)
+    product = np.result_type(wide, scale.dtype)
+    return nbytes(x.shape, wide) + nbytes(x.shape, product) + nbytes(x.shape, scale.dtype)
 
 
 def _along(param: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -18,7 +32,7 @@ def _along(param: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:
     return param.reshape(along)
 
 
-@kernel("quantize")
+@kernel("quantize", cost=_quantize_cost)
 def quantize(x, scale, zero_point=None, *, axis, dtype):
     """y = saturate(round_half_even(x / scale) + zero_point)."""
     info = np.iinfo(dtype)
@@ -28,7 +42,7 @@ def quantize(x, scale, zero_point=None, *, axis, dtype):
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
-@kernel("dequantize")
+@kernel("dequantize", cost=_dequantize_cost)
 def dequantize(x, scale, zero_point=None, *, axis):
     """y = (x - zero_point) * scale, in the scale's float type."""
     wide = x.astype(np.int32 if x.dtype.itemsize < 4 else np.int64)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
 
 
@@ -15,6 +18,23 @@ def _extreme(dtype: np.dtype, largest: bool):
         return -np.inf if largest else np.inf
     info = np.iinfo(dtype)
     return info.min if largest else info.max
+
+
+def _reduction_cost(x, *, axes, keepdims) -> int:
+    """The result and its cast back, at most 8 bytes each per element kept (numpy's own buffers are fixed-size)."""
+    kept = 1
+    if axes is not None:
+        reduced = {a % x.ndim for a in axes if isinstance(a, int) and x.ndim and -x.ndim <= a < x.ndim}
+        kept = math.prod(d for i, d in enumerate(x.shape) if i not in reduced)
+    return 2 * nbytes((kept,), max(8, x.dtype.itemsize))
+
+
+def _arg_reduce_cost(x, *, axis, keepdims, select_last_index) -> int:
+    """numpy's index array and its int64 copy, both one per input element outside ``axis``."""
+    if not -x.ndim <= axis < max(x.ndim, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {x.ndim}")
+    outer = x.size // x.shape[axis] if x.ndim and x.shape[axis] else x.size
+    return 2 * nbytes((outer,), 8)
 
 
 def _reduction(reduce):
@@ -35,7 +55,7 @@ for _name, _reduce in {
     "reduce_min": np.min,
     "reduce_prod": np.prod,
 }.items():
-    kernel(_name)(_reduction(_reduce))
+    kernel(_name, cost=_reduction_cost)(_reduction(_reduce))
 
 
 def _arg_reduce(find):
@@ -52,5 +72,5 @@ def _arg_reduce(find):
     return run
 
 
-kernel("argmax")(_arg_reduce(np.argmax))
-kernel("argmin")(_arg_reduce(np.argmin))
+kernel("argmax", cost=_arg_reduce_cost)(_arg_reduce(np.argmax))
+kernel("argmin", cost=_arg_reduce_cost)(_arg_reduce(np.argmin))

@@ -11,6 +11,7 @@ import numpy as np
 
 from runtime_lite.errors import describe
 from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
@@ -91,7 +92,21 @@ def _check_resize_attrs(attrs: dict) -> None:
         raise ValueError(f"attribute sizes must be non-negative integers, got {describe(sizes)}")
 
 
-@kernel("resize", check=_check_resize_attrs)
+def _resize_cost(x, *, mode, scales, sizes, coordinate_transformation_mode, nearest_mode) -> int:
+    """Per resized axis: its coordinates, and for linear two gathers, their blend and the cast back (wide)."""
+    if len(scales if sizes is None else sizes) != x.ndim:
+        return 0  # refused by the kernel before it allocates
+    if sizes is None:
+        sizes = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+    wide = max(x.dtype.itemsize, 8 if x.dtype.kind != "f" else 0)
+    shape, total = list(x.shape), 0
+    for axis, out_size in enumerate(sizes):
+        shape[axis] = out_size
+        total += 6 * nbytes(shape, wide) + 6 * nbytes([out_size], 8)
+    return total
+
+
+@kernel("resize", check=_check_resize_attrs, cost=_resize_cost)
 def resize(
     x,
     *,

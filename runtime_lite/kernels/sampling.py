@@ -13,6 +13,7 @@ import numpy as np
 
 from runtime_lite.errors import describe
 from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
 
 
@@ -63,7 +64,15 @@ def _check_grid_sample(attrs: dict) -> None:
         )
 
 
-@kernel("grid_sample", check=_check_grid_sample)
+def _grid_sample_cost(x, grid, *, mode, padding_mode, align_corners) -> int:
+    """Per sampled point: the four taps and their weighted sum (output-sized, float64 at worst), and the
+    grid's coordinates, indices and weights (a dozen arrays of the grid's size)."""
+    points = grid.size // 2 if grid.ndim == 4 else grid.size
+    out = nbytes((x.shape[0] * x.shape[1] if x.ndim >= 2 else 1, points), 8)
+    return 6 * out + 12 * nbytes((points,), 8)
+
+
+@kernel("grid_sample", check=_check_grid_sample, cost=_grid_sample_cost)
 def grid_sample(x, grid, *, mode, padding_mode, align_corners):
     n, c, h, w = x.shape
     if grid.ndim != 4 or grid.shape[0] != n or grid.shape[3] != 2:

@@ -12,15 +12,32 @@ import numpy as np
 
 from runtime_lite.errors import describe
 from runtime_lite.execution.limits import check_allocation
+from runtime_lite.kernels.cost import always_view, nbytes, promoted, views
 from runtime_lite.kernels.registry import kernel
+
+#: A shape tensor holds one entry per axis: more than a bundle's rank limit (32) is not a shape.
+MAX_SHAPE_ENTRIES = 32
 
 
 def _dims(values, what: str) -> tuple[int, ...]:
-    """Integer dims from an attribute or a shape tensor, refusing anything else."""
+    """Integer dims from an attribute or a shape tensor, refusing anything else.
+
+    The entry count is checked first: converting a 6 M-element "shape" would allocate
+    hundreds of MB of Python ints before any budget could refuse it.
+    """
+    if np.size(values) > MAX_SHAPE_ENTRIES:
+        raise ValueError(f"{what}: a shape of {np.size(values)} entries (more than {MAX_SHAPE_ENTRIES} axes)")
     dims = tuple(int(d) for d in np.asarray(values, dtype=np.int64).reshape(-1))
     if any(d < 0 for d in dims):
         raise ValueError(f"{what}: negative dim in {list(dims)}")
     return dims
+
+
+def _signed_dims(values, what: str) -> tuple[int, ...]:
+    """A reshape target (0 and -1 allowed), its entry count checked before any conversion."""
+    if np.size(values) > MAX_SHAPE_ENTRIES:
+        raise ValueError(f"{what}: a shape of {np.size(values)} entries (more than {MAX_SHAPE_ENTRIES} axes)")
+    return tuple(int(d) for d in np.asarray(values).reshape(-1))
 
 
 def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
@@ -38,14 +55,64 @@ def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
     return tuple(dims)
 
 
-@kernel("reshape", view=True)
+def _expand_cost(x, target=None, *, shape) -> int:
+    return nbytes(np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand")), x.dtype)
+
+
+def _tile_cost(x, *, repeats) -> int:
+    """np.tile repeats one axis at a time: its last intermediate is as large as the result."""
+    repeats = _dims(repeats, "tile")
+    if len(repeats) != x.ndim:
+        return 0  # refused by the kernel before it allocates
+    return 2 * nbytes([d * r for d, r in zip(x.shape, repeats)], x.dtype)
+
+
+def _concat_cost(*xs, axis) -> int:
+    return sum(x.size for x in xs) * promoted(*xs).itemsize if xs else 0
+
+
+def _pad_cost(x, *, pads, mode, value) -> int:
+    rank = x.ndim
+    if len(pads) != 2 * rank or not all(isinstance(p, int) and not isinstance(p, bool) for p in pads):
+        return 0  # refused by the kernel before it allocates
+    return nbytes([max(d + b + e, 0) for d, b, e in zip(x.shape, pads[:rank], pads[rank:])], x.dtype)
+
+
+def _gather_cost(data, indices, *, axis) -> int:
+    """The result, and numpy's int64 (intp) copy of the indices."""
+    if data.ndim and -data.ndim <= axis < data.ndim:
+        axis %= data.ndim
+        out = nbytes(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)
+    else:
+        out = nbytes(indices.shape, data.dtype)
+    return out + nbytes(indices.shape, 8)
+
+
+def _gather_elements_cost(data, indices, *, axis) -> int:
+    """A mask, two int64 index arrays, numpy's own index arrays, and the result (indices-shaped)."""
+    return nbytes(indices.shape, 1 + 8 * 4 + data.dtype.itemsize)
+
+
+def _constant_of_shape_cost(target, *, value, dtype) -> int:
+    return nbytes(_dims(target, "constant_of_shape"), np.dtype(dtype))
+
+
+def _range_cost(start, limit, delta) -> int:
+    dtype = np.result_type(start, limit, delta)
+    if delta == 0:
+        return 0  # refused by the kernel before it allocates
+    count = max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+    return nbytes([count], dtype)
+
+
+@kernel("reshape", view=True, cost=views)
 def reshape(x, target=None, *, shape, allowzero):
     if target is not None:
-        shape = target.tolist()
+        shape = list(_signed_dims(target, "reshape"))
     return x.reshape(resolve_reshape(x.shape, shape, allowzero))
 
 
-@kernel("flatten", view=True)
+@kernel("flatten", view=True, cost=views)
 def flatten(x, *, axis):
     axis %= x.ndim if x.ndim else 1
     lead = 1
@@ -54,22 +121,22 @@ def flatten(x, *, axis):
     return x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[axis:])))
 
 
-@kernel("transpose", view=True)
+@kernel("transpose", view=True, cost=always_view)
 def transpose(x, *, perm):
     return np.transpose(x, perm)
 
 
-@kernel("squeeze", view=True)
+@kernel("squeeze", view=True, cost=always_view)
 def squeeze(x, *, axes):
     return np.squeeze(x, axis=None if axes is None else tuple(axes))
 
 
-@kernel("unsqueeze", view=True)
+@kernel("unsqueeze", view=True, cost=always_view)
 def unsqueeze(x, *, axes):
     return np.expand_dims(x, tuple(axes))
 
 
-@kernel("expand")
+@kernel("expand", cost=_expand_cost)
 def expand(x, target=None, *, shape):
     """ONNX Expand broadcasts both ways; the result is copied so it is writable and owned."""
     out = np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand"))
@@ -77,7 +144,7 @@ def expand(x, target=None, *, shape):
     return np.array(np.broadcast_to(x, out))
 
 
-@kernel("tile")
+@kernel("tile", cost=_tile_cost)
 def tile(x, *, repeats):
     repeats = _dims(repeats, "tile")
     if len(repeats) != x.ndim:
@@ -86,12 +153,12 @@ def tile(x, *, repeats):
     return np.tile(x, repeats)
 
 
-@kernel("concat")
+@kernel("concat", cost=_concat_cost)
 def concat(*xs, axis):
     return np.concatenate(xs, axis=axis)
 
 
-@kernel("split", view=True)
+@kernel("split", view=True, cost=always_view, outputs=lambda attrs: max(1, len(attrs["sizes"])))
 def split(x, *, axis, sizes):
     bounds = np.cumsum(sizes)[:-1]
     return tuple(np.split(x, bounds, axis=axis))
@@ -112,7 +179,7 @@ def onnx_slice(dim: int, start: int, end: int, step: int) -> slice:
     return slice(start, None if end < 0 else end, step)
 
 
-@kernel("slice", view=True)
+@kernel("slice", view=True, cost=always_view)
 def slice_(x, *, starts, ends, axes, steps):
     index = [slice(None)] * x.ndim
     for start, end, axis, step in zip(starts, ends, axes, steps):
@@ -120,7 +187,7 @@ def slice_(x, *, starts, ends, axes, steps):
     return x[tuple(index)]
 
 
-@kernel("dynamic_slice", view=True)
+@kernel("dynamic_slice", view=True, cost=always_view)
 def dynamic_slice(x, starts, ends, *, axes, steps):
     """ONNX Slice whose bounds are computed at run time (``x[:, :seq]`` with a symbolic seq)."""
     starts, ends = np.asarray(starts).reshape(-1), np.asarray(ends).reshape(-1)
@@ -129,7 +196,7 @@ def dynamic_slice(x, starts, ends, *, axes, steps):
     return slice_(x, starts=[int(v) for v in starts], ends=[int(v) for v in ends], axes=axes, steps=steps)
 
 
-@kernel("pad")
+@kernel("pad", cost=_pad_cost)
 def pad(x, *, pads, mode, value):
     """ONNX Pad over every axis; negative pads crop."""
     rank = x.ndim
@@ -148,7 +215,7 @@ def pad(x, *, pads, mode, value):
     return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
 
 
-@kernel("gather")
+@kernel("gather", cost=_gather_cost)
 def gather(data, indices, *, axis):
     if data.ndim:
         axis = axis % data.ndim if -data.ndim <= axis < data.ndim else axis  # np.take rejects the rest
@@ -156,25 +223,25 @@ def gather(data, indices, *, axis):
     return np.take(data, indices, axis=axis)
 
 
-@kernel("gather_elements")
+@kernel("gather_elements", cost=_gather_elements_cost)
 def gather_elements(data, indices, *, axis):
     indices = np.where(indices < 0, indices + data.shape[axis], indices)
     return np.take_along_axis(data, indices, axis=axis)
 
 
-@kernel("shape")
+@kernel("shape", cost=lambda x, **_: 8 * x.ndim)
 def shape(x, *, start, end):
     return np.array(x.shape[start:end], dtype=np.int64)
 
 
-@kernel("constant_of_shape")
+@kernel("constant_of_shape", cost=_constant_of_shape_cost)
 def constant_of_shape(target, *, value, dtype):
     shape = _dims(target, "constant_of_shape")
     check_allocation(shape, np.dtype(dtype), "constant_of_shape output")
     return np.full(shape, value, dtype=dtype)
 
 
-@kernel("range")
+@kernel("range", cost=_range_cost)
 def range_(start, limit, delta):
     dtype = np.result_type(start, limit, delta)
     if delta == 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_lite.errors import describe
+from runtime_lite.kernels.cost import broadcast_shape, nbytes, ufunc_cost
 from runtime_lite.kernels.elementwise import check_broadcast
 from runtime_lite.kernels.registry import kernel
 
@@ -40,10 +41,10 @@ def _unary(ufunc):
 
 
 for _name, _ufunc in UFUNCS.items():
-    kernel(_name, inplace=(0,))(_unary(_ufunc))
+    kernel(_name, inplace=(0,), cost=ufunc_cost(_ufunc))(_unary(_ufunc))
 
 
-@kernel("atan2", inplace=(0, 1))
+@kernel("atan2", inplace=(0, 1), cost=ufunc_cost(np.arctan2))
 def atan2(a, b, *, out=None):
     if a.shape != b.shape and out is None:
         check_broadcast(a, b)
@@ -55,7 +56,12 @@ def _check_direction(attrs: dict) -> None:
         raise ValueError(f"attribute direction must be LEFT or RIGHT, got {describe(attrs.get('direction'))}")
 
 
-@kernel("bit_shift", check=_check_direction)
+def _bit_shift_cost(a, b, *, direction) -> int:
+    """The mask, the clamped shift, the shifted values and the result: four of the broadcast shape."""
+    return 4 * nbytes(broadcast_shape(a, b), max(a.dtype.itemsize, b.dtype.itemsize))
+
+
+@kernel("bit_shift", check=_check_direction, cost=_bit_shift_cost)
 def bit_shift(a, b, *, direction):
     """ONNX BitShift: bits shifted out are lost; a shift past the width gives 0, or the sign for a signed right shift."""
     check_broadcast(a, b)

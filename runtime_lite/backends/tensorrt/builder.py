@@ -10,17 +10,15 @@ kept beside the engine cache so later builds are faster.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache, engine_key
 from runtime_lite.backends.tensorrt.gpu import probe
 from runtime_lite.backends.tensorrt.lean import can_build
 from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
-from runtime_lite.files import atomic_write
 
 
 class EngineBuildError(RuntimeError):
@@ -63,10 +61,14 @@ def build_engine(
     profile: dict[str, list[list[int]]],
     *,
     label: str = "engine",
-    timing_cache: Path | None = None,
+    timing_cache: TimingCache | None = None,
     progress: TextIO | None = sys.stderr,
 ) -> bytes:
-    """Serialized engine bytes for ``recipe`` on this machine's GPU; EngineBuildError on failure."""
+    """Serialized engine bytes for ``recipe`` on this machine's GPU; EngineBuildError on failure.
+
+    ``timing_cache`` is read before the build and written after it, through the engine
+    cache's directory handling (no symlinks followed, the read bounded in size).
+    """
     _, trt, _ = probe()
     if not can_build(trt):
         raise EngineBuildError(
@@ -100,7 +102,7 @@ def build_engine(
         config.set_flag(trt.BuilderFlag.FP16)
     if strongly_typed is None and settings.precision == "int8" and hasattr(trt.BuilderFlag, "INT8"):
         config.set_flag(trt.BuilderFlag.INT8)  # explicit Q/DQ: the scales come from the recipe, no calibrator
-    cache_bytes = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    cache_bytes = timing_cache.read() if timing_cache is not None else b""
     cache = config.create_timing_cache(cache_bytes)
     config.set_timing_cache(cache, ignore_mismatch=True)
     if hasattr(config, "progress_monitor"):
@@ -109,10 +111,22 @@ def build_engine(
     if serialized is None:
         raise EngineBuildError(f"{label}: TensorRT could not build an engine (see the TensorRT log above)")
     if timing_cache is not None:
-        data = bytes(config.get_timing_cache().serialize())
-        os.makedirs(timing_cache.parent, exist_ok=True)
-        atomic_write(timing_cache, lambda out: out.write(data))
+        timing_cache.write(bytes(config.get_timing_cache().serialize()))
     return bytes(serialized)
+
+
+@dataclass(frozen=True)
+class TimingCache:
+    """One TensorRT timing cache file kept under an engine cache's ``timing`` directory."""
+
+    cache: EngineCache
+    name: str
+
+    def read(self) -> bytes:
+        return self.cache.read_timing(self.name)
+
+    def write(self, data: bytes) -> None:
+        self.cache.write_timing(self.name, data)
 
 
 def cached_engine(
@@ -136,7 +150,7 @@ def cached_engine(
     if not build:
         data = cache.get(key)
         return key, data, data is not None
-    timing = cache.root / "timing" / f"trt{device.tensorrt}-sm{device.compute_capability}.cache"
+    timing = TimingCache(cache, f"trt{device.tensorrt}-sm{device.compute_capability}.cache")
     data, hit = cache.get_or_build(
         key,
         lambda: build_engine(recipe, settings, profile, label=label, timing_cache=timing, progress=progress),

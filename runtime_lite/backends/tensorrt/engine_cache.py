@@ -7,46 +7,94 @@ peers' keys leave some of these out and serve wrong engines). On disk it is
 plain files, no pickle::
 
     <root>/tensorrt-engines/v1/<key>.engine   the serialized engine
-    <root>/tensorrt-engines/v1/<key>.json     its index record: sha256, size, ingredients
+    <root>/tensorrt-engines/v1/<key>.json     its index record: sha256, size, ingredients, HMAC
+    <root>/timing/<trt>-<sm>.cache            TensorRT's timing cache (build speed only)
 
 The record is written after the engine and names its sha256, so an entry exists
-only once both are complete; every read verifies the digest and drops an entry
-that fails. Writes are atomic and happen under a per-key file lock, so N
-processes that miss at once build once. The modification time of the record is
-its last use; ``evict`` removes least recently used entries beyond the size budget.
+only once both are complete. Writes are atomic and happen under a per-key file
+lock, so N processes that miss at once build once. The modification time of the
+record is its last use; ``evict`` removes least recently used entries beyond the
+size budget.
 
-The directory is shared, and anyone who can write to it may drop files there, so
-nothing found in it is trusted: a hit must carry its own key, size and digest;
-files are opened without following symlinks and only if regular (a FIFO or a
-link to ``/dev/zero`` is refused, never read); reads stop at the recorded size;
-files whose names are not ``<64 hex>.json``/``.engine`` are ignored and counted
-in ``stats.ignored``; lock files are created without following symlinks.
+**Trust boundary.** The directory may be shared, and anyone who can write to it may
+drop, replace, link or delete files there at any moment. What they can do is deny
+service (delete or damage entries: a miss, then a rebuild); what they cannot do is
+make a process run an engine it did not build:
+
+* every record carries an HMAC-SHA256 over its content (key, sha256, size,
+  ingredients) under a secret kept *outside* the cache (``cache_key_file()``:
+  ``$AOT_CACHE_KEY_FILE``, else ``$XDG_CONFIG_HOME/aot/engine-cache.key``, created
+  on first use with mode 0600). A key file that is a symlink, not a regular file,
+  owned by another user, writable by group or others, readable by others, or inside
+  the cache is refused, as ssh refuses such keys. Processes that share a cache share
+  the key file; write access to the cache alone cannot plant an engine (copying A's
+  engine and record over B's fails the HMAC, and a record that names another key is
+  refused);
+* the cache directory and every directory under it are opened one component at a
+  time with ``O_NOFOLLOW`` relative to the parent's descriptor, and every file in
+  them is opened, created, renamed and removed relative to that descriptor, so a
+  symlink planted at ``<root>``, ``tensorrt-engines``, ``v1`` or ``timing`` cannot
+  redirect a read or a write (it is refused with an OSError naming it);
+* files are opened only if regular (a FIFO or a link to ``/dev/zero`` is never
+  read), reads stop at the recorded size (the timing cache at
+  ``MAX_TIMING_CACHE_BYTES``), and names that are not ``<64 hex>.json``/``.engine``
+  are ignored and counted in ``stats.ignored``;
+* a reader that finds an entry invalid re-checks it under the key's lock, which
+  every writer holds, and drops it only if it is still invalid: a reader racing a
+  writer never discards a good entry;
+* a lock file squatted by something else (a symlink, FIFO, or directory) is removed;
+  a non-empty directory that cannot be removed is reported (a warning naming it)
+  and the lock is taken on the directory holding it instead, so the engine is still
+  built, one key at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import hmac
 import json
 import logging
 import os
+import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_lite.files import atomic_write, default_cache_dir, open_regular, read_regular
+from runtime_lite.files import default_cache_dir
 
 logger = logging.getLogger("runtime_lite.backends.tensorrt.engine_cache")
 
 LAYOUT = "tensorrt-engines/v1"
+TIMING = "timing"
 DEFAULT_BUDGET = 8 << 30
 #: An index record is a few hundred bytes of JSON; anything much larger was not written by us.
 MAX_RECORD_BYTES = 1 << 20
 #: No serialized engine this cache stores is larger (TensorRT engines of the largest LLMs stay far below).
 MAX_ENGINE_BYTES = 64 << 30
+#: TensorRT's timing caches hold a few MB of tactic timings; a larger file was not written by a build.
+MAX_TIMING_CACHE_BYTES = 256 << 20
+KEY_BYTES = 32
+_MISSING = "its record is missing"
 _HEX = frozenset("0123456789abcdef")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW | _CLOEXEC
+
+
+def cache_key_file() -> Path:
+    """Where the cache's HMAC key lives: ``$AOT_CACHE_KEY_FILE``, else ``$XDG_CONFIG_HOME/aot/engine-cache.key``
+    (``~/.config/aot/...``): outside any cache directory, so write access to a cache does not give the key."""
+    explicit = os.environ.get("AOT_CACHE_KEY_FILE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "aot" / "engine-cache.key"
 
 
 def engine_key(recipe: bytes, ingredients: Mapping[str, Any]) -> str:
@@ -62,39 +110,233 @@ def engine_key(recipe: bytes, ingredients: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
+class CacheKeyError(OSError):
+    """The cache's HMAC key file cannot be trusted or created; the cache is then not used."""
+
+
+def load_cache_key(path: Path, cache_root: Path | None = None) -> bytes:
+    """The secret that authenticates entries, created (0600, 32 random bytes) on first use.
+
+    Refused like ssh refuses a private key: a symlink, not a regular file, owned by
+    someone else, writable by group or others, readable by others, or inside the cache.
+    """
+    path = Path(os.path.abspath(path))
+    if cache_root is not None:
+        root = os.path.realpath(cache_root)
+        if os.path.realpath(path) == root or os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep):
+            raise CacheKeyError(errno.EPERM, "the cache key file must be outside the cache directory", str(path))
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except FileNotFoundError:
+        os.makedirs(path.parent, mode=0o700, exist_ok=True)
+        key = secrets.token_bytes(KEY_BYTES)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+        except FileExistsError:  # another process created it first: read theirs
+            return load_cache_key(path, cache_root)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+            out.flush()
+            os.fsync(out.fileno())
+        return key
+    except OSError as e:
+        raise CacheKeyError(e.errno, f"cannot open the cache key file ({e.strerror})", str(path)) from None
+    try:
+        info = os.fstat(fd)
+        problem = None
+        if not stat.S_ISREG(info.st_mode):
+            problem = "it is not a regular file"
+        elif hasattr(os, "geteuid") and info.st_uid not in (os.geteuid(), 0):
+            problem = "it is owned by another user"
+        elif info.st_mode & 0o026:
+            problem = f"its mode {stat.S_IMODE(info.st_mode):o} lets others write or read it (chmod 600)"
+        if problem is not None:
+            raise CacheKeyError(errno.EPERM, f"the cache key file is not safe: {problem}", str(path))
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise CacheKeyError(errno.EINVAL, f"the cache key file must hold {KEY_BYTES} bytes", str(path))
+    return key
+
+
 try:
     import fcntl
 
-    def _lock(handle, exclusive: bool) -> None:
-        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_UN)
+    def _lock_fd(fd: int, exclusive: bool) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_UN)
 
 except ImportError:  # pragma: no cover - Windows
     import msvcrt
 
-    def _lock(handle, exclusive: bool) -> None:
-        handle.seek(0)
-        msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK if exclusive else msvcrt.LK_UNLCK, 1)
+    def _lock_fd(fd: int, exclusive: bool) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK if exclusive else msvcrt.LK_UNLCK, 1)
+
+
+class Directory:
+    """A directory reached without following any symlink at or below ``root``, and the files in it.
+
+    Each component is opened with ``O_NOFOLLOW`` relative to its parent's descriptor,
+    and every file operation is relative to the final descriptor, so nothing planted
+    in the tree (a symlink at any level) can send a read or a write elsewhere.
+    """
+
+    def __init__(self, root: Path, parts: tuple[str, ...], create: bool):
+        self.path = root.joinpath(*parts)
+        if os.open not in os.supports_dir_fd:  # Windows: no descriptor-relative opens, so no safe walk
+            raise OSError(errno.ENOSYS, "this platform cannot open files relative to a directory", str(self.path))
+        if create:
+            os.makedirs(root, exist_ok=True)
+        fd = os.open(root, _DIR_FLAGS)  # the root itself: a symlink there is refused (ELOOP)
+        try:
+            for part in parts:
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OSError(e.errno, "a component is a symlink or not a directory; refused", str(self.path)) from None
+            raise
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Directory:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def read(self, name: str, max_bytes: int) -> bytes:
+        """A regular file's bytes (never through a symlink, never more than ``max_bytes``); OSError otherwise."""
+        fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(self.path / name))
+            if info.st_size > max_bytes:  # refused before a byte is read (a sparse file costs nothing)
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(self.path / name))
+            chunks, left = [], max_bytes + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 16 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(self.path / name))
+        return data
+
+    def exists(self, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def write(self, name: str, data: bytes) -> None:
+        """All or nothing: a fresh temporary beside ``name``, fsync'd, then renamed over it."""
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+
+    def unlink(self, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def touch(self, name: str) -> None:
+        with contextlib.suppress(OSError, NotImplementedError):
+            os.utime(name, dir_fd=self.fd, follow_symlinks=False)
+
+    def scan(self) -> Iterator[tuple[str, float | None]]:
+        """(name, modification time or None) of every entry, symlinks not followed."""
+        with os.scandir(self.fd) as items:
+            for item in items:
+                try:
+                    yield item.name, item.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    yield item.name, None
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """An exclusive lock between processes on ``name`` in this directory.
+
+        The lock file is created without following a symlink; anything squatting on
+        the name (a symlink, a FIFO, a directory) is removed. A non-empty directory
+        that cannot be removed is reported, and this directory itself is locked
+        instead: every key then waits on one lock, but the cache keeps working.
+        """
+        fd = self._open_lock(name)
+        try:
+            _lock_fd(fd, True)
+            try:
+                yield
+            finally:
+                _lock_fd(fd, False)
+        finally:
+            if fd != self.fd:
+                os.close(fd)
+
+    def _open_lock(self, name: str) -> int:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW | _CLOEXEC
+        for _ in range(3):
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=self.fd)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    return fd
+                os.close(fd)
+            try:  # not ours: a symlink, FIFO or device (unlink), or a directory (rmdir if empty)
+                info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    os.rmdir(name, dir_fd=self.fd)
+                else:
+                    os.unlink(name, dir_fd=self.fd)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                logger.warning(
+                    "engine cache: %s is squatted by something that cannot be removed (%s); "
+                    "locking its directory instead (builds of every key wait on one lock)",
+                    self.path / name,
+                    e.strerror or e,
+                )
+                return self.fd
+        return self.fd
 
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (flock on POSIX, msvcrt on Windows).
-
-    The lock file is created without following a symlink: one planted at ``path``
-    is removed (it is not ours) rather than followed to create a file elsewhere.
-    """
-    try:
-        fd = open_regular(path, follow_symlinks=False, create=True)
-    except OSError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # a symlink, FIFO or device squatting on our lock name
-        fd = open_regular(path, follow_symlinks=False, create=True)
-    with os.fdopen(fd, "r+b") as handle:
-        _lock(handle, True)
-        try:
-            yield
-        finally:
-            _lock(handle, False)
+    """An exclusive lock between processes on ``path`` (its directory reached without following symlinks)."""
+    path = Path(path)
+    with Directory(path.parent, (), create=True) as directory, directory.lock(path.name):
+        yield
 
 
 def _is_key(name: str) -> bool:
@@ -105,20 +347,27 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number this cache writes")
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
-    """An index record as written by ``put``, or None for anything else (missing, hostile, damaged)."""
+def _mac(secret: bytes, record: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 of a record's canonical JSON, its own ``hmac`` field left out."""
+    body = {k: v for k, v in record.items() if k != "hmac"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()
+
+
+def _parse_record(data: bytes) -> dict[str, Any] | None:
+    """An index record as ``put`` writes it (its HMAC not yet checked), or None for anything else."""
     try:
-        record = json.loads(
-            read_regular(path, MAX_RECORD_BYTES, follow_symlinks=False), parse_constant=_refuse_constant
-        )
-    except (OSError, ValueError, RecursionError):
+        record = json.loads(data, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):
         return None
-    size, digest = record.get("size"), record.get("sha256")
+    size, digest, mac = record.get("size"), record.get("sha256"), record.get("hmac")
     if not (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_ENGINE_BYTES):
         return None
     if not (isinstance(digest, str) and len(digest) == 64 and _HEX.issuperset(digest)):
+        return None
+    if not (isinstance(mac, str) and len(mac) == 64):
         return None
     if not isinstance(record.get("key"), str) or not isinstance(record.get("ingredients", {}), dict):
         return None
@@ -130,9 +379,10 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     builds: int = 0
-    dropped: int = 0  # corrupt or mismatched entries removed
+    dropped: int = 0  # corrupt, forged or mismatched entries removed
     evicted: int = 0
     ignored: int = 0  # files in the cache directory that are not entries of ours
+    unusable: int = 0  # operations skipped because the cache or its key could not be used safely
 
 
 @dataclass(frozen=True)
@@ -144,119 +394,238 @@ class CacheEntry:
 
 
 class EngineCache:
-    """Engines by key under ``root`` (default ``default_cache_dir()``), at most ``max_bytes`` in all."""
+    """Engines by key under ``root`` (default ``default_cache_dir()``), at most ``max_bytes`` in all.
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, max_bytes: int = DEFAULT_BUDGET):
+    ``key_file`` holds the secret that authenticates entries (default ``cache_key_file()``).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        max_bytes: int = DEFAULT_BUDGET,
+        key_file: str | os.PathLike[str] | None = None,
+    ):
         self.root = Path(root) if root is not None else default_cache_dir()
         self.directory = self.root / LAYOUT
         self.max_bytes = max_bytes
+        self.key_file = Path(key_file) if key_file is not None else cache_key_file()
         self.stats = CacheStats()
+        self._secret: bytes | None = None
 
-    def _paths(self, key: str) -> tuple[Path, Path]:
+    def _key(self) -> bytes:
+        if self._secret is None:
+            self._secret = load_cache_key(self.key_file, self.root)
+        return self._secret
+
+    def _paths(self, key: str) -> tuple[str, str]:
         if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
             raise ValueError(f"engine cache key must be 64 hex digits, got {key!r}")
-        return self.directory / f"{key}.engine", self.directory / f"{key}.json"
+        return f"{key}.engine", f"{key}.json"
+
+    def _entries_dir(self, create: bool) -> Directory:
+        return Directory(self.root, tuple(LAYOUT.split("/")), create)
+
+    def _unusable(self, what: str, error: OSError) -> None:
+        self.stats.unusable += 1
+        logger.warning("engine cache %s: %s skipped: %s", self.root, what, error)
+
+    # -- reading --------------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
         """The engine stored under ``key``, verified; None on a miss or a bad entry (then dropped).
 
-        Verified means: the record names this very key (an entry copied under another
-        name is not served), the engine file has the recorded size (read no further)
-        and the recorded sha256.
+        Verified means: the record's HMAC under this cache's key, the record names this
+        very key (an entry copied under another name is not served), the engine file
+        has the recorded size (read no further) and the recorded sha256. An entry found
+        bad is re-checked under the key's lock before it is dropped, so a write in
+        progress is never mistaken for damage.
         """
-        engine_path, record_path = self._paths(key)
-        if not record_path.exists() and not record_path.is_symlink():
+        engine_name, record_name = self._paths(key)
+        try:
+            directory = self._entries_dir(create=False)
+        except FileNotFoundError:
             return None
-        record = _read_record(record_path)
-        problem = None
-        if record is None:
-            problem = "its record is unreadable or not one this cache wrote"
-        elif record["key"] != key:
-            problem = f"its record belongs to key {record['key'][:16]!r}"
-        else:
+        except OSError as e:
+            self._unusable("read", e)
+            return None
+        with directory:
+            if not directory.exists(record_name):
+                return None
             try:
-                data = read_regular(engine_path, record["size"], follow_symlinks=False)
-            except OSError as e:
-                problem = f"its engine file cannot be read ({e.strerror or e})"
-            else:
-                if len(data) != record["size"]:
-                    problem = f"its engine file has {len(data)} bytes, the record says {record['size']}"
-                elif hashlib.sha256(data).hexdigest() != record["sha256"]:
-                    problem = "sha256 mismatch"
-        if problem is not None:
-            logger.warning("engine cache entry %s is not valid (%s); dropping it", key[:16], problem)
-            self.drop(key)
-            self.stats.dropped += 1
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(record_path, follow_symlinks=False)  # last use, for eviction
+                data, problem = self._verified(directory, key)
+                if problem is not None:
+                    with directory.lock(f"{key}.lock"):  # writers hold it: what is bad now stays bad
+                        data, problem = self._verified(directory, key)
+                        if problem == _MISSING:  # removed meanwhile (evicted, dropped): a plain miss
+                            return None
+                        if problem is not None:
+                            self._drop(directory, key, problem)
+                            return None
+            except OSError as e:  # the key file: nothing can be verified, nothing is served
+                self._unusable("read", e)
+                return None
+            directory.touch(record_name)  # last use, for eviction
         return data
 
+    def _verified(self, directory: Directory, key: str) -> tuple[bytes | None, str | None]:
+        """(engine, None) for a good entry, else (None, why); None, None when there is no record at all."""
+        engine_name, record_name = self._paths(key)
+        try:
+            raw = directory.read(record_name, MAX_RECORD_BYTES)
+        except FileNotFoundError:
+            return None, _MISSING
+        except OSError as e:
+            return None, f"its record cannot be read ({e.strerror or e})"
+        record = _parse_record(raw)
+        if record is None:
+            return None, "its record is not one this cache wrote"
+        if not hmac.compare_digest(record["hmac"], _mac(self._key(), record)):
+            return None, "its record is not authenticated by this cache's key (forged, or written with another key)"
+        if record["key"] != key:
+            return None, f"its record belongs to key {record['key'][:16]!r}"
+        try:
+            data = directory.read(engine_name, record["size"])
+        except OSError as e:
+            return None, f"its engine file cannot be read ({e.strerror or e})"
+        if len(data) != record["size"]:
+            return None, f"its engine file has {len(data)} bytes, the record says {record['size']}"
+        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+            return None, "sha256 mismatch"
+        return data, None
+
+    def _drop(self, directory: Directory, key: str, problem: str) -> None:
+        logger.warning("engine cache entry %s is not valid (%s); dropping it", key[:16], problem)
+        engine_name, record_name = self._paths(key)
+        directory.unlink(record_name)  # the record first: the entry stops existing at once
+        directory.unlink(engine_name)
+        self.stats.dropped += 1
+
+    # -- writing --------------------------------------------------------------------------------
+
     def put(self, key: str, data: bytes, ingredients: Mapping[str, Any] | None = None) -> None:
-        """Store ``data`` under ``key`` atomically, then evict beyond the budget."""
-        engine_path, record_path = self._paths(key)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Store ``data`` under ``key`` atomically (under the key's lock), then evict beyond the budget."""
+        self._paths(key)
+        try:
+            with self._entries_dir(create=True) as directory:
+                with directory.lock(f"{key}.lock"):
+                    self._store(directory, key, data, ingredients)
+        except OSError as e:
+            self._unusable("write", e)
+            return
+        self.evict(keep=key)
+
+    def _store(self, directory: Directory, key: str, data: bytes, ingredients: Mapping[str, Any] | None) -> None:
+        engine_name, record_name = self._paths(key)
         record = {
             "key": key,
             "sha256": hashlib.sha256(data).hexdigest(),
             "size": len(data),
             "created": time.time(),
-            "ingredients": dict(ingredients or {}),
+            "ingredients": json.loads(json.dumps(dict(ingredients or {}))),  # what a reader will parse back
         }
-        atomic_write(engine_path, lambda out: out.write(data))
-        text = json.dumps(record, sort_keys=True, indent=1).encode()
-        atomic_write(record_path, lambda out: out.write(text))  # last: the entry now exists
-        self.evict(keep=key)
+        record["hmac"] = _mac(self._key(), record)
+        directory.write(engine_name, data)
+        directory.write(record_name, json.dumps(record, sort_keys=True, indent=1).encode())  # last: now it exists
 
     def get_or_build(
         self, key: str, build: Callable[[], bytes], ingredients: Mapping[str, Any] | None = None
     ) -> tuple[bytes, bool]:
-        """(engine, hit). On a miss ``build`` runs once across every process sharing the cache."""
+        """(engine, hit). On a miss ``build`` runs once across every process sharing the cache.
+
+        A cache that cannot be used safely (a symlinked component, an unsafe key file)
+        still gives an engine: it is built and not stored, and ``stats.unusable`` says so.
+        """
         data = self.get(key)
         if data is not None:
             self.stats.hits += 1
             return data, True
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.directory / f"{key}.lock"):
-            data = self.get(key)  # another process may have built it while we waited
-            if data is not None:
-                self.stats.hits += 1
-                return data, True
+        try:
+            directory = self._entries_dir(create=True)
+            self._key()
+        except OSError as e:
+            self._unusable("build into the cache", e)
             self.stats.misses += 1
-            data = build()
             self.stats.builds += 1
-            self.put(key, data, ingredients)
-        # Removing the lock file is safe: whoever locks any file at this path later finds the entry.
-        with contextlib.suppress(OSError):
-            (self.directory / f"{key}.lock").unlink()
+            return build(), False
+        with directory:
+            with directory.lock(f"{key}.lock"):
+                data, problem = self._verified(directory, key)  # another process may have built it meanwhile
+                if data is not None:
+                    self.stats.hits += 1
+                    return data, True
+                if problem is not None and problem != _MISSING:
+                    self._drop(directory, key, problem)
+                self.stats.misses += 1
+                data = build()
+                self.stats.builds += 1
+                self._store(directory, key, data, ingredients)
+            # The lock file stays (a few bytes of inode per key): removed, a reader re-checking under it
+            # and a writer could each lock a different file and no longer exclude each other.
+        self.evict(keep=key)
         return data, False
 
+    # -- the timing cache ----------------------------------------------------------------------
+
+    def read_timing(self, name: str) -> bytes:
+        """TensorRT's timing cache ``name`` under ``<root>/timing`` (b"" if absent or unusable)."""
+        try:
+            with Directory(self.root, (TIMING,), create=False) as directory:
+                return directory.read(name, MAX_TIMING_CACHE_BYTES)
+        except FileNotFoundError:
+            return b""
+        except OSError as e:
+            self._unusable("timing cache read", e)
+            return b""
+
+    def write_timing(self, name: str, data: bytes) -> None:
+        if len(data) > MAX_TIMING_CACHE_BYTES:
+            return
+        try:
+            with Directory(self.root, (TIMING,), create=True) as directory:
+                directory.write(name, data)
+        except OSError as e:
+            self._unusable("timing cache write", e)
+
+    # -- listing and eviction ------------------------------------------------------------------
+
     def entries(self) -> list[CacheEntry]:
-        """Complete entries, least recently used first; other files are ignored (and counted)."""
+        """Complete entries, least recently used first; other files are ignored (and counted).
+
+        Listed from the records alone (their HMAC not checked): eviction may remove a
+        forged record, and ``get`` verifies every entry it serves.
+        """
+        try:
+            directory = self._entries_dir(create=False)
+        except OSError:
+            return []
         found = []
-        listing = os.scandir(self.directory) if self.directory.is_dir() else contextlib.nullcontext(())
-        with listing as names:
-            for item in names:
-                stem, dot, suffix = item.name.rpartition(".")
+        with directory:
+            for name, mtime in directory.scan():
+                stem, dot, suffix = name.rpartition(".")
                 if suffix in ("engine", "lock", "tmp") and dot:
                     continue  # an entry's other half, a lock, a write in progress
-                record = _read_record(Path(item.path)) if suffix == "json" and _is_key(stem) else None
-                if record is None or record["key"] != stem:
+                record = None
+                if suffix == "json" and _is_key(stem):
+                    try:
+                        record = _parse_record(directory.read(name, MAX_RECORD_BYTES))
+                    except OSError:
+                        record = None
+                if record is None or record["key"] != stem or mtime is None:
                     self.stats.ignored += 1
                     continue
-                try:
-                    last_used = item.stat(follow_symlinks=False).st_mtime
-                except OSError:
-                    continue
-                found.append(CacheEntry(stem, record["size"], last_used, record.get("ingredients", {})))
+                found.append(CacheEntry(stem, record["size"], mtime, record.get("ingredients", {})))
         return sorted(found, key=lambda e: e.last_used)
 
     def evict(self, keep: str | None = None) -> int:
         """Remove least recently used entries until the cache fits its budget; returns how many."""
-        with file_lock(self.root / ".evict.lock") if self.directory.is_dir() else contextlib.nullcontext():
+        try:
+            root = Directory(self.root, (), create=False)
+        except OSError:
+            return 0
+        removed = 0
+        with root, root.lock(".evict.lock"):
             entries = self.entries()
             total = sum(e.size for e in entries)
-            removed = 0
             for entry in entries:
                 if total <= self.max_bytes:
                     break
@@ -270,10 +639,24 @@ class EngineCache:
 
     def drop(self, key: str) -> None:
         """Remove an entry (a no-op if absent)."""
-        engine_path, record_path = self._paths(key)
-        for path in (record_path, engine_path):  # the record first: the entry stops existing at once
-            with contextlib.suppress(OSError):
-                path.unlink()
+        engine_name, record_name = self._paths(key)
+        try:
+            with self._entries_dir(create=False) as directory:
+                directory.unlink(record_name)  # the record first: the entry stops existing at once
+                directory.unlink(engine_name)
+        except OSError:
+            pass
 
 
-__all__ = ["CacheEntry", "CacheStats", "EngineCache", "default_cache_dir", "engine_key", "file_lock"]
+__all__ = [
+    "CacheEntry",
+    "CacheKeyError",
+    "CacheStats",
+    "Directory",
+    "EngineCache",
+    "cache_key_file",
+    "default_cache_dir",
+    "engine_key",
+    "file_lock",
+    "load_cache_key",
+]

@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from aot.compiler.backends.tensorrt.codegen import TensorRTOptions
 from aot.errors import BuildError
-from runtime_lite.backends.options import Option, boolean, choice, path
+from runtime_lite.backends.options import Option, accepting, boolean, choice, path
 from runtime_lite.backends.tensorrt.engine_cache import EngineCache
 from runtime_lite.backends.tensorrt.spec import DEFAULT_WORKSPACE, PRECISIONS, BuildSettings
 
@@ -15,6 +15,21 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 <<
           "kb": 10**3, "mb": 10**6, "gb": 10**9}  # fmt: skip
 
 
+def _is_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"expected a positive number of bytes, got {type(value).__name__}")
+    return value
+
+
+def _is_batch(value: Any) -> tuple[int, int, int]:
+    if not (isinstance(value, (tuple, list)) and len(value) == 3):
+        raise ValueError("expected (MIN, OPT, MAX)")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise ValueError("expected (MIN, OPT, MAX) positive integers")
+    return tuple(value)
+
+
+@accepting(_is_size)
 def parse_size(text: str) -> int:
     """``512MiB``, ``1GiB``, ``2g``, ``1000000`` -> bytes."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
@@ -26,6 +41,7 @@ def parse_size(text: str) -> int:
     return size
 
 
+@accepting(_is_batch)
 def parse_batch(text: str) -> tuple[int, int, int]:
     """``MIN:OPT:MAX`` (``8`` alone means 8:8:8)."""
     parts = text.split(":")
