@@ -176,3 +176,17 @@ def test_only_a_backend_subclass_registers():
 
     with pytest.raises(TypeError, match="subclass it"):
         register_backend(NotABackend())
+
+
+def test_every_load_option_checks_a_value_given_in_code():
+    """``load(backend_options=...)`` takes Python values: each option's parser must say how it checks one
+    (``options.accepting``), or an int given for a thread count is refused as "expected text"."""
+    from runtime_lite.backends import get_backend
+
+    unchecked = [
+        f"{name}.{option.name}"
+        for name in ("npu", "tensorrt", "onnxruntime")  # the built-in backends (tests register doubles too)
+        for option in get_backend(name).load_options
+        if getattr(option.parse, "accepts", None) is None
+    ]
+    assert unchecked == []
