@@ -215,7 +215,9 @@ def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, mod
 
     def check(i, out):
         for version, module in (("old", modules["mlp"]), ("new", modules["mlp_v2"])):
-            if np.allclose(out["y"], module.run(feeds(i))[0], rtol=1e-6, atol=1e-7):
+            # A replica batches rows (another GEMM shape, other rounding): near-zero outputs differ by ~1e-7
+            # absolute, while the two versions differ by ~1 wherever they differ.
+            if np.allclose(out["y"], module.run(feeds(i))[0], rtol=1e-5, atol=1e-5):
                 seen[version] += 1
                 return True
         return False
