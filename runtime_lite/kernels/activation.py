@@ -85,14 +85,31 @@ def elu(x, *, alpha):
 
 @kernel("sigmoid", inplace=(0,), cost=like())
 def sigmoid(x, *, out=None):
+    """``0.5 + 0.5 * tanh(x / 2)``: numpy's SIMD float32 tanh is twice as fast as its exp.
+
+    Four passes at tanh's speed instead of ``1 / (1 + exp(-x))`` at exp's: on
+    EfficientNet-B0's maps 1.9x faster (AMD EPYC, AVX-512). The error is absolute, at
+    most 6e-8 (the exp form: 9e-8), so far in the negative tail the result is
+    relatively less exact (2e-5 where sigmoid > 1e-3) and reaches 0 below -17, where
+    the exp form reaches it below -88. onnxruntime's own logistic (MLAS: a rational
+    fit, clamped at +-18) has the same absolute-error character.
+    """
+    if x.dtype != np.float32:  # float64 keeps its relative accuracy; float16 has no SIMD tanh to gain from
+        return _sigmoid_exp(x, out)
+    half = np.asarray(0.5, x.dtype)
+    y = np.asarray(np.multiply(x, half, out=out))  # asarray: a 0-d x gives a scalar, not writable in place
+    np.tanh(y, out=y)
+    y *= half
+    y += half
+    return y
+
+
+def _sigmoid_exp(x, out):
     # 1 / (1 + exp(-x)) overflows to inf for large -x and then rounds to exactly 0,
-    # which is the right limit; errors are silenced by the executor. (Measured: in
-    # cache-sized blocks on both threads, 1.2-1.5x faster on EfficientNet's largest maps
-    # while the second core was free, 3-5% slower over the whole model while another
-    # process held it, as it mostly does on these shared machines: exp dominates.)
-    y = np.asarray(np.negative(x, out=out))  # asarray: numpy hands back a scalar for a 0-d x, not writable in place
+    # which is the right limit; errors are silenced by the executor.
+    y = np.asarray(np.negative(x, out=out))
     np.exp(y, out=y)
-    y += np.ones((), x.dtype)
+    y += np.ones((), y.dtype)
     return np.reciprocal(y, out=y)
 
 

@@ -1,0 +1,95 @@
+"""The faster CNN kernels (sigmoid through tanh, trailing-axis sums as BLAS products) against exact references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime_lite.kernels.activation import sigmoid
+from runtime_lite.kernels.registry import KERNELS
+
+GRID = np.concatenate([np.linspace(-120, 120, 480_001, dtype=np.float32), np.float32([0.0, -0.0, 1e-30, -1e-30])])
+
+
+def test_float32_sigmoid_is_within_1e_7_of_the_float64_definition():
+    reference = 1.0 / (1.0 + np.exp(-GRID.astype(np.float64)))
+    got = sigmoid(GRID)
+    assert got.dtype == np.float32
+    error = np.abs(got.astype(np.float64) - reference)
+    assert error.max() <= 1e-7, f"max absolute error {error.max():.2e} at x = {GRID[error.argmax()]}"
+    assert np.all((got >= 0) & (got <= 1))
+
+
+def test_sigmoid_limits_nan_and_in_place():
+    x = np.float32([np.inf, -np.inf, np.nan, 0.0])
+    with np.errstate(all="ignore"):
+        got = sigmoid(x.copy(), out=None)
+        buffer = x.copy()
+        in_place = sigmoid(buffer, out=buffer)
+    assert got[0] == 1.0 and got[1] == 0.0 and np.isnan(got[2]) and got[3] == 0.5
+    assert in_place is buffer or np.shares_memory(in_place, buffer)
+    np.testing.assert_array_equal(in_place, got)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_sigmoid_keeps_other_dtypes_accurate(dtype):
+    x = np.arange(-30, 31, dtype=dtype)
+    with np.errstate(all="ignore"):
+        got = sigmoid(x)
+    reference = np.array([1.0 / (1.0 + math.exp(-float(v))) for v in x])
+    assert got.dtype == x.dtype
+    if dtype == np.float16:
+        np.testing.assert_allclose(
+            got.astype(np.float64), reference, rtol=2e-3, atol=2e-5
+        )  # exp(-x) overflows float16 below -11: 0 there
+    else:  # the exp form: relative accuracy all along the tail
+        np.testing.assert_allclose(got, reference, rtol=1e-14)
+
+
+@st.composite
+def reductions(draw):
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
+    axes = draw(st.none() | st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique=True))
+    if axes is not None and len({a % rank for a in axes}) != len(axes):
+        axes = sorted({a % rank for a in axes})
+    return shape, axes, draw(st.sampled_from([0, 1])), draw(st.sampled_from([np.float32, np.float64, np.int64]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reductions(), st.booleans(), st.sampled_from(["reduce_mean", "reduce_sum"]))
+def test_mean_and_sum_match_numpy_over_any_axes(case, transposed, op):
+    shape, axes, keepdims, dtype = case
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype) * 3
+    if transposed and x.ndim > 1:  # a non-contiguous input takes numpy's own reduction
+        x = x.swapaxes(0, -1)
+    reduce = np.mean if op == "reduce_mean" else np.sum
+    with np.errstate(all="ignore"):
+        got = KERNELS[op].fn(x, axes=axes, keepdims=keepdims)
+        wanted = np.asarray(reduce(x, axis=None if axes is None else tuple(axes), keepdims=bool(keepdims)))
+    wanted = wanted.astype(x.dtype, copy=False)
+    assert got.shape == wanted.shape and got.dtype == wanted.dtype
+    np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_trailing_sums_propagate_infinities_and_nans_as_a_sum_does():
+    x = np.float32([[1, np.inf, -np.inf], [np.nan, 1, 2], [np.inf, 1, 2], [1, 2, 3]]).reshape(4, 3, 1)
+    with np.errstate(all="ignore"):
+        got = KERNELS["reduce_sum"].fn(x, axes=[1, 2], keepdims=0)
+    np.testing.assert_array_equal(got, np.float32([np.nan, np.nan, np.inf, 6]))
+
+
+def test_trailing_mean_cost_bounds_its_allocations():
+    import tracemalloc
+
+    x = np.ones((1, 1152, 7, 7), np.float32)
+    kernel = KERNELS["reduce_mean"]
+    tracemalloc.start()
+    kernel.fn(x, axes=[3, 2], keepdims=1)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak <= kernel.cost(x, axes=[3, 2], keepdims=1)
