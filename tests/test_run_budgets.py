@@ -156,3 +156,27 @@ def test_what_the_budget_campaign_found_stays_within_the_budget(op, cast):
     data, inputs = _campaign_case(op, cast)
     kind, value = hostile.isolated(hostile._classify_budget, data, inputs, timeout=120)
     assert kind == "returned" and not value.startswith("FAIL"), value
+
+
+def test_a_remembered_cost_still_sees_new_shape_values():
+    """The plan remembers each instruction's cost per operand signature (runtime_lite/execution/plan.py,
+    ``_remembered``): a run that asks for more through a larger shape value, in an operand of the same
+    shape, must still be refused before it allocates."""
+    import runtime_lite
+    from runtime_lite.execution.limits import BudgetExceeded
+
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["e"]), helper.make_node("Relu", ["e"], ["y"])]
+    model = make_model(nodes, {"x": np.ones((1, 4, 64), np.float32), "shape": np.array([2, 4, 64], np.int64)}, ["y"])
+    module = runtime_lite.load(to_bytes(*_built(model)), max_memory=BUDGET)
+    small = np.ones((1, 4, 64), np.float32)
+    for _ in range(2):  # the second run is answered from memory
+        assert module.run([small, np.array([2, 4, 64], np.int64)])[0].shape == (2, 4, 64)
+    with pytest.raises(runtime_lite.ExecutionError, match=r"\(expand\).*it would allocate") as refused:
+        module.run([small, np.array([BUDGET // 256, 4, 64], np.int64)])  # 4x the budget, same operand shapes
+    assert isinstance(refused.value.__cause__, BudgetExceeded)
+    assert module.run([small, np.array([3, 4, 64], np.int64)])[0].shape == (3, 4, 64)  # and back within it
+
+
+def _built(model):
+    result = aot.build(model, targets=["host"])
+    return result.header, result.blobs
