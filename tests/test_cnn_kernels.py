@@ -93,3 +93,48 @@ def test_trailing_mean_cost_bounds_its_allocations():
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak <= kernel.cost(x, axes=[3, 2], keepdims=1)
+
+
+def _depthwise(x, w):
+    from runtime_lite.kernels.conv import conv
+
+    return conv(x, w, None, strides=[1, 1], pads=[2, 2, 2, 2], dilations=[1, 1], groups=x.shape[1])
+
+
+def test_depthwise_tap_weights_are_kept_only_for_read_only_weights_and_dropped_with_them():
+    import gc
+
+    from runtime_lite.kernels.conv import TAP_TILES
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 48, 7, 7), dtype=np.float32)
+    w = rng.standard_normal((48, 1, 5, 5), dtype=np.float32)
+    held = TAP_TILES._bytes
+    expected = _depthwise(x, w)  # writable weights: computed in a run, never kept
+    assert TAP_TILES._bytes == held
+    frozen = w.copy()
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(_depthwise(x, frozen), expected)
+    assert TAP_TILES._bytes > held
+    np.testing.assert_array_equal(_depthwise(x, frozen), expected)  # from the cache
+    other = (w * 2).astype(np.float32)  # new weights, perhaps at the freed address: never the old tiles
+    del frozen
+    gc.collect()
+    assert TAP_TILES._bytes == held
+    other.flags.writeable = False
+    np.testing.assert_allclose(_depthwise(x, other), expected * 2, rtol=1e-6, atol=1e-5)
+
+
+def test_the_tap_weight_cache_holds_at_most_its_limit():
+    from runtime_lite.kernels.conv import _TileCache
+
+    cache = _TileCache(limit=3 * 25 * 7 * 16 * 4)
+    weights = []
+    for seed in range(6):
+        w = np.random.default_rng(seed).standard_normal((16, 1, 5, 5), dtype=np.float32)
+        w.flags.writeable = False
+        weights.append(w)
+        tiles = cache.get(w, (0, 1, 2, 3, 4), 7)
+        assert tiles.shape == (5, 5, 7 * 16) and cache._bytes <= cache.limit
+    assert len(cache._entries) == 3
+    assert cache.get(weights[-1], (0, 1, 2, 3, 4), 7) is cache._entries[next(reversed(cache._entries))][1]
