@@ -2,6 +2,7 @@
 
     python benchmarks/compare_checkouts.py --base bd4bf5c            # ResNet-50, SqueezeNet, a 1,000-op chain
     python benchmarks/compare_checkouts.py --base HEAD~3 --rounds 9
+    python benchmarks/compare_checkouts.py --base 44269aa --models mobilenet_v3_small efficientnet_b0
 
 The base commit's ``runtime_lite`` is exported into a temporary directory; each
 round loads and runs every bundle once with each checkout, in fresh processes,
@@ -33,6 +34,7 @@ PROBE = """
 import json, sys, time
 import numpy as np
 import runtime_lite
+assert runtime_lite.__file__.startswith(sys.argv[3]), (runtime_lite.__file__, sys.argv[3])
 path, runs = sys.argv[1], int(sys.argv[2])
 start = time.perf_counter()
 module = runtime_lite.load(path)
@@ -62,28 +64,41 @@ def export_runtime(revision: str, into: Path) -> Path:
 
 def probe(pythonpath: Path, bundle: Path, runs: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(pythonpath), OPENBLAS_NUM_THREADS=THREADS, OMP_NUM_THREADS=THREADS)
+    # -P: ``python -c`` would otherwise put the working directory first on sys.path, and run from the
+    # repository root both probes would import this checkout's runtime_lite.
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(bundle), str(runs)], check=True, capture_output=True, text=True, env=env
-    )
+        [sys.executable, "-P", "-c", PROBE, str(bundle), str(runs), str(pythonpath)], check=True, capture_output=True, text=True,
+        env=env, cwd=bundle.parent,
+    )  # fmt: skip
     return json.loads(out.stdout)
 
 
-def build_bundles(workdir: Path) -> dict[str, Path]:
-    sys.path.insert(0, str(ROOT))
-    import aot
+#: The default bundles: ResNet-50, SqueezeNet and the 1,000-op chain of bench_runtime.py.
+DEFAULT_MODELS = ("resnet50", "squeezenet", "chain-1000")
+
+
+def load_model(name: str):
+    """A model by name: ``chain-1000``, a modern model of modern_models.py (an ONNX path) or a zoo model."""
+    from bench_runtime import chain_model
+    from modern_models import MODELS, onnx_path
+
     from aot.testing import load_zoo_model
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_runtime import chain_model
+    if name == "chain-1000":
+        return chain_model()
+    if name in MODELS:
+        return str(onnx_path(name))
+    return load_zoo_model(name)
+
+
+def build_bundles(workdir: Path, names: list[str]) -> dict[str, Path]:
+    sys.path.insert(0, str(ROOT))
+    import aot
 
     bundles = {}
-    for name, model in (
-        ("resnet50", load_zoo_model("resnet50")),
-        ("squeezenet", load_zoo_model("squeezenet")),
-        ("chain-1000", chain_model()),
-    ):
+    for name in names:
         path = workdir / f"{name}.aotb"
-        aot.build(model).save(path)
+        aot.build(load_model(name)).save(path)
         bundles[name] = path
     return bundles
 
@@ -97,12 +112,14 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the earlier commit to compare with")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=20, help="runs per process; the median is kept")
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
+                        help="zoo models, modern models (modern_models.py) or chain-1000")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         workdir = Path(directory)
         base = export_runtime(args.base, workdir / "base")
         print(f"bundles built with {ROOT}; base runtime_lite from {args.base}", flush=True)
-        bundles = build_bundles(workdir)
+        bundles = build_bundles(workdir, args.models)
         ratios: dict[str, dict[str, list[float]]] = {n: {"load_s": [], "run_s": []} for n in bundles}
         for r in range(args.rounds):
             for name, bundle in bundles.items():

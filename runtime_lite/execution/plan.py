@@ -235,20 +235,22 @@ def guarded(fn: Callable, cost: Callable[..., int], what: str) -> Callable:
     return call
 
 
-def _make_cost(cost: Callable[..., int], ins: Instruction) -> Callable[[list], int]:
-    """The instruction's cost as a function of the slots, operands picked as its step picks them."""
+def _make_cost(cost: Callable[..., int], ins: Instruction, remember: bool) -> Callable[[list], int]:
+    """The instruction's cost as a function of the slots, operands picked as its step picks them;
+    ``remember``: answered from memory for operands seen before (``_remembered``)."""
     inputs = ins.inputs
     if ins.inplace is not None:
         target = inputs[ins.inplace]
-        of_slots = lambda slots: cost(*[slots[i] for i in inputs], out=slots[target])  # noqa: E731
-        return _remembered(of_slots, inputs + (target,))
-    if len(inputs) == 1:
+        of_slots, operands = (lambda slots: cost(*[slots[i] for i in inputs], out=slots[target])), inputs + (target,)
+    elif len(inputs) == 1:
         (a,) = inputs
-        return _remembered(lambda slots: cost(slots[a]), inputs)
-    if len(inputs) == 2:
+        of_slots, operands = (lambda slots: cost(slots[a])), inputs
+    elif len(inputs) == 2:
         a, b = inputs
-        return _remembered(lambda slots: cost(slots[a], slots[b]), inputs)
-    return _remembered(lambda slots: cost(*[slots[i] for i in inputs]), inputs)
+        of_slots, operands = (lambda slots: cost(slots[a], slots[b])), inputs
+    else:
+        of_slots, operands = (lambda slots: cost(*[slots[i] for i in inputs])), inputs
+    return _remembered(of_slots, operands) if remember else of_slots
 
 
 #: Operands up to this many elements are part of a remembered cost's key by value: shape tensors,
@@ -393,7 +395,8 @@ class HostPlan:
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
-                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins)
+                # a quick cost (a few attribute reads) is faster computed than looked up
+                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins, not getattr(KERNELS[ins.op].cost, "quick", False))
                 if KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)

@@ -73,11 +73,18 @@ def work_itemsize(x: np.ndarray) -> int:
     return x.dtype.itemsize if x.dtype.kind in "fc" else max(8, x.dtype.itemsize)
 
 
+def quick(cost: Cost) -> Cost:
+    """Mark ``cost`` as a few attribute reads, cheaper than the plan's memory of costs (execution/plan.py)."""
+    cost.quick = True
+    return cost
+
+
 def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
     """``times`` results the size of operand 0 (in ``dtype``, default its working dtype: see
     ``work_itemsize``), plus ``scratch`` more temporaries of that size; in place (``out`` given)
     only the scratch and ``times - 1`` results count."""
 
+    @quick
     def cost(x, *_, out=None, **__) -> int:
         if dtype is None:
             size = x.nbytes if x.dtype.kind in "fc" else x.size * work_itemsize(x)
@@ -92,17 +99,20 @@ def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
 def ufunc_cost(ufunc: np.ufunc, times: float = 1.0) -> Cost:
     """A ufunc's result (``times`` of it: 2 where the kernel casts it back), none when written in place."""
 
+    @quick
     def cost(*operands, out=None, **_) -> int:
         return 0 if out is not None else int(times * ufunc_result(ufunc, *operands))
 
     return cost
 
 
+@quick
 def views(x, *_, **__) -> int:
     """A view of operand 0 costs nothing; numpy copies a reshape of a non-contiguous array (counted)."""
     return 0 if x.flags.c_contiguous else x.nbytes
 
 
+@quick
 def always_view(*_, **__) -> int:
     """Strided views (transpose, slice, split, squeeze) never copy."""
     return 0
@@ -123,6 +133,7 @@ __all__ = [
     "like",
     "nbytes",
     "promoted",
+    "quick",
     "work_itemsize",
     "ufunc_cost",
     "ufunc_result",
