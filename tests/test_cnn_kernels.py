@@ -3,25 +3,47 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_lite.kernels.activation import sigmoid
+from runtime_lite.kernels.activation import _sigmoid_exp, _sigmoid_tanh, sigmoid
 from runtime_lite.kernels.registry import KERNELS
 
 GRID = np.concatenate([np.linspace(-120, 120, 480_001, dtype=np.float32), np.float32([0.0, -0.0, 1e-30, -1e-30])])
 
 
-def test_float32_sigmoid_is_within_1e_7_of_the_float64_definition():
+@pytest.mark.parametrize("form", [_sigmoid_exp, _sigmoid_tanh, sigmoid], ids=["exp", "tanh", "picked"])
+def test_float32_sigmoid_is_within_1e_7_of_the_float64_definition(form):
     reference = 1.0 / (1.0 + np.exp(-GRID.astype(np.float64)))
-    got = sigmoid(GRID)
+    with np.errstate(all="ignore"):
+        got = form(GRID)
     assert got.dtype == np.float32
     error = np.abs(got.astype(np.float64) - reference)
     assert error.max() <= 1e-7, f"max absolute error {error.max():.2e} at x = {GRID[error.argmax()]}"
     assert np.all((got >= 0) & (got <= 1))
+
+
+def test_the_sigmoid_form_is_measured_once_or_taken_from_the_environment(monkeypatch):
+    from runtime_lite.kernels import measured
+
+    calls = []
+
+    def trials():
+        calls.append(1)
+        return {"exp": lambda: None, "tanh": lambda: time.sleep(0.002)}
+
+    monkeypatch.setattr(measured, "_choices", {})
+    assert measured.pick("probe", ("exp", "tanh"), trials) == "exp"  # the slower candidate is not picked
+    assert measured.pick("probe", ("exp", "tanh"), trials) == "exp" and len(calls) == 1
+    monkeypatch.setenv("RUNTIME_LITE_FORCED", "tanh")
+    assert measured.pick("forced", ("exp", "tanh"), trials) == "tanh" and len(calls) == 1
+    monkeypatch.setenv("RUNTIME_LITE_TYPO", "fast")
+    with pytest.warns(RuntimeWarning, match=r"RUNTIME_LITE_TYPO='fast' is not one of auto, exp, tanh"):
+        assert measured.pick("typo", ("exp", "tanh"), trials) == "exp"
 
 
 def test_sigmoid_limits_nan_and_in_place():

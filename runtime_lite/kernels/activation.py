@@ -15,6 +15,7 @@ from runtime_lite.kernels import gemm
 from runtime_lite.kernels.bounds import bounded, clamp
 from runtime_lite.kernels.cost import like, nbytes, promoted, ufunc_cost, work_itemsize
 from runtime_lite.kernels.elementwise import check_broadcast
+from runtime_lite.kernels.measured import pick
 from runtime_lite.kernels.registry import kernel
 
 
@@ -85,32 +86,44 @@ def elu(x, *, alpha):
 
 @kernel("sigmoid", inplace=(0,), cost=like())
 def sigmoid(x, *, out=None):
-    """``0.5 + 0.5 * tanh(x / 2)``: numpy's SIMD float32 tanh is twice as fast as its exp.
+    """float32: ``1 / (1 + exp(-x))`` or ``0.5 + 0.5 * tanh(x / 2)``, whichever numpy runs faster here.
 
-    Four passes at tanh's speed instead of ``1 / (1 + exp(-x))`` at exp's: on
-    EfficientNet-B0's maps 1.9x faster (AMD EPYC, AVX-512). The error is absolute, at
-    most 6e-8 (the exp form: 9e-8), so far in the negative tail the result is
-    relatively less exact (2e-5 where sigmoid > 1e-3) and reaches 0 below -17, where
-    the exp form reaches it below -88. onnxruntime's own logistic (MLAS: a rational
-    fit, clamped at +-18) has the same absolute-error character.
+    Where numpy dispatches AVX-512 its float32 tanh is twice as fast as its exp (four
+    passes at tanh's speed: EfficientNet-B0's sigmoids 1.9x faster); with AVX2 it is
+    slower (kernels/measured.py). The tanh form's error is absolute, at most 6e-8 (the
+    exp form: 9e-8), so far in the negative tail it is relatively less exact (2e-5 where
+    sigmoid > 1e-3) and reaches 0 below -17, where the exp form reaches it below -88:
+    onnxruntime's own logistic (MLAS: a rational fit, clamped at +-18) has the same
+    absolute-error character. Other dtypes always take the exp form.
     """
-    if x.dtype != np.float32:  # float64 keeps its relative accuracy; float16 has no SIMD tanh to gain from
-        return _sigmoid_exp(x, out)
+    if x.dtype == np.float32 and pick("sigmoid", ("exp", "tanh"), _sigmoid_trials) == "tanh":
+        return _sigmoid_tanh(x, out)
+    return _sigmoid_exp(x, out)
+
+
+def _sigmoid_exp(x, out=None):
+    # 1 / (1 + exp(-x)) overflows to inf for large -x and then rounds to exactly 0,
+    # which is the right limit; errors are silenced by the executor.
+    y = np.asarray(np.negative(x, out=out))  # asarray: numpy hands back a scalar for a 0-d x, not writable in place
+    np.exp(y, out=y)
+    y += np.ones((), y.dtype)
+    return np.reciprocal(y, out=y)
+
+
+def _sigmoid_tanh(x, out=None):
     half = np.asarray(0.5, x.dtype)
-    y = np.asarray(np.multiply(x, half, out=out))  # asarray: a 0-d x gives a scalar, not writable in place
+    y = np.asarray(np.multiply(x, half, out=out))
     np.tanh(y, out=y)
     y *= half
     y += half
     return y
 
 
-def _sigmoid_exp(x, out):
-    # 1 / (1 + exp(-x)) overflows to inf for large -x and then rounds to exactly 0,
-    # which is the right limit; errors are silenced by the executor.
-    y = np.asarray(np.negative(x, out=out))
-    np.exp(y, out=y)
-    y += np.ones((), y.dtype)
-    return np.reciprocal(y, out=y)
+def _sigmoid_trials() -> dict:
+    """The two forms on a 256 kB float32 sample, for ``pick`` to time."""
+    sample = np.linspace(-8, 8, 1 << 16, dtype=np.float32)
+    scratch = np.empty_like(sample)
+    return {"exp": lambda: _sigmoid_exp(sample, scratch), "tanh": lambda: _sigmoid_tanh(sample, scratch)}
 
 
 @kernel("tanh", inplace=(0,), cost=ufunc_cost(np.tanh))
