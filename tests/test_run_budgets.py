@@ -180,3 +180,16 @@ def test_a_remembered_cost_still_sees_new_shape_values():
 def _built(model):
     result = aot.build(model, targets=["host"])
     return result.header, result.blobs
+
+
+def test_an_in_place_cost_is_skipped_only_where_the_step_writes_into_an_array():
+    """A free-in-place cost (add) is not called where the target is an array; where it is a numpy
+    scalar the step allocates a fresh result, and that result's size is still asked for first."""
+    from runtime_lite.execution.plan import _make_cost, bind_cost
+    from runtime_lite.format.records import Instruction
+
+    ins = Instruction(op="add", inputs=(0, 1), outputs=(2,), inplace=0)
+    cost = _make_cost(bind_cost("add", {}), ins)
+    big = np.ones((1024, 1024), np.float32)
+    assert cost([np.ones((1024, 1024), np.float32), big, None]) == 0
+    assert cost([np.float32(1), big, None]) == big.nbytes  # a scalar target: the broadcast result is new

@@ -235,12 +235,19 @@ def guarded(fn: Callable, cost: Callable[..., int], what: str) -> Callable:
     return call
 
 
-def _make_cost(cost: Callable[..., int], ins: Instruction, remember: bool) -> Callable[[list], int]:
-    """The instruction's cost as a function of the slots, operands picked as its step picks them;
-    ``remember``: answered from memory for operands seen before (``_remembered``)."""
+def _make_cost(cost: Callable[..., int], ins: Instruction) -> Callable[[list], int]:
+    """The instruction's cost as a function of the slots, operands picked as its step picks them.
+
+    Costs are remembered per operand signature (``_remembered``) unless quick (kernels/cost.py);
+    a cost that is free in place is not called where the step writes into an array.
+    """
+    declared = KERNELS[ins.op].cost
+    remember = not getattr(declared, "quick", False)
     inputs = ins.inputs
     if ins.inplace is not None:
         target = inputs[ins.inplace]
+        if getattr(declared, "free_in_place", False):  # the chain's add, multiply, relu: nothing to allocate
+            return lambda slots: 0 if type(slots[target]) is np.ndarray else cost(*[slots[i] for i in inputs])
         of_slots, operands = (lambda slots: cost(*[slots[i] for i in inputs], out=slots[target])), inputs + (target,)
     elif len(inputs) == 1:
         (a,) = inputs
@@ -395,8 +402,7 @@ class HostPlan:
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
-                # a quick cost (a few attribute reads) is faster computed than looked up
-                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins, not getattr(KERNELS[ins.op].cost, "quick", False))
+                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins)
                 if KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)

@@ -73,9 +73,11 @@ def work_itemsize(x: np.ndarray) -> int:
     return x.dtype.itemsize if x.dtype.kind in "fc" else max(8, x.dtype.itemsize)
 
 
-def quick(cost: Cost) -> Cost:
-    """Mark ``cost`` as a few attribute reads, cheaper than the plan's memory of costs (execution/plan.py)."""
+def quick(cost: Cost, free_in_place: bool = False) -> Cost:
+    """Mark ``cost`` as a few attribute reads, cheaper than the plan's memory of costs (execution/plan.py);
+    ``free_in_place``: it is 0 whenever ``out`` is an array (the plan then skips the call)."""
     cost.quick = True
+    cost.free_in_place = free_in_place
     return cost
 
 
@@ -84,7 +86,6 @@ def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
     ``work_itemsize``), plus ``scratch`` more temporaries of that size; in place (``out`` given)
     only the scratch and ``times - 1`` results count."""
 
-    @quick
     def cost(x, *_, out=None, **__) -> int:
         if dtype is None:
             size = x.nbytes if x.dtype.kind in "fc" else x.size * work_itemsize(x)
@@ -93,17 +94,16 @@ def like(times: float = 1.0, dtype: Any = None, scratch: float = 0.0) -> Cost:
         results = times - (1 if out is not None else 0)
         return int(size * results + nbytes(x.shape, work_itemsize(x)) * scratch)
 
-    return cost
+    return quick(cost, free_in_place=times == 1 and not scratch)
 
 
 def ufunc_cost(ufunc: np.ufunc, times: float = 1.0) -> Cost:
     """A ufunc's result (``times`` of it: 2 where the kernel casts it back), none when written in place."""
 
-    @quick
     def cost(*operands, out=None, **_) -> int:
         return 0 if out is not None else int(times * ufunc_result(ufunc, *operands))
 
-    return cost
+    return quick(cost, free_in_place=True)
 
 
 @quick
