@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -22,6 +23,7 @@ import numpy as np
 from runtime_lite import format as fmt
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect, expect_index, expect_key
+from runtime_lite.format.hashing import PendingHashes, verify_now
 from runtime_lite.format.records import BlobRecord, HostConstant
 from runtime_lite.format.source import BundleBuffer, open_bundle
 
@@ -39,6 +41,8 @@ class Bundle:
     buffer: BundleBuffer
     #: sha256 of the header, hex. The header holds every blob's sha256, so this names the whole bundle.
     digest: str
+    #: Blobs whose sha256 is still being checked (``read_bundle(defer=...)``); None when every blob is done.
+    pending: PendingHashes | None = None
 
     @property
     def source(self) -> str | None:
@@ -174,11 +178,15 @@ def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
     return (major, minor), header_bytes, digest.hex(), data_start
 
 
-def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) -> list[memoryview]:
+def _read_blobs(
+    header: dict, buf: memoryview, data_start: int, verify: bool, defer: Collection[int] = ()
+) -> tuple[list[memoryview], PendingHashes | None]:
     """Each blob record as a view into the file: aligned, inside the data section, no two overlapping.
 
     Disjoint ranges bound verification by the file size: overlapping records could
-    make the reader hash one region of the file again and again.
+    make the reader hash one region of the file again and again. With ``verify``, the
+    blobs in ``defer`` are hashed on background threads (the PendingHashes returned),
+    every other one before this returns.
     """
 
     records = expect_key(header, "blobs", list, "header")
@@ -202,29 +210,22 @@ def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) ->
             raise BundleError(f"bundle field 'blobs[{i}]' overlaps blob {previous}")
         end, previous = offset + size, i
     blobs = [buf[data_start + offset : data_start + offset + size] for offset, size, _ in ranges]
-    if verify:
-        _verify_blobs(blobs, digests)
-    return blobs
+    if not verify:
+        return blobs, None
+    jobs = [(i, blob, digest) for i, (blob, digest) in enumerate(zip(blobs, digests))]
+    later = [job for job in jobs if job[0] in defer]
+    pending = PendingHashes(later) if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES else None
+    try:
+        verify_now([job for job in jobs if pending is None or job[0] not in defer])
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
+    return blobs, pending
 
 
-#: Below this many bytes one thread hashes faster than a pool starts.
-PARALLEL_HASH_BYTES = 8 << 20
-
-
-def _verify_blobs(blobs: list[memoryview], digests: list[bytes]) -> None:
-    """Check every blob's sha256, on all cores for large bundles (hashlib releases the GIL)."""
-    total = sum(len(b) for b in blobs)
-    workers = min(os.cpu_count() or 1, 8)
-    if total < PARALLEL_HASH_BYTES or workers == 1:
-        actual = [hashlib.sha256(b).digest() for b in blobs]
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # only large bundles pay for the import
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            actual = list(pool.map(lambda b: hashlib.sha256(b).digest(), blobs))
-    for i, (got, wanted) in enumerate(zip(actual, digests)):
-        if got != wanted:
-            raise BundleError(f"bundle blob {i} checksum mismatch (the file is corrupt)")
+#: Deferring fewer bytes than this costs more (a thread) than hashing them at once saves.
+DEFER_MIN_BYTES = 1 << 20
 
 
 def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
@@ -250,10 +251,19 @@ def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
     return constants
 
 
-def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = False) -> Bundle:
+def read_bundle(
+    source: BundleSource,
+    *,
+    verify: bool = True,
+    map_file: bool = False,
+    defer: Callable[[dict], Collection[int]] | None = None,
+) -> Bundle:
     """Parse and verify a bundle from a path or bytes; raise BundleError with a one-line reason.
 
     A path is read into private memory unless ``map_file`` (runtime_lite/format/source.py says why).
+    ``defer``, given the decoded (not yet checked) header, names blobs whose sha256 may
+    finish in the background: they come back in ``Bundle.pending``, which the caller must
+    ``wait()`` for before anything trusts those blobs (or ``cancel()``).
     """
     buffer = open_bundle(source, map_file=map_file)
     version, header_bytes, digest, data_start = _read_preamble(buffer.view)
@@ -266,6 +276,12 @@ def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = F
             raise BundleError(
                 f"bundle requires feature {feature!r}, which this runtime_lite does not implement; upgrade runtime_lite"
             )
-    blobs = _read_blobs(header, buffer.view, data_start, verify)
-    constants = _read_constants(header, blobs)
-    return Bundle(version, header, blobs, constants, buffer, digest)
+    later = defer(header) if verify and defer is not None else ()
+    blobs, pending = _read_blobs(header, buffer.view, data_start, verify, later)
+    try:
+        constants = _read_constants(header, blobs)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
+    return Bundle(version, header, blobs, constants, buffer, digest, pending)
