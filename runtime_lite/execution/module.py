@@ -148,7 +148,7 @@ class Module:
         self._buffer.check_unchanged()
         values = ordered_values(self.inputs, inputs)
         run = None
-        if outputs_on != "host" or stream is not None or any(is_device_array(v) for v in values):
+        if outputs_on != "host" or stream is not None or _any_on_device(values):
             if outputs_on not in OUTPUTS_ON:
                 raise InputError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
             run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
@@ -188,6 +188,13 @@ class Module:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
+
+
+def _any_on_device(values: list[Any]) -> bool:
+    for value in values:
+        if type(value) is not np.ndarray and is_device_array(value):  # numpy never is: no call for it
+            return True
+    return False
 
 
 def _device_input(value: Any, name: str) -> Any:

@@ -56,9 +56,20 @@ MAX_DECODED_ITEMS = 4_000_000
 
 
 def _unpacker(stream, max_bytes: int) -> msgpack.Unpacker:
-    # Explicit limits: a hostile length prefix must fail, not allocate.
+    # Explicit limits: a hostile length prefix must fail, not allocate. Reads of 64 KiB, not msgpack's
+    # default 1 MiB: a small bundle's preamble is a few KiB, and each read copies (and, mapped, faults in) it.
     limits = {**_LIMITS, "max_bin_len": max_bytes}
-    return msgpack.Unpacker(stream, raw=False, strict_map_key=True, max_buffer_size=max_bytes, **limits)
+    return msgpack.Unpacker(
+        stream,
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=max_bytes,
+        read_size=min(max_bytes, PREAMBLE_READ),
+        **limits,
+    )
+
+
+PREAMBLE_READ = 64 << 10
 
 
 _LIMITS = {
@@ -91,7 +102,14 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
     containers, and the collector walking them as they are created took more than
     half the decode time of large plans (20k instructions: 143 -> 60 ms).
     """
-    budget = _ItemBudget(MAX_DECODED_ITEMS, what)
+    # Every container and every item takes at least one byte, so a record decodes to at most twice
+    # as many objects as it has bytes: below the budget's half, counting (a Python call per
+    # container) cannot find anything and is skipped.
+    hooks = (
+        {}
+        if 2 * len(data) <= MAX_DECODED_ITEMS
+        else dict.fromkeys(("object_hook", "list_hook"), _ItemBudget(MAX_DECODED_ITEMS, what))
+    )
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -99,8 +117,7 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
             data,
             raw=False,
             strict_map_key=True,
-            object_hook=budget,
-            list_hook=budget,
+            **hooks,
             **{**_LIMITS, "max_bin_len": max_bin_len},
         )
     except BundleError:
