@@ -10,9 +10,12 @@ bundle file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import sys
 import threading
+import time
 
 import msgpack
 import numpy as np
@@ -27,7 +30,7 @@ from runtime_lite import BundleError
 from runtime_lite.backends import Backend, register_backend
 from runtime_lite.errors import PlacementError
 from runtime_lite.execution.module import _tensor_only_blobs
-from runtime_lite.format import hashing
+from runtime_lite.format import hashing, source
 from runtime_lite.format.hashing import PendingHashes
 from runtime_lite.format.reader import DEFER_MIN_BYTES
 from tests.helpers import make_model, onnxruntime_outputs, rand
@@ -195,6 +198,8 @@ def test_only_payloads_a_backend_declares_tensors_are_deferred_and_never_a_share
         ({**header, "modules": "garbage"}, set()),
         ({**header, "modules": [{**module, "payloads": {"fallback_weights": [weights]}}]}, set()),
         ({**header, "modules": [module, 7]}, set()),
+        ({**header, "constants": [{"blob": [weights]}, {"blob": {}}, "x"]}, {weights}),  # refused later, by name
+        ({**header, "modules": [{**module, "payloads": {**module["payloads"], "recipe": [1]}}]}, {weights}),
     ]:
         assert _tensor_only_blobs(changed) == expected
     assert _tensor_only_blobs(header) == {weights}
@@ -211,4 +216,62 @@ def test_pending_hashes_name_the_first_bad_blob_and_cancel_between_chunks(monkey
     monkeypatch.setattr(hashing, "CHUNK_BYTES", 1 << 20)
     pending = PendingHashes([(0, memoryview(bytes(64 << 20)), b"")])
     pending.cancel()
+    assert not _verify_threads()
+
+
+# -- the hash follows the private read: a read that fails releases it -----------------------------------
+
+
+@pytest.mark.parametrize("failure", ["shrank", "io error"])
+def test_a_read_that_fails_under_a_running_hash_is_one_line_and_leaves_nothing_running(
+    delegated, tmp_path, monkeypatch, failure
+):
+    """Test double for a file cut short (or a disk error) while it is read: ``os.readv`` stops after 2 MiB,
+    once the weights' hash has started waiting for them."""
+    _, build = delegated
+    path = tmp_path / "m.aotb"
+    build.save(path)
+    real_readv, served = os.readv, [0]
+    started = []
+
+    def failing_readv(fd, buffers):
+        if served[0] >= 2 << 20:
+            started.append(len(_verify_threads()))
+            if failure == "shrank":
+                return 0
+            raise OSError(errno.EIO, "Input/output error")
+        count = real_readv(fd, [buffers[0][: (2 << 20) - served[0]]])
+        served[0] += count
+        return count
+
+    monkeypatch.setattr(source.os, "readv", failing_readv)
+    with pytest.raises(BundleError) as info:
+        runtime_lite.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert ("shrank while it was being read" if failure == "shrank" else "Input/output error") in message
+    assert started and started[0] >= 1  # the hash was running, waiting for the bytes that never came
+    assert not _verify_threads()
+
+
+def test_the_hash_starts_before_the_file_is_read_and_sees_every_byte(delegated, tmp_path, monkeypatch):
+    """The file is read in steps while the weights' hash follows; each byte it hashes was read first.
+
+    Test double: a disk slower than the hash (``os.readv`` pauses 2 ms per 256 KiB step)."""
+    _, build = delegated
+    path = tmp_path / "m.aotb"
+    build.save(path)
+    real_readv = os.readv
+
+    def slow_readv(fd, buffers):
+        time.sleep(0.002)
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(source.os, "readv", slow_readv)
+    monkeypatch.setattr(source, "READ_STEP", 256 << 10)
+    monkeypatch.setattr(hashing, "WAIT_BYTES", 256 << 10)
+    monkeypatch.setattr(hashing, "CHUNK_BYTES", 256 << 10)
+    runtime_lite.load(path)  # every chunk hashed only once read: any zero page would be a mismatch
+    with pytest.raises(BundleError, match="checksum mismatch"):
+        runtime_lite.load(_damaged(build, tmp_path, _payload(build, "fallback_weights"), where=3 << 20))
     assert not _verify_threads()

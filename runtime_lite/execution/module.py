@@ -311,7 +311,7 @@ def _tensor_only_blobs(header: dict) -> set[int]:
     if not isinstance(modules, list) or not isinstance(constants, list):
         return set()
     tensors: set[int] = set()
-    others: set[Any] = {c.get("blob") if isinstance(c, dict) else None for c in constants}
+    others = {c.get("blob") for c in constants if isinstance(c, dict) and type(c.get("blob")) is int}
     for record in modules:
         payloads = record.get("payloads", {}) if isinstance(record, dict) else None
         if not isinstance(payloads, dict):
@@ -322,10 +322,9 @@ def _tensor_only_blobs(header: dict) -> set[int]:
             backend = None
         declared = getattr(backend, "tensor_payloads", frozenset())
         for key, blob in payloads.items():
-            if key in declared and type(blob) is int:
-                tensors.add(blob)
-            else:
-                others.add(blob if type(blob) is int else None)
+            if type(blob) is not int:
+                continue  # refused by name when the header is checked
+            (tensors if key in declared else others).add(blob)
     return tensors - others
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 
 from runtime_lite.errors import BundleError
 
@@ -24,6 +25,11 @@ PARALLEL_HASH_BYTES = 8 << 20
 #: A background hash checks for cancellation between chunks of this size (about 30 ms of hashing each);
 #: fewer, larger chunks also mean fewer waits to take the GIL back while the loading thread runs Python.
 CHUNK_BYTES = 64 << 20
+#: Behind a read still going on, the hash waits for this much more to be in before it goes on.
+WAIT_BYTES = 4 << 20
+
+#: ``ready(blob index, n)``: block until the first ``n`` bytes of the blob are read; how many are, or -1.
+Readiness = Callable[[int, int], int]
 
 
 def mismatch(index: int) -> BundleError:
@@ -54,7 +60,10 @@ class PendingHashes:
     thread's whole share.
     """
 
-    def __init__(self, blobs: list[tuple[int, memoryview, bytes]]):
+    def __init__(self, blobs: list[tuple[int, memoryview, bytes]], ready: Readiness | None = None):
+        """``ready(index, n)``, where the bundle is still being read: block until at least the first ``n``
+        bytes of blob ``index`` are in, and say how many are (-1: the read failed, stop)."""
+        self._ready = ready
         self._expected = {index for index, _, _ in blobs}
         self._matches: dict[int, bool] = {}
         self._failure: BaseException | None = None
@@ -76,11 +85,17 @@ class PendingHashes:
     def _hash(self, share: list[tuple[int, memoryview, bytes]]) -> None:
         try:
             for index, blob, wanted in share:
-                digest = hashlib.sha256()
-                for start in range(0, len(blob), CHUNK_BYTES):
+                digest, start, size = hashlib.sha256(), 0, len(blob)
+                while start < size:
                     if self._cancelled.is_set():
                         return
-                    digest.update(blob[start : start + CHUNK_BYTES])
+                    # Right behind the read where it is still going on, at least a read step at a time.
+                    readable = size if self._ready is None else self._ready(index, min(size, start + WAIT_BYTES))
+                    if readable < 0:
+                        return
+                    stop = min(size, start + CHUNK_BYTES, readable)
+                    digest.update(blob[start:stop])
+                    start = stop
                 self._matches[index] = digest.digest() == wanted
         except BaseException as e:  # reported by wait(), never lost in a thread
             self._failure = e

@@ -130,14 +130,17 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
 
 
 class _ViewReader:
-    """A file-like reader over a memoryview that copies only the bytes msgpack asks for."""
+    """A file-like reader over a bundle's bytes that copies only the bytes msgpack asks for (reading them in
+    first where the bundle is still being read)."""
 
-    def __init__(self, view: memoryview):
-        self.view = view
-        self.pos = 0
+    def __init__(self, buffer: BundleBuffer, start: int):
+        self.view = buffer.view
+        self.buffer = buffer
+        self.pos = start
 
     def read(self, n: int = -1) -> bytes:
         end = len(self.view) if n < 0 else min(len(self.view), self.pos + n)
+        self.buffer.ensure(end)
         chunk = bytes(self.view[self.pos : end])
         self.pos = end
         return chunk
@@ -154,12 +157,14 @@ def _what_it_is(buf: memoryview) -> str:
     return ""
 
 
-def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
+def _read_preamble(buffer: BundleBuffer) -> tuple[tuple[int, int], bytes, str, int]:
     """Parse magic, version, header bytes, header digest and padding; return the verified digest (hex)
     and where data starts."""
+    buffer.ensure(PREAMBLE_READ)
+    buf = buffer.view
     if bytes(buf[: len(fmt.MAGIC_BYTES)]) != fmt.MAGIC_BYTES:
         raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')" + _what_it_is(buf))
-    unpacker = _unpacker(_ViewReader(buf[len(fmt.MAGIC_BYTES) :]), fmt.MAX_HEADER_BYTES)
+    unpacker = _unpacker(_ViewReader(buffer, len(fmt.MAGIC_BYTES)), fmt.MAX_HEADER_BYTES)
     try:
         version = next(unpacker)
         if (
@@ -196,16 +201,17 @@ def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
 
 
 def _read_blobs(
-    header: dict, buf: memoryview, data_start: int, verify: bool, defer: Collection[int] = ()
+    header: dict, buffer: BundleBuffer, data_start: int, verify: bool, defer: Collection[int] = ()
 ) -> tuple[list[memoryview], PendingHashes | None]:
     """Each blob record as a view into the file: aligned, inside the data section, no two overlapping.
 
     Disjoint ranges bound verification by the file size: overlapping records could
     make the reader hash one region of the file again and again. With ``verify``, the
     blobs in ``defer`` are hashed on background threads (the PendingHashes returned),
-    every other one before this returns.
+    which start while the rest of the file is still being read; every other blob is
+    verified before this returns, which is also when the whole file has been read.
     """
-
+    buf = buffer.view
     records = expect_key(header, "blobs", list, "header")
     data_size = len(buf) - data_start
     ranges: list[tuple[int, int, int]] = []
@@ -226,16 +232,27 @@ def _read_blobs(
         if offset < end:
             raise BundleError(f"bundle field 'blobs[{i}]' overlaps blob {previous}")
         end, previous = offset + size, i
-    blobs = [buf[data_start + offset : data_start + offset + size] for offset, size, _ in ranges]
+    starts = [data_start + offset for offset, _, _ in ranges]
+    blobs = [buf[start : start + size] for start, (_, size, _) in zip(starts, ranges)]
     if not verify:
+        buffer.finish()
         return blobs, None
     jobs = [(i, blob, digest) for i, (blob, digest) in enumerate(zip(blobs, digests))]
     later = [job for job in jobs if job[0] in defer]
-    pending = PendingHashes(later) if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES else None
+    pending = None
+    if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES:
+
+        def ready(index: int, want: int) -> int:
+            got = buffer.wait_for(starts[index] + want)
+            return -1 if got < 0 else got - starts[index]
+
+        pending = PendingHashes(later, ready)
     try:
+        buffer.finish()
         verify_now([job for job in jobs if pending is None or job[0] not in defer])
     except BaseException:
         if pending is not None:
+            buffer.abandon()  # a hash still waiting for bytes stops
             pending.cancel()
         raise
     return blobs, pending
@@ -282,19 +299,24 @@ def read_bundle(
     finish in the background: they come back in ``Bundle.pending``, which the caller must
     ``wait()`` for before anything trusts those blobs (or ``cancel()``).
     """
-    buffer = open_bundle(source, map_file=map_file)
-    version, header_bytes, digest, data_start = _read_preamble(buffer.view)
-    header = decode_record(header_bytes, "bundle header", max_bin_len=fmt.MAX_HEADER_BYTES)
-    expect(header, dict, "header")
-    features = expect_key(header, "required_features", list, "header")
-    for i, feature in enumerate(features):
-        expect(feature, str, f"header.required_features[{i}]")
-        if feature not in fmt.KNOWN_FEATURES:
-            raise BundleError(
-                f"bundle requires feature {feature!r}, which this runtime_lite does not implement; upgrade runtime_lite"
-            )
-    later = defer(header) if verify and defer is not None else ()
-    blobs, pending = _read_blobs(header, buffer.view, data_start, verify, later)
+    buffer = open_bundle(source, map_file=map_file, incremental=True)
+    try:
+        version, header_bytes, digest, data_start = _read_preamble(buffer)
+        header = decode_record(header_bytes, "bundle header", max_bin_len=fmt.MAX_HEADER_BYTES)
+        expect(header, dict, "header")
+        features = expect_key(header, "required_features", list, "header")
+        for i, feature in enumerate(features):
+            expect(feature, str, f"header.required_features[{i}]")
+            if feature not in fmt.KNOWN_FEATURES:
+                raise BundleError(
+                    f"bundle requires feature {feature!r}, which this runtime_lite does not implement; "
+                    "upgrade runtime_lite"
+                )
+        later = defer(header) if verify and defer is not None else ()
+        blobs, pending = _read_blobs(header, buffer, data_start, verify, later)
+    except BaseException:
+        buffer.abandon()  # the file closed, not left to the garbage collector
+        raise
     try:
         constants = _read_constants(header, blobs)
     except BaseException:
