@@ -30,7 +30,7 @@ from runtime_lite import BundleError
 from runtime_lite.backends import Backend, register_backend
 from runtime_lite.errors import PlacementError
 from runtime_lite.execution.module import _tensor_only_blobs
-from runtime_lite.format import hashing, source
+from runtime_lite.format import hashing, reader, source
 from runtime_lite.format.hashing import PendingHashes
 from runtime_lite.format.reader import DEFER_MIN_BYTES
 from tests.helpers import make_model, onnxruntime_outputs, rand
@@ -80,6 +80,14 @@ def _damaged(build, tmp_path, blob: int, where: int = -1):
     path = tmp_path / "damaged.aotb"
     path.write_bytes(bytes(data))
     return path
+
+
+@pytest.fixture(autouse=True)
+def two_cpus(monkeypatch):
+    """Test double for a machine of at least two CPUs (with one, nothing overlaps and nothing is deferred)."""
+    cpus = max(2, hashing.usable_cpus())
+    monkeypatch.setattr(reader, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(hashing, "usable_cpus", lambda: cpus)
 
 
 def _verify_threads() -> list[threading.Thread]:
@@ -160,6 +168,19 @@ def test_the_checksum_error_wins_over_what_a_backend_made_of_the_corrupt_weights
     with pytest.raises(BundleError, match="checksum mismatch"):
         runtime_lite.load(damaged, require="onnxruntime")
     assert not _verify_threads()
+
+
+def test_with_one_cpu_every_blob_is_verified_before_the_backends_start(delegated, tmp_path, sessions, monkeypatch):
+    _, build = delegated
+    monkeypatch.setattr(reader, "usable_cpus", lambda: 1)
+    path = tmp_path / "m.aotb"
+    build.save(path)
+    runtime_lite.load(path)
+    assert sessions[0]["hashing"] == 0
+    weights = _payload(build, "fallback_weights")
+    with pytest.raises(BundleError, match=f"^bundle blob {weights} checksum mismatch"):
+        runtime_lite.load(_damaged(build, tmp_path, weights))
+    assert len(sessions) == 1  # refused before any session
 
 
 def test_an_interrupt_during_initialisation_stops_the_hashing(delegated, tmp_path, monkeypatch):

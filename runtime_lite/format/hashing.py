@@ -32,6 +32,14 @@ WAIT_BYTES = 4 << 20
 Readiness = Callable[[int, int], int]
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def mismatch(index: int) -> BundleError:
     return BundleError(f"bundle blob {index} checksum mismatch (the file is corrupt)")
 
@@ -68,7 +76,7 @@ class PendingHashes:
         self._matches: dict[int, bool] = {}
         self._failure: BaseException | None = None
         self._cancelled = threading.Event()
-        count = max(1, min(len(blobs), (os.cpu_count() or 1) - 1, 8))
+        count = max(1, min(len(blobs), usable_cpus() - 1, 8))
         shares: list[list[tuple[int, memoryview, bytes]]] = [[] for _ in range(count)]
         loads = [0] * count
         for job in sorted(blobs, key=lambda job: len(job[1]), reverse=True):
@@ -121,4 +129,4 @@ class PendingHashes:
             thread.join()
 
 
-__all__ = ["CHUNK_BYTES", "PARALLEL_HASH_BYTES", "PendingHashes", "mismatch", "verify_now"]
+__all__ = ["CHUNK_BYTES", "PARALLEL_HASH_BYTES", "PendingHashes", "mismatch", "usable_cpus", "verify_now"]

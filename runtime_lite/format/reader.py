@@ -3,9 +3,11 @@
 Nothing in a bundle is trusted until checked: the magic and version before the
 header is parsed, the header's sha256 before it is decoded, every declared size
 against the file before anything is allocated, and each blob's sha256 before its
-bytes are used. A path is read once into private read-only memory (or, with
-``map_file``, mapped; runtime_lite/format/source.py says why), and constants become
-read-only numpy views of that buffer: blobs are never copied again.
+bytes are used (or, for the weights a backend declares plain tensors, while they are
+handed over and before ``load`` returns: runtime_lite/format/hashing.py). A path is
+read once into private read-only memory (or, with ``map_file``, mapped;
+runtime_lite/format/source.py says why), and constants become read-only numpy views
+of that buffer: blobs are never copied again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from runtime_lite import format as fmt
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect, expect_index, expect_key
-from runtime_lite.format.hashing import PendingHashes, verify_now
+from runtime_lite.format.hashing import PendingHashes, usable_cpus, verify_now
 from runtime_lite.format.records import BlobRecord, HostConstant
 from runtime_lite.format.source import BundleBuffer, open_bundle
 
@@ -240,7 +242,7 @@ def _read_blobs(
     jobs = [(i, blob, digest) for i, (blob, digest) in enumerate(zip(blobs, digests))]
     later = [job for job in jobs if job[0] in defer]
     pending = None
-    if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES:
+    if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES and usable_cpus() > 1:  # one CPU: nothing overlaps
 
         def ready(index: int, want: int) -> int:
             got = buffer.wait_for(starts[index] + want)
