@@ -47,7 +47,7 @@ def mismatch(index: int) -> BundleError:
 def verify_now(blobs: list[tuple[int, memoryview, bytes]]) -> None:
     """Check each (index, blob, sha256) before returning, on all cores for large sets (hashlib releases the GIL)."""
     total = sum(len(b) for _, b, _ in blobs)
-    workers = min(os.cpu_count() or 1, 8)
+    workers = min(usable_cpus(), 8)
     if total < PARALLEL_HASH_BYTES or workers == 1:
         actual = [hashlib.sha256(b).digest() for _, b, _ in blobs]
     else:
