@@ -158,7 +158,7 @@ def test_large_bundles_are_hashed_in_parallel_and_still_name_the_bad_blob():
     """Above PARALLEL_HASH_BYTES the blobs are hashed on a thread pool; a flip in any of them is still found."""
     from onnx import helper
 
-    from runtime_lite.format.reader import PARALLEL_HASH_BYTES
+    from runtime_lite.format.hashing import PARALLEL_HASH_BYTES
     from tests.helpers import make_model
 
     weights = {f"w{i}": np.full((1024, 1024), i, np.float32) for i in range(3)}  # 12 MB in three blobs

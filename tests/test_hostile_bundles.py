@@ -327,7 +327,13 @@ def test_run_never_writes_the_callers_arrays_and_outputs_are_fresh(seeds):
 
 def test_outputs_are_checked_against_the_signature(seeds):
     seed = seeds["cnn-host"]
-    for change in ({"dtype": "int64"}, {"shape": [2, 10]}):
+    for change in (
+        {"dtype": "int64"},
+        {"shape": [2, 10]},
+        {"shape": [1, 10, 1]},
+        {"shape": [10]},
+        {"shape": ["N", 11]},
+    ):
         header = copy.deepcopy(seed.header)
         header["signature"]["outputs"][0].update(change)
         with pytest.raises(ExecutionError, match="output 'probs' is float32.1, 10., the signature declares"):

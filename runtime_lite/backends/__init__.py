@@ -10,6 +10,8 @@ backend, the built-in NPU and TensorRT ones included, subclasses :class:`Backend
 * ``is_available()``: whether this host can run it at all;
 * ``init(context, payloads, compile_specs) -> handle``: prepare one module from its
   blobs; raise :class:`IncompatiblePayload` when the payload is not for this host;
+* ``tensor_payloads``: the payloads ``init`` only hands on as numbers (weights), whose
+  sha256 may still be running while it does (every other payload is verified first);
 * ``execute(context, handle, inputs) -> outputs``: run it on numpy arrays (GPU arrays too where
   ``accepts_device_arrays``); when
   ``context.trace`` is a list (``Module.profile``) append one event (a dict) per dispatch;
@@ -68,6 +70,14 @@ class Backend:
     #: Whether ``execute`` takes GPU arrays (runtime_lite.execution.device) as they are; a backend that
     #: does not gets numpy arrays, converted once at the boundary by the plan.
     accepts_device_arrays: bool = False
+    #: Payloads (by key) that ``init`` only views as arrays of numbers and hands on as data (weights to a
+    #: numeric library), never parses as structure (records, graphs, engines, recipes): while ``init``
+    #: runs, their sha256 may still be computing on a background thread (runtime_lite/format/hashing.py);
+    #: ``load`` waits for it before it returns and, on a mismatch, closes the module and raises the same
+    #: BundleError. Declare a payload only if nothing in ``init`` trusts its bytes, i.e. if a hostile bundle
+    #: handing the same bytes with a valid checksum could do no more. The default, none: every payload is
+    #: verified before ``init`` sees it.
+    tensor_payloads: frozenset[str] = frozenset()
 
     def is_available(self) -> bool:
         return True

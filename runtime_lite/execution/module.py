@@ -56,7 +56,22 @@ class Module:
         resolved = resolve_backend_options(backend_options)  # a typo fails before any file is read
         self._closed = False
         self._modules, self._placements = [], []
-        bundle = read_bundle(source, verify=verify, map_file=map_file)
+        bundle = read_bundle(source, verify=verify, map_file=map_file, defer=_tensor_only_blobs)
+        try:
+            self._load(bundle, resolved, limits, require)
+        except BaseException as error:
+            self.close()  # engines and device memory of the modules already initialised go back now
+            _settle(bundle, error)
+            raise
+
+    def _load(
+        self,
+        bundle: Bundle,
+        resolved: Mapping[str, dict[str, Any]],
+        limits: RunLimits | None,
+        require: Iterable[str] | str | None,
+    ) -> None:
+        """Everything after the read; returns only when every blob is verified (``bundle.pending``)."""
         self._buffer = bundle.buffer
         self.limits = limits or RunLimits.from_options()
         header = _Header.parse(bundle)
@@ -70,18 +85,16 @@ class Module:
         self.digest: str = bundle.digest
         required = normalize_require(require)
         check_required_present(required, [record.backend_name for record in header.modules])
-        try:
-            for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
-                bound = _init_module(record, resolved)
-                self._modules.append(bound)
-                where = bound.backend.describe(bound.handle)
-                placement = Placement(record.id, record.backend_name, where.runs_on, where.detail)
-                enforce(placement, required)
-                self._placements.append(placement)
-            self._plan = header.bind_plan(bundle, self._modules)
-        except BaseException:
-            self.close()  # engines and device memory of the modules already initialised go back now
-            raise
+        for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
+            bound = _init_module(record, resolved)
+            self._modules.append(bound)
+            where = bound.backend.describe(bound.handle)
+            placement = Placement(record.id, record.backend_name, where.runs_on, where.detail)
+            enforce(placement, required)
+            self._placements.append(placement)
+        self._plan = header.bind_plan(bundle, self._modules)
+        if bundle.pending is not None:
+            bundle.pending.wait()  # the weights backends took while their hash ran: a mismatch fails the load
 
     def close(self) -> None:
         """Release every backend module (engines, device memory); the Module cannot run afterwards.
@@ -135,7 +148,7 @@ class Module:
         self._buffer.check_unchanged()
         values = ordered_values(self.inputs, inputs)
         run = None
-        if outputs_on != "host" or stream is not None or any(is_device_array(v) for v in values):
+        if outputs_on != "host" or stream is not None or _any_on_device(values):
             if outputs_on not in OUTPUTS_ON:
                 raise InputError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
             run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
@@ -175,6 +188,13 @@ class Module:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
+
+
+def _any_on_device(values: list[Any]) -> bool:
+    for value in values:
+        if type(value) is not np.ndarray and is_device_array(value):  # numpy never is: no call for it
+            return True
+    return False
 
 
 def _device_input(value: Any, name: str) -> Any:
@@ -257,6 +277,55 @@ class _Header:
         if len(plan.input_slots) != len(self.inputs) or len(plan.output_slots) != len(self.outputs):
             raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
         return plan
+
+
+def _settle(bundle: Bundle, error: BaseException) -> None:
+    """After a failed load, no hashing thread left running, and corruption named as such.
+
+    A backend handed a corrupt weight blob may fail on it in its own words first: the
+    checksum mismatch is the cause, so it is the error (the hash finishes, ~0.2 s per 400 MB).
+    An interrupt only stops the hashing.
+    """
+    pending = bundle.pending
+    if pending is None:
+        return
+    if not isinstance(error, Exception):
+        pending.cancel()
+        return
+    try:
+        pending.wait()
+    except BundleError as corrupt:
+        if corrupt is not error:
+            raise corrupt from None
+
+
+def _tensor_only_blobs(header: dict) -> set[int]:
+    """Blobs whose every use is a payload its backend declares plain tensors (``Backend.tensor_payloads``).
+
+    Their sha256 may finish while backends initialise; any other blob (a constant of the
+    host plan, a payload parsed as structure, one shared by both) is verified before
+    anything reads it. The header is not checked yet: anything unexpected defers nothing,
+    and the checks that follow name the field.
+    """
+    modules, constants = header.get("modules", []), header.get("constants", [])
+    if not isinstance(modules, list) or not isinstance(constants, list):
+        return set()
+    tensors: set[int] = set()
+    others = {c.get("blob") for c in constants if isinstance(c, dict) and type(c.get("blob")) is int}
+    for record in modules:
+        payloads = record.get("payloads", {}) if isinstance(record, dict) else None
+        if not isinstance(payloads, dict):
+            return set()
+        try:
+            backend = get_backend(record.get("backend")) if isinstance(record.get("backend"), str) else None
+        except ImportError:  # a broken plugin: the load refuses it by name later
+            backend = None
+        declared = getattr(backend, "tensor_payloads", frozenset())
+        for key, blob in payloads.items():
+            if type(blob) is not int:
+                continue  # refused by name when the header is checked
+            (tensors if key in declared else others).add(blob)
+    return tensors - others
 
 
 def _unique_ids(records: list[_ModuleRecord]) -> list[_ModuleRecord]:

@@ -460,7 +460,10 @@ class HostPlan:
                 try:
                     # The one place every kernel's allocation meets the budget, before it is made.
                     if cost is None:  # a backend call: its own plan runs within what is left
-                        _call_within(step, slots, ActiveBudget(limit - live, deadline))
+                        if live:
+                            _call_within(step, slots, ActiveBudget(limit - live, deadline))
+                        else:  # nothing live: what is left is the budget already in force
+                            step(slots)
                     else:
                         need = cost(slots)
                         if live + need > limit:

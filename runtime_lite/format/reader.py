@@ -3,9 +3,11 @@
 Nothing in a bundle is trusted until checked: the magic and version before the
 header is parsed, the header's sha256 before it is decoded, every declared size
 against the file before anything is allocated, and each blob's sha256 before its
-bytes are used. A path is read once into private read-only memory (or, with
-``map_file``, mapped; runtime_lite/format/source.py says why), and constants become
-read-only numpy views of that buffer: blobs are never copied again.
+bytes are used (or, for the weights a backend declares plain tensors, while they are
+handed over and before ``load`` returns: runtime_lite/format/hashing.py). A path is
+read once into private read-only memory (or, with ``map_file``, mapped;
+runtime_lite/format/source.py says why), and constants become read-only numpy views
+of that buffer: blobs are never copied again.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -22,6 +25,7 @@ import numpy as np
 from runtime_lite import format as fmt
 from runtime_lite.errors import BundleError
 from runtime_lite.format.fields import expect, expect_index, expect_key
+from runtime_lite.format.hashing import PendingHashes, usable_cpus, verify_now
 from runtime_lite.format.records import BlobRecord, HostConstant
 from runtime_lite.format.source import BundleBuffer, open_bundle
 
@@ -39,6 +43,8 @@ class Bundle:
     buffer: BundleBuffer
     #: sha256 of the header, hex. The header holds every blob's sha256, so this names the whole bundle.
     digest: str
+    #: Blobs whose sha256 is still being checked (``read_bundle(defer=...)``); None when every blob is done.
+    pending: PendingHashes | None = None
 
     @property
     def source(self) -> str | None:
@@ -52,9 +58,20 @@ MAX_DECODED_ITEMS = 4_000_000
 
 
 def _unpacker(stream, max_bytes: int) -> msgpack.Unpacker:
-    # Explicit limits: a hostile length prefix must fail, not allocate.
+    # Explicit limits: a hostile length prefix must fail, not allocate. Reads of 64 KiB, not msgpack's
+    # default 1 MiB: a small bundle's preamble is a few KiB, and each read copies (and, mapped, faults in) it.
     limits = {**_LIMITS, "max_bin_len": max_bytes}
-    return msgpack.Unpacker(stream, raw=False, strict_map_key=True, max_buffer_size=max_bytes, **limits)
+    return msgpack.Unpacker(
+        stream,
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=max_bytes,
+        read_size=min(max_bytes, PREAMBLE_READ),
+        **limits,
+    )
+
+
+PREAMBLE_READ = 64 << 10
 
 
 _LIMITS = {
@@ -87,7 +104,14 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
     containers, and the collector walking them as they are created took more than
     half the decode time of large plans (20k instructions: 143 -> 60 ms).
     """
-    budget = _ItemBudget(MAX_DECODED_ITEMS, what)
+    # Every container and every item takes at least one byte, so a record decodes to at most twice
+    # as many objects as it has bytes: below the budget's half, counting (a Python call per
+    # container) cannot find anything and is skipped.
+    hooks = (
+        {}
+        if 2 * len(data) <= MAX_DECODED_ITEMS
+        else dict.fromkeys(("object_hook", "list_hook"), _ItemBudget(MAX_DECODED_ITEMS, what))
+    )
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -95,8 +119,7 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
             data,
             raw=False,
             strict_map_key=True,
-            object_hook=budget,
-            list_hook=budget,
+            **hooks,
             **{**_LIMITS, "max_bin_len": max_bin_len},
         )
     except BundleError:
@@ -109,14 +132,17 @@ def decode_record(data: bytes, what: str = "bundle header", max_bin_len: int = 1
 
 
 class _ViewReader:
-    """A file-like reader over a memoryview that copies only the bytes msgpack asks for."""
+    """A file-like reader over a bundle's bytes that copies only the bytes msgpack asks for (reading them in
+    first where the bundle is still being read)."""
 
-    def __init__(self, view: memoryview):
-        self.view = view
-        self.pos = 0
+    def __init__(self, buffer: BundleBuffer, start: int):
+        self.view = buffer.view
+        self.buffer = buffer
+        self.pos = start
 
     def read(self, n: int = -1) -> bytes:
         end = len(self.view) if n < 0 else min(len(self.view), self.pos + n)
+        self.buffer.ensure(end)
         chunk = bytes(self.view[self.pos : end])
         self.pos = end
         return chunk
@@ -133,12 +159,14 @@ def _what_it_is(buf: memoryview) -> str:
     return ""
 
 
-def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
+def _read_preamble(buffer: BundleBuffer) -> tuple[tuple[int, int], bytes, str, int]:
     """Parse magic, version, header bytes, header digest and padding; return the verified digest (hex)
     and where data starts."""
+    buffer.ensure(PREAMBLE_READ)
+    buf = buffer.view
     if bytes(buf[: len(fmt.MAGIC_BYTES)]) != fmt.MAGIC_BYTES:
         raise BundleError("not an aot bundle (bad magic: the file does not start with 'AOTBUNDLE')" + _what_it_is(buf))
-    unpacker = _unpacker(_ViewReader(buf[len(fmt.MAGIC_BYTES) :]), fmt.MAX_HEADER_BYTES)
+    unpacker = _unpacker(_ViewReader(buffer, len(fmt.MAGIC_BYTES)), fmt.MAX_HEADER_BYTES)
     try:
         version = next(unpacker)
         if (
@@ -174,13 +202,18 @@ def _read_preamble(buf: memoryview) -> tuple[tuple[int, int], bytes, str, int]:
     return (major, minor), header_bytes, digest.hex(), data_start
 
 
-def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) -> list[memoryview]:
+def _read_blobs(
+    header: dict, buffer: BundleBuffer, data_start: int, verify: bool, defer: Collection[int] = ()
+) -> tuple[list[memoryview], PendingHashes | None]:
     """Each blob record as a view into the file: aligned, inside the data section, no two overlapping.
 
     Disjoint ranges bound verification by the file size: overlapping records could
-    make the reader hash one region of the file again and again.
+    make the reader hash one region of the file again and again. With ``verify``, the
+    blobs in ``defer`` are hashed on background threads (the PendingHashes returned),
+    which start while the rest of the file is still being read; every other blob is
+    verified before this returns, which is also when the whole file has been read.
     """
-
+    buf = buffer.view
     records = expect_key(header, "blobs", list, "header")
     data_size = len(buf) - data_start
     ranges: list[tuple[int, int, int]] = []
@@ -201,30 +234,34 @@ def _read_blobs(header: dict, buf: memoryview, data_start: int, verify: bool) ->
         if offset < end:
             raise BundleError(f"bundle field 'blobs[{i}]' overlaps blob {previous}")
         end, previous = offset + size, i
-    blobs = [buf[data_start + offset : data_start + offset + size] for offset, size, _ in ranges]
-    if verify:
-        _verify_blobs(blobs, digests)
-    return blobs
+    starts = [data_start + offset for offset, _, _ in ranges]
+    blobs = [buf[start : start + size] for start, (_, size, _) in zip(starts, ranges)]
+    if not verify:
+        buffer.finish()
+        return blobs, None
+    jobs = [(i, blob, digest) for i, (blob, digest) in enumerate(zip(blobs, digests))]
+    later = [job for job in jobs if job[0] in defer]
+    pending = None
+    if sum(len(blob) for _, blob, _ in later) >= DEFER_MIN_BYTES and usable_cpus() > 1:  # one CPU: nothing overlaps
+
+        def ready(index: int, want: int) -> int:
+            got = buffer.wait_for(starts[index] + want)
+            return -1 if got < 0 else got - starts[index]
+
+        pending = PendingHashes(later, ready)
+    try:
+        buffer.finish()
+        verify_now([job for job in jobs if pending is None or job[0] not in defer])
+    except BaseException:
+        if pending is not None:
+            buffer.abandon()  # a hash still waiting for bytes stops
+            pending.cancel()
+        raise
+    return blobs, pending
 
 
-#: Below this many bytes one thread hashes faster than a pool starts.
-PARALLEL_HASH_BYTES = 8 << 20
-
-
-def _verify_blobs(blobs: list[memoryview], digests: list[bytes]) -> None:
-    """Check every blob's sha256, on all cores for large bundles (hashlib releases the GIL)."""
-    total = sum(len(b) for b in blobs)
-    workers = min(os.cpu_count() or 1, 8)
-    if total < PARALLEL_HASH_BYTES or workers == 1:
-        actual = [hashlib.sha256(b).digest() for b in blobs]
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # only large bundles pay for the import
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            actual = list(pool.map(lambda b: hashlib.sha256(b).digest(), blobs))
-    for i, (got, wanted) in enumerate(zip(actual, digests)):
-        if got != wanted:
-            raise BundleError(f"bundle blob {i} checksum mismatch (the file is corrupt)")
+#: Deferring fewer bytes than this costs more (a thread) than hashing them at once saves.
+DEFER_MIN_BYTES = 1 << 20
 
 
 def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
@@ -250,22 +287,42 @@ def _read_constants(header: dict, blobs: list[memoryview]) -> list[np.ndarray]:
     return constants
 
 
-def read_bundle(source: BundleSource, *, verify: bool = True, map_file: bool = False) -> Bundle:
+def read_bundle(
+    source: BundleSource,
+    *,
+    verify: bool = True,
+    map_file: bool = False,
+    defer: Callable[[dict], Collection[int]] | None = None,
+) -> Bundle:
     """Parse and verify a bundle from a path or bytes; raise BundleError with a one-line reason.
 
     A path is read into private memory unless ``map_file`` (runtime_lite/format/source.py says why).
+    ``defer``, given the decoded (not yet checked) header, names blobs whose sha256 may
+    finish in the background: they come back in ``Bundle.pending``, which the caller must
+    ``wait()`` for before anything trusts those blobs (or ``cancel()``).
     """
-    buffer = open_bundle(source, map_file=map_file)
-    version, header_bytes, digest, data_start = _read_preamble(buffer.view)
-    header = decode_record(header_bytes, "bundle header", max_bin_len=fmt.MAX_HEADER_BYTES)
-    expect(header, dict, "header")
-    features = expect_key(header, "required_features", list, "header")
-    for i, feature in enumerate(features):
-        expect(feature, str, f"header.required_features[{i}]")
-        if feature not in fmt.KNOWN_FEATURES:
-            raise BundleError(
-                f"bundle requires feature {feature!r}, which this runtime_lite does not implement; upgrade runtime_lite"
-            )
-    blobs = _read_blobs(header, buffer.view, data_start, verify)
-    constants = _read_constants(header, blobs)
-    return Bundle(version, header, blobs, constants, buffer, digest)
+    buffer = open_bundle(source, map_file=map_file, incremental=True)
+    try:
+        version, header_bytes, digest, data_start = _read_preamble(buffer)
+        header = decode_record(header_bytes, "bundle header", max_bin_len=fmt.MAX_HEADER_BYTES)
+        expect(header, dict, "header")
+        features = expect_key(header, "required_features", list, "header")
+        for i, feature in enumerate(features):
+            expect(feature, str, f"header.required_features[{i}]")
+            if feature not in fmt.KNOWN_FEATURES:
+                raise BundleError(
+                    f"bundle requires feature {feature!r}, which this runtime_lite does not implement; "
+                    "upgrade runtime_lite"
+                )
+        later = defer(header) if verify and defer is not None else ()
+        blobs, pending = _read_blobs(header, buffer, data_start, verify, later)
+    except BaseException:
+        buffer.abandon()  # the file closed, not left to the garbage collector
+        raise
+    try:
+        constants = _read_constants(header, blobs)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
+    return Bundle(version, header, blobs, constants, buffer, digest, pending)

@@ -104,6 +104,8 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _check_shape(spec: TensorSpec, value: np.ndarray, bound: dict[str, int]) -> None:
+    if value.shape == spec.shape:  # every dim fixed and equal: the common case, one tuple comparison
+        return
     expected = "[" + ",".join(str(d) for d in spec.shape) + "]"
     if value.ndim != len(spec.shape):
         raise InputError(
@@ -128,6 +130,11 @@ def bind_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequenc
 
 def ordered_values(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
     """The caller's values in signature order, from a dict by name or a list."""
+    if type(inputs) is dict and len(inputs) == len(specs):  # the common call: try it without the checks' sets
+        try:
+            return [inputs[s.name] for s in specs]  # as many keys as names, each found: exactly the names
+        except KeyError:
+            pass  # the checks below name what is wrong
     if isinstance(inputs, Mapping):
         names = {s.name for s in specs}
         unknown = [k for k in inputs if k not in names]
@@ -155,6 +162,10 @@ def bind(specs: Sequence[TensorSpec], values: Sequence[Any]) -> tuple[list[np.nd
     bound: dict[str, int] = {}
     arrays = []
     for spec, value in zip(specs, values):
+        if type(value) is np.ndarray and value.dtype == spec.dtype:  # the common case: nothing to convert
+            _check_shape(spec, value, bound)
+            arrays.append(_read_only(value))
+            continue
         array = _coerce(spec, value)
         _check_shape(spec, array, bound)
         arrays.append(array if _on_device(array) else _read_only(array))
@@ -185,7 +196,10 @@ def check_outputs(specs: Sequence[TensorSpec], outputs: Sequence[Any], bound: di
             if not isinstance(value, (np.ndarray, np.generic)):
                 raise ExecutionError(f"output '{spec.name}' is a {type(value).__name__}, not an array")
             value = np.asarray(value)
-        if value.dtype != spec.dtype or value.ndim != len(spec.shape) or not _dims_match(spec, value.shape, bound):
+        if value.dtype != spec.dtype or (
+            value.shape != spec.shape  # equal: every dim fixed and as declared (the common case)
+            and (value.ndim != len(spec.shape) or not _dims_match(spec, value.shape, bound))
+        ):
             raise ExecutionError(
                 f"output '{spec.name}' is {value.dtype.name}{list(value.shape)}, the signature declares "
                 f"{spec.dtype.name}[{','.join(str(d) for d in spec.shape)}]"

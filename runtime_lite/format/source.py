@@ -7,7 +7,8 @@ mapping, a truncation kills the process with SIGBUS at the next run and an
 in-place overwrite silently swaps in weights nobody verified. So by default a
 path is read once into private memory (anonymous, transparent huge pages where the
 kernel offers them: about 20 ms per 100 MB here, a fifth of what 4 KiB faults
-cost) and the file is closed. ``map_file=True`` keeps the zero-copy shared mapping
+cost) and the file is closed. The read goes in steps, so a blob's hash can start on
+another thread as soon as its first bytes are in (``incremental``). ``map_file=True`` keeps the zero-copy shared mapping
 for deployments that replace bundles only by rename; it checks before every run
 that the file has not changed in place, which catches a copy-over between runs
 but cannot stop one that lands during a run (docs/RELIABILITY.md).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -39,18 +41,53 @@ class _FileIdentity:
 
 
 class BundleBuffer:
-    """A bundle's bytes, private or mapped; ``check_unchanged`` guards the mapped case."""
+    """A bundle's bytes, private or mapped; ``check_unchanged`` guards the mapped case.
 
-    def __init__(self, view: memoryview, path: str | None, identity: _FileIdentity | None = None):
+    A private read may still be in progress (``open_bundle(..., incremental=True)``):
+    the loading thread reads on with ``ensure``/``finish``, and other threads wait for
+    a prefix with ``wait_for``, so the hash of a blob can start as soon as its first
+    bytes are in, not after the whole file.
+    """
+
+    def __init__(
+        self,
+        view: memoryview,
+        path: str | None,
+        identity: _FileIdentity | None = None,
+        reading: _PrivateRead | None = None,
+    ):
         self.view = view
         self.path = path
         self._identity = identity
+        self._reading = reading
         if identity is not None:
             weakref.finalize(self, os.close, identity.fd)
 
     @property
     def mapped(self) -> bool:
         return self._identity is not None
+
+    def ensure(self, end: int) -> None:
+        """Loading thread: the first ``end`` bytes are read (a bundle still being read reads on)."""
+        if self._reading is not None:
+            self._reading.read_to(end)
+
+    def finish(self) -> None:
+        """Loading thread: every byte is read and the file closed."""
+        if self._reading is not None:
+            self._reading.read_to(len(self.view))
+            self._reading = None
+
+    def abandon(self) -> None:
+        """Loading thread, on a failed load: stop reading, close the file, release every waiter."""
+        if self._reading is not None:
+            self._reading.fail()
+            self._reading = None
+
+    def wait_for(self, end: int) -> int:
+        """Any thread: block until at least ``end`` bytes are read; how many are, or -1 if the read failed."""
+        reading = self._reading
+        return len(self.view) if reading is None else reading.wait_for(end)
 
     def check_unchanged(self) -> None:
         """ExecutionError if the mapped file was truncated or rewritten in place since load."""
@@ -77,25 +114,75 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def _read_private(fd: int, size: int, path: str) -> memoryview:
-    """The whole file in anonymous memory, on huge pages where possible (few page faults)."""
-    memory = (
-        mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if hasattr(mmap, "MAP_ANONYMOUS") else None
-    )
-    if memory is not None and hasattr(mmap, "MADV_HUGEPAGE"):
-        memory.madvise(mmap.MADV_HUGEPAGE)
-    target = memoryview(memory if memory is not None else bytearray(size))
-    done = 0
-    while done < size:
-        chunk = os.readv(fd, [target[done:]])
-        if chunk == 0:
-            raise BundleError(f"bundle '{path}' shrank while it was being read ({done} of {size} bytes)")
-        done += chunk
-    return target.toreadonly()
+#: The private read goes on in steps of this size, each one announced to the threads hashing behind it.
+READ_STEP = 16 << 20
 
 
-def open_bundle(source: object, *, map_file: bool = False) -> BundleBuffer:
-    """The bytes of a bundle given as a path, ``bytes``, ``bytearray`` or memoryview."""
+class _PrivateRead:
+    """A file read into anonymous memory step by step by the loading thread, others waiting for a prefix.
+
+    Anonymous memory on huge pages where possible (few page faults). Waiters are released
+    as each step lands, and for good if the read fails (``wait_for`` returns -1).
+    """
+
+    def __init__(self, fd: int, size: int, path: str):
+        memory = (
+            mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if hasattr(mmap, "MAP_ANONYMOUS") else None
+        )
+        if memory is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+            memory.madvise(mmap.MADV_HUGEPAGE)
+        self.target = memoryview(memory if memory is not None else bytearray(size))
+        self.fd, self.size, self.path = fd, size, path
+        self.done = 0
+        self.failed = False
+        self._progress = threading.Condition()
+
+    def read_to(self, end: int) -> None:
+        """Read on until ``end`` (at least one step further, to the end of the file at most); BundleError if it fails."""
+        end = min(self.size, max(end, self.done + (1 << 20)))
+        try:
+            while self.done < end:
+                count = os.readv(self.fd, [self.target[self.done : min(end, self.done + READ_STEP)]])
+                if count == 0:
+                    raise BundleError(
+                        f"bundle '{self.path}' shrank while it was being read ({self.done} of {self.size} bytes)"
+                    )
+                with self._progress:
+                    self.done += count
+                    self._progress.notify_all()
+        except OSError as e:
+            self.fail()
+            raise BundleError(f"cannot read bundle '{self.path}': {e.strerror or e}") from None
+        except BaseException:
+            self.fail()
+            raise
+        if self.done == self.size:
+            self._close()
+
+    def wait_for(self, end: int) -> int:
+        with self._progress:
+            while self.done < min(end, self.size) and not self.failed:
+                self._progress.wait()
+            return -1 if self.failed else self.done
+
+    def fail(self) -> None:
+        with self._progress:
+            self.failed = True
+            self._progress.notify_all()
+        self._close()
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def open_bundle(source: object, *, map_file: bool = False, incremental: bool = False) -> BundleBuffer:
+    """The bytes of a bundle given as a path, ``bytes``, ``bytearray`` or memoryview.
+
+    ``incremental``: a path read into private memory comes back before it is read; the
+    caller reads it on (``ensure``, ``finish``) or gives up (``abandon``).
+    """
     if isinstance(source, bytes):
         return BundleBuffer(memoryview(source), None)
     if isinstance(source, (bytearray, memoryview)):
@@ -112,11 +199,14 @@ def open_bundle(source: object, *, map_file: bool = False) -> BundleBuffer:
     size = os.fstat(fd).st_size
     if not map_file:
         try:
-            return BundleBuffer(_read_private(fd, size, path), path)
+            reading = _PrivateRead(fd, size, path)
         except OSError as e:
-            raise BundleError(f"cannot read bundle '{path}': {e.strerror or e}") from None
-        finally:
             os.close(fd)
+            raise BundleError(f"cannot read bundle '{path}': {e.strerror or e}") from None
+        buffer = BundleBuffer(reading.target.toreadonly(), path, reading=reading)
+        if not incremental:
+            buffer.finish()
+        return buffer
     try:
         mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as e:
