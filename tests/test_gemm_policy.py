@@ -226,11 +226,19 @@ def _host(mode: str) -> gemm._Host:
     return gemm._Host(RecordingBlas(), ThreadPoolExecutor(1), policy)
 
 
-def test_the_watchdog_sends_products_to_the_split_after_a_slow_one_and_back_after_healthy_ones():
+def test_the_watchdog_sends_products_to_the_split_after_slow_ones_and_back_after_healthy_ones():
     host = _host("blas")
     assert host.blas_threads_now()
-    host.judge(100_000_000, 1e-3 * gemm.SLOW_FACTOR + 1e-3)  # 1 ms on one thread; this took far longer
+    slow = 1e-3 * gemm.SLOW_FACTOR + 1e-3  # 1 ms on one thread; this took far longer
+    host.judge(100_000_000, slow)  # one slow product: threads waking after an idle gap, one lost time slice
+    assert host.blas_threads_now()
+    host.judge(100_000_000, 0.6e-3)  # a healthy one in between: the count starts again
+    host.judge(100_000_000, slow)
+    assert host.blas_threads_now()
+    host.judge(100_000_000, slow)  # twice in a row: a co-tenant
     assert not host.blas_threads_now()
+    assert host.parallel_macs(False) == max(1_000_000, gemm_policy.DEFAULT_MIN_PARALLEL_MACS)  # the split's own
+    assert host.parallel_macs(True) == 1_000_000
     host._split_until = time.monotonic() - 1  # the fallback has run out
     assert host.blas_threads_now()
     host.judge(100_000_000, 0.6e-3)  # healthy: the fallback period starts short again

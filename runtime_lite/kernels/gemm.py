@@ -46,6 +46,11 @@ COLUMN_ALIGN = 16
 #: (plus ``SLOW_SLACK_S``) means a co-tenant held a core while OpenBLAS's threads waited.
 SLOW_FACTOR = 1.0
 SLOW_SLACK_S = 50e-6
+#: ... twice in a row: one slow product alone is as often OpenBLAS's threads waking up after
+#: an idle gap (the first product of a request: a 2M-MAC product took 190 us against 33 us
+#: expected) or one preempted time slice, and tripping on it sent MobileNetV3-small to the
+#: split for seconds at a time (3.0-3.4x onnxruntime, against 2.2-2.3x without the watchdog).
+SLOW_STRIKES = 2
 #: ... and products then take the split for this long, doubling while slow products recur.
 FALLBACK_SECONDS = 2.0
 MAX_FALLBACK_SECONDS = 60.0
@@ -115,18 +120,32 @@ class _Host:
         self.blas, self.workers, self.policy = blas, workers, policy
         self._split_until = 0.0
         self._fallback_s = FALLBACK_SECONDS
+        self._strikes = 0
 
     def blas_threads_now(self) -> bool:
         """Whether this product goes to OpenBLAS's threads: the policy says so and no co-tenant was seen lately."""
         return self.policy.mode == "blas" and time.monotonic() >= self._split_until
 
+    def parallel_macs(self, blas_now: bool) -> int:
+        """From how many multiply-adds a product is shared out: the policy's threshold, except that the
+        watchdog's split keeps the split's own (the measured one is where OpenBLAS's threads pay off;
+        blocks that small on the pool took 1.5-1.9x one thread, and MobileNetV3 paid it on every product)."""
+        if blas_now or self.policy.mode != "blas":
+            return self.policy.min_parallel_macs
+        return max(self.policy.min_parallel_macs, gemm_policy.DEFAULT_MIN_PARALLEL_MACS)
+
     def judge(self, macs: int, seconds: float) -> None:
-        """After a product on OpenBLAS's threads: slower than one thread would have been means a co-tenant."""
+        """After a product on OpenBLAS's threads: slower than one thread would have been, twice in a row,
+        means a co-tenant."""
         expected = macs / self.policy.single_macs_per_s if self.policy.single_macs_per_s > 0 else math.inf
         if seconds > SLOW_FACTOR * expected + SLOW_SLACK_S:
-            self._split_until = time.monotonic() + self._fallback_s
-            self._fallback_s = min(MAX_FALLBACK_SECONDS, 2 * self._fallback_s)
+            self._strikes += 1
+            if self._strikes >= SLOW_STRIKES:
+                self._strikes = 0
+                self._split_until = time.monotonic() + self._fallback_s
+                self._fallback_s = min(MAX_FALLBACK_SECONDS, 2 * self._fallback_s)
         else:
+            self._strikes = 0
             self._fallback_s = FALLBACK_SECONDS
 
 
@@ -277,10 +296,11 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     )
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     macs = math.prod(batch) * m * n * k
-    if macs < host.policy.min_parallel_macs:
+    blas_now = host.blas_threads_now()
+    if macs < host.parallel_macs(blas_now):
         with host.blas:
             return np.matmul(a, b)
-    if host.blas_threads_now():
+    if blas_now:
         start = time.perf_counter()
         out = np.matmul(a, b)
         host.judge(macs, time.perf_counter() - start)
