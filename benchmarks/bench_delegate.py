@@ -81,11 +81,17 @@ def source(name: str, workdir: Path) -> str:
     return str(onnx_path(name))
 
 
+#: Both sides' threads sleep between runs: two sessions in one process, alternating, would otherwise
+#: each find the cores held by the other's spinning threads (the 1 ms models read 0.5x to 2x at random).
+OPTIONS = {"onnxruntime": {"threads": THREADS, "spinning": False}}
+
+
 def reference_session(path: str) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the delegate's (OPTIONS)
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
@@ -106,7 +112,7 @@ def bench_model(name: str, rounds: int, workdir: Path) -> dict:
     del result
     host_size = aot.build(path, log=None).save(workdir / f"{name}.host.aotb")
     gc.collect()
-    options = {"onnxruntime": {"threads": THREADS}}
+    options = OPTIONS
     module = runtime_lite.load(bundle, backend_options=options)
     session = reference_session(path)
     feeds = model_feeds(session)
@@ -152,7 +158,7 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         "",
         "`aot-build --target onnxruntime` bundles run by runtime_lite (the recipe on onnxruntime's CPU",
         "provider, weights bound from the bundle's blobs) against onnxruntime running the original ONNX",
-        f"file, both with {THREADS} intra-op threads, alternating one run each for {rounds} rounds, batch 1.",
+        f"file, both with {THREADS} intra-op threads that sleep between runs (`spinning: false`: two sessions spinning in one process hold each other's cores), alternating one run each for {rounds} rounds, batch 1.",
         "`ratio` is of the medians, `paired` the median of the per-round ratios, `best-of` the ratio of each",
         "side's fastest round (the figure least moved by other processes on a shared machine), `spread` the",
         "lowest..highest per-round ratio; `load` is `runtime_lite.load`",

@@ -120,13 +120,20 @@ def test_weights_are_stored_once_and_handed_to_onnxruntime_without_a_copy():
 def test_declared_options_reach_the_session():
     module = runtime_lite.load(
         _build(small_cnn_model()).to_bytes(),
-        backend_options={"onnxruntime": {"threads": "1", "optimization": "basic", "arena": "off"}},
+        backend_options={"onnxruntime": {"threads": "1", "optimization": "basic", "arena": "off", "spinning": "off"}},
     )
     session = module._modules[0].handle.session._session
     options = session.get_session_options()
     assert options.intra_op_num_threads == 1 and not options.enable_cpu_mem_arena
     assert str(options.graph_optimization_level).endswith("ORT_ENABLE_BASIC")
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert module.run({"x": X})[0].shape == (1, 10)
+    default = runtime_lite.load(_build(small_cnn_model()).to_bytes())._modules[0].handle.session._session
+    try:
+        spinning = default.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    except Exception:  # not set at all: onnxruntime's own default (spinning)
+        spinning = None
+    assert spinning != "0"
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,8 @@ def test_declared_options_reach_the_session():
         ({"arena": "maybe"}, "arena='maybe'"),
         ({"arena": 1}, "arena=1"),
         ({"enabled": "sometimes"}, "enabled='sometimes'"),
+        ({"spinning": "fast"}, "spinning='fast'"),
+        ({"spinning": 0}, "spinning=0"),
         ({"intra_threads": 2}, "no option 'intra_threads'"),
         ("threads=2", "must be a mapping"),
     ],

@@ -83,22 +83,30 @@ LOAD_OPTIONS = (
         True,
         "false: never hand the recipe to onnxruntime, run the host plan",
     ),
+    Option(
+        "spinning",
+        boolean,
+        True,
+        "intra-op threads spin between runs (onnxruntime's default); false: they sleep, leaving the cores to "
+        "other work between requests",
+    ),
 )
 
 
 def session_settings(options: dict[str, Any]) -> SessionSettings:
     """The load options as session settings; OptionError naming the option for a value of the wrong kind."""
     count, level, arena, enabled = options["threads"], options["optimization"], options["arena"], options["enabled"]
+    spinning = options["spinning"]
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise OptionError(f"onnxruntime option threads={count!r}: must be an integer, 0 or more")
     if level not in OPTIMIZATION_LEVELS:
         raise OptionError(
             f"onnxruntime option optimization={level!r}: expected one of {', '.join(OPTIMIZATION_LEVELS)}"
         )
-    for name, value in (("arena", arena), ("enabled", enabled)):
+    for name, value in (("arena", arena), ("enabled", enabled), ("spinning", spinning)):
         if not isinstance(value, bool):
             raise OptionError(f"onnxruntime option {name}={value!r}: must be true or false")
-    return SessionSettings(count, level, arena, enabled)
+    return SessionSettings(count, level, arena, enabled, spinning)
 
 
 def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fallback: list[np.ndarray]):

@@ -51,6 +51,8 @@ class SessionSettings:
     arena: bool = True
     #: False: never hand the recipe to onnxruntime (the load option ``enabled``).
     enabled: bool = True
+    #: Intra-op threads spin between runs (onnxruntime's default); False: they sleep.
+    spinning: bool = True
 
 
 class Session:
@@ -74,6 +76,8 @@ class Session:
             ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[settings.optimization]
         )
         options.enable_cpu_mem_arena = settings.arena
+        if not settings.spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # onnxruntime's own warnings are not this runtime's log
         # The OrtValues view the arrays (the bundle's blobs); they stay referenced as long as the session.
         self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
