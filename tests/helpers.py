@@ -103,6 +103,19 @@ def rand(*shape: int, seed: int = 0, dtype: str = "float32", low: float = -1.0, 
     return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
 
 
+def wide_model() -> onnx.ModelProto:
+    """A conv and a 4 MiB dense layer: weights large enough (6.9 KiB, 4 MiB) to travel as the bundle's blobs
+    rather than inside an onnxruntime recipe, and a weights blob that load hashes in the background."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = {"w": rand(64, 3, 3, 3, seed=1), "gw": rand(256, 64 * 64, seed=2), "gb": rand(256, seed=3)}
+    return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits)
+
+
 def evaluate_graph(graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """A naive interpreter: every node on fresh copies, no slots, no in-place. The planner's oracle."""
     from runtime_lite.kernels import get_kernel

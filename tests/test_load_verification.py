@@ -19,9 +19,7 @@ import time
 
 import msgpack
 import numpy as np
-import onnx
 import pytest
-from onnx import helper
 
 import aot
 import runtime_lite
@@ -33,22 +31,10 @@ from runtime_lite.execution.module import _tensor_only_blobs
 from runtime_lite.format import hashing, reader, source
 from runtime_lite.format.hashing import PendingHashes
 from runtime_lite.format.reader import DEFER_MIN_BYTES
-from tests.helpers import make_model, onnxruntime_outputs, rand
+from tests.helpers import onnxruntime_outputs, wide_model
 
 X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
 VERIFY_THREAD = "runtime_lite-verify"
-
-
-def wide_model() -> onnx.ModelProto:
-    """A conv and a 4 MiB dense layer: the weights blob is large enough to be hashed in the background."""
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-        helper.make_node("Relu", ["c"], ["r"], name="relu"),
-        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
-        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1, name="fc"),
-    ]
-    inits = {"w": rand(64, 3, 3, 3, seed=1), "gw": rand(256, 64 * 64, seed=2), "gb": rand(256, seed=3)}
-    return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_re
 from runtime_lite.errors import OptionError, PlacementError
 from tests import hostile
 from tests.conftest import small_cnn_model
-from tests.helpers import make_model, onnxruntime_outputs, rand
+from tests.helpers import make_model, onnxruntime_outputs, rand, wide_model
 from tests.hostile import Seed
 
 X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -86,18 +86,6 @@ def test_the_whole_model_is_one_region_on_onnxruntime_and_matches_it(which):
     (placement,) = module.placement.values()
     assert placement["runs_on"] == "onnxruntime" and "on onnxruntime" in placement["detail"]
     assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
-
-
-def wide_model() -> onnx.ModelProto:
-    """Weights large enough (6.9 KiB, 4 MiB) to travel as the bundle's blobs rather than inside the recipe."""
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-        helper.make_node("Relu", ["c"], ["r"], name="relu"),
-        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
-        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1, name="fc"),
-    ]
-    inits = {"w": rand(64, 3, 3, 3, seed=1), "gw": rand(256, 64 * 64, seed=2), "gb": rand(256, seed=3)}
-    return make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits)
 
 
 def test_weights_are_stored_once_and_handed_to_onnxruntime_without_a_copy():
