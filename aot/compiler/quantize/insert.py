@@ -60,6 +60,26 @@ class QuantizationPlan:
         return lines
 
 
+def matmul_weight_reason(rank: int, who: str) -> str:
+    return f"matmul with a rank-{rank} weight; {who}'s int8 matmul takes a 2-d (K, N) weight"
+
+
+def weight_reason(node: Node, who: str) -> str | None:
+    """Why ``who`` (an int8 target) keeps ``node`` in float for its weight (operand 1), or None.
+
+    What every int8 target asks of a weight: a constant, so its per-channel scales are known
+    at build; float32; 2-d for a matmul, so a channel is a column.
+    """
+    weight = node.inputs[1]
+    if not weight.is_constant:
+        return f"{node.op} of two activations; {who}'s int8 kernels take constant weights"
+    if node.op == "matmul" and weight.type.rank != 2:
+        return matmul_weight_reason(weight.type.rank, who)
+    if weight.type.dtype != "float32":
+        return f"weights are {weight.type.dtype}"
+    return None
+
+
 def weight_axis(node: Node) -> int:
     """The weight axis of output channels: 0 for conv (O, I, ...) and dense (units, in), 1 for matmul (K, N)."""
     return 1 if node.op == "matmul" else 0

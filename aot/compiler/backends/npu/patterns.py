@@ -18,6 +18,7 @@ import numpy as np
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, SUPPORTED_DTYPES
 from aot.compiler.pattern import is_const, is_op, wildcard
 from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.compiler.quantize.insert import matmul_weight_reason, weight_reason
 from aot.ir.graph import Node
 
 #: What the NPU's integer kernels compute (runtime_lite/kernels/integer.py): conv1d/2d (grouped and
@@ -30,13 +31,9 @@ def int8_reason(node: Node) -> str | None:
     """Why the NPU keeps ``node`` in float when quantizing, or None when its integer kernels compute it."""
     if node.op not in INT8_OPS:
         return f"the npu has no int8 kernel for {node.op}"
-    weight = node.inputs[1]
-    if not weight.is_constant:
-        return f"{node.op} of two activations; the npu's int8 kernels take constant weights"
-    if node.op == "matmul" and weight.type.rank != 2:
-        return f"matmul with a rank-{weight.type.rank} weight; the npu's int8 matmul takes a 2-d (K, N) weight"
-    if weight.type.dtype != "float32":
-        return f"weights are {weight.type.dtype}"
+    why = weight_reason(node, "the npu")
+    if why is not None:
+        return why
     if not all(v.type.is_static for v in (*node.inputs, *node.outputs)):
         return "symbolic shape; the npu plans static shapes only"
     return None
@@ -123,7 +120,7 @@ def _symmetric_int8(ctx: PatternCheckContext) -> bool | Rejected:
             return reject(f"{node.op} '{node.name}' has a per-axis scale; activations take one scale")
     weight = dequantize_w.inputs[0]
     if compute.op == "matmul" and weight.type.rank != 2:
-        return reject(f"matmul with a rank-{weight.type.rank} weight; the npu's int8 matmul takes a 2-d (K, N) weight")
+        return reject(matmul_weight_reason(weight.type.rank, "the npu"))
     channels = compute.inputs[1].type.shape[1 if compute.op == "matmul" else 0]
     scale = dequantize_w.inputs[1]
     axis = dequantize_w.attrs["axis"] % max(compute.inputs[1].type.rank, 1)

@@ -23,6 +23,7 @@ from aot.compiler.pattern_registry import (
     register_patterns,
     reject,
 )
+from aot.compiler.quantize.insert import weight_reason
 from aot.ir.graph import Node, Value
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS
 
@@ -93,14 +94,7 @@ def int8_reason(node: Node) -> str | None:
     """
     if node.op not in (*CONV_OPS, "dense", "matmul"):
         return f"tensorrt computes {node.op} in float between Q/DQ"
-    weight = node.inputs[1]
-    if not weight.is_constant:
-        return f"{node.op} of two activations; quantized here only with constant weights"
-    if node.op == "matmul" and weight.type.rank != 2:
-        return f"matmul with a rank-{weight.type.rank} weight; per-channel scales need a 2-d (K, N) weight"
-    if weight.type.dtype != "float32":
-        return f"weights are {weight.type.dtype}"
-    return None
+    return weight_reason(node, "tensorrt")
 
 
 def _conv_weights(ctx: PatternCheckContext) -> bool | Rejected:
