@@ -259,6 +259,9 @@ def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]
     if config.address:
         init["address"] = config.address
     else:
+        # "local": a Ray instance of its own. Without an address ray.init joins RAY_ADDRESS or the last cluster
+        # started on this machine (/tmp/ray/ray_current_cluster): a second `serve` deployed into the first one's.
+        init["address"] = "local"
         init["include_dashboard"] = False
         init["num_cpus"] = max(os.cpu_count() or 1, int(config.replicas * config.cpus_per_replica + 0.999))
         if config.metrics_port is not None:
