@@ -480,6 +480,8 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
     nd = len(kernel_shape)
     check_allocation([n, c, *padded], x.dtype, "conv input padding")
     check_allocation([n, o, *out_shape], x.dtype, "conv output")
+    if n == 0:  # an empty batch: the lowerings below reshape with -1, which a size-0 array cannot resolve
+        return np.zeros((0, o, *out_shape), x.dtype)
     if groups == c == o and nd == 2 and _taps_depthwise(out_shape, kernel_shape):
         return _depthwise_taps(x, w, b, strides, pads, dilations, out_shape)
     if (
@@ -539,6 +541,8 @@ def conv_transpose(x, w, b=None, *, strides, pads, dilations, output_padding, gr
     if any(pads[i] + pads[i + nd] >= full[i] for i in range(nd)):
         raise ValueError(f"conv_transpose: pads {list(pads)} crop the whole output {list(full)}")
     check_allocation([n, o, *full], x.dtype, "conv_transpose output")
+    if n == 0:  # an empty batch (see conv)
+        return np.zeros((0, o, *(full[i] - pads[i] - pads[i + nd] for i in range(nd))), promoted(x, w))
     check_allocation([n, groups, og * math.prod(kernel_shape), math.prod(in_shape)], x.dtype, "conv_transpose columns")
     cg = c // groups
     taps = math.prod(kernel_shape)

@@ -92,7 +92,7 @@ def gather_nd(data, indices, *, batch_dims):
     batch_shape = data.shape[:batch_dims]
     batches = int(np.prod(batch_shape, dtype=np.int64))
     rows = checked_indices(indices, data.shape[batch_dims : batch_dims + depth], "gather_nd")
-    rows = rows.reshape(batches, -1, depth)
+    rows = rows.reshape(batches, math.prod(indices.shape[batch_dims:-1]), depth)  # no -1: batches may be 0
     flat = data.reshape((batches,) + data.shape[batch_dims:])
     picked = flat[(np.arange(batches)[:, None], *np.moveaxis(rows, -1, 0))]
     return picked.reshape(indices.shape[:-1] + data.shape[batch_dims + depth :])

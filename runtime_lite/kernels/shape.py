@@ -41,17 +41,24 @@ def _signed_dims(values, what: str) -> tuple[int, ...]:
 
 
 def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
-    """ONNX Reshape: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    """ONNX Reshape: 0 copies the input dim (unless allowzero), one -1 is inferred.
+
+    Where the target holds a 0 (an empty batch: ``view(batch, seq, -1, 64)`` with batch 0)
+    any -1 fits a size-0 tensor; it is inferred from the non-zero dims on both sides, as
+    onnxruntime does and as aot's shape inference assumed (``[0, 5, 32] -> [0, 5, -1, 8]``
+    gives 4 heads, not 0), so the layers after it see the shapes they were compiled for.
+    """
     dims = [in_shape[i] if (d == 0 and not allowzero) else int(d) for i, d in enumerate(target)]
     if -1 in dims:
-        known = 1
-        for d in dims:
-            if d != -1:
-                known *= d
-        total = 1
-        for d in in_shape:
-            total *= d
-        dims[dims.index(-1)] = total // known if known else 0
+        known = math.prod(d for d in dims if d != -1)
+        total = math.prod(in_shape)
+        if known:
+            inferred = total // known
+        else:
+            nonzero_in = math.prod(d for d in in_shape if d)
+            nonzero_known = math.prod(d for d in dims if d not in (0, -1))
+            inferred = nonzero_in // nonzero_known if nonzero_in % nonzero_known == 0 else 0
+        dims[dims.index(-1)] = inferred
     return tuple(dims)
 
 

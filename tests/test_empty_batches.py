@@ -1,0 +1,108 @@
+"""An empty batch (a symbolic batch dim run at 0) gives what onnxruntime gives, on the host plan and the delegate.
+
+A server that batches requests hands a model a size-0 batch when a queue drains; numpy
+cannot resolve a ``reshape(n, c, -1)`` of a size-0 array, and a reshape target
+``[batch, seq, -1, 64]`` (every exported transformer's head split) fits any -1 once
+batch is 0. Each case runs a tiny model with a symbolic batch at batch 0 and at batch 2,
+built for the host and for ``--target onnxruntime`` with its host fallback, and compares
+every output's dtype, shape and values with onnxruntime on the original model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import aot
+import runtime_lite
+from tests.helpers import make_model, onnxruntime_outputs, rand
+
+#: route -> (targets at build, backend_options at load): host plan, delegate, delegate off (its host fallback).
+ROUTES = {
+    "host": (["host"], None),
+    "onnxruntime": (["onnxruntime"], None),
+    "onnxruntime-fallback": (["onnxruntime"], {"onnxruntime": {"enabled": False}}),
+}
+#: Where each route's modules run (the host plan has none).
+PLACED = {"host": set(), "onnxruntime": {"onnxruntime"}, "onnxruntime-fallback": {"host"}}
+
+
+def _node(op, inputs, outputs=("y",), **attrs):
+    return helper.make_node(op, list(inputs), list(outputs), **attrs)
+
+
+def _batched(nodes, feeds, inits, opset=17):
+    """A model over ``feeds`` whose first dim is the symbolic ``batch`` (feeds give the other dims)."""
+    shapes = {name: ["batch", *a.shape[1:]] for name, a in feeds.items()}
+    return make_model(nodes, feeds, ["y"], inits, opset=opset, input_shapes=shapes)
+
+
+def conv():
+    x = rand(2, 3, 6, 6)
+    inits = {"w": rand(4, 3, 3, 3, seed=1), "b": rand(4, seed=2)}
+    return _batched([_node("Conv", ["x", "w", "b"], pads=[1, 1, 1, 1])], {"x": x}, inits), x
+
+
+def conv_transpose():
+    x = rand(2, 4, 5, 5)
+    inits = {"w": rand(4, 2, 3, 3, seed=1)}
+    return _batched([_node("ConvTranspose", ["x", "w"], strides=[2, 2], pads=[1, 1, 1, 1])], {"x": x}, inits), x
+
+
+def head_split():
+    """[batch, seq, 32] -> [batch, seq, -1, 8] with the target computed from the input's shape, as torch exports."""
+    x = rand(2, 5, 32)
+    nodes = [
+        _node("Shape", ["x"], ["lead"], start=0, end=2),
+        _node("Concat", ["lead", "heads"], ["target"], axis=0),
+        _node("Reshape", ["x", "target"], ["split"], allowzero=1),
+        _node("Transpose", ["split"], ["y"], perm=[0, 2, 1, 3]),
+    ]
+    model = make_model(
+        nodes, {"x": x}, ["y"], {"heads": np.array([-1, 8], np.int64)}, opset=17,
+        input_shapes={"x": ["batch", "seq", 32]},
+    )  # fmt: skip
+    return model, x
+
+
+def gather_nd_batched():
+    data = rand(2, 4, 3)
+    indices = np.array([[[1], [3]], [[0], [2]]], np.int64)
+    nodes = [_node("GatherND", ["x", "i"], batch_dims=1)]
+    model = make_model(
+        nodes, {"x": data, "i": indices}, ["y"], opset=13, input_shapes={"x": ["batch", 4, 3], "i": ["batch", 2, 1]}
+    )
+    return model, (data, indices)
+
+
+CASES = {"conv": conv, "conv_transpose": conv_transpose, "head_split": head_split, "gather_nd": gather_nd_batched}
+
+
+def _feeds(model: onnx.ModelProto, example, batch: int) -> dict[str, np.ndarray]:
+    arrays = example if isinstance(example, tuple) else (example,)
+    names = [i.name for i in model.graph.input]
+    return {name: a[:batch] for name, a in zip(names, arrays)}
+
+
+def _load(model: onnx.ModelProto, targets: list[str], options):
+    module = runtime_lite.load(aot.build(model, targets=targets, log=None).to_bytes(), backend_options=options)
+    placed = {p["runs_on"] for p in module.placement.values()}
+    return module, placed
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("case", CASES)
+def test_an_empty_batch_gives_onnxruntimes_outputs(case, route):
+    model, example = CASES[case]()
+    targets, options = ROUTES[route]
+    module, placed = _load(model, targets, options)
+    assert placed == PLACED[route], f"{case} runs on {placed}"
+    for batch in (0, 2):
+        feeds = _feeds(model, example, batch)
+        expected = onnxruntime_outputs(model, feeds)
+        actual = module.run(feeds)
+        for a, e in zip(actual, expected, strict=True):
+            assert (a.dtype, a.shape) == (e.dtype, e.shape), f"batch {batch}: {a.dtype}{a.shape} vs {e.dtype}{e.shape}"
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=f"batch {batch}")
