@@ -1000,6 +1000,14 @@ def _resize(ctx):
         "coordinate_transformation_mode": coord,
         "nearest_mode": ctx.attr("nearest_mode", "round_prefer_floor"),
     }
+    if sizes is None and ctx.input(3) is not None:  # computed at run time: often Concat(Shape(x)[:2], [h, w])
+        sizes = _shape_entries(ctx.inputs[3])
+        if sizes is None or (policy != "stretch" and not all(isinstance(s, int) for s in sizes)):
+            raise ctx.unsupported("scales or sizes must be constants")
+        sizes = np.array(sizes, dtype=object)
+    for given, what in ((sizes, "sizes"), (scales, "scales")):
+        if given is not None and given.size and given.size != len(axes):
+            raise ctx.error(f"{what} has {given.size} entries for {len(axes)} axes")
     if sizes is not None and sizes.size:
         full = list(x.type.shape)
         if policy != "stretch":  # one scale for every axis, the largest that fits (or the smallest that covers)
@@ -1010,10 +1018,10 @@ def _resize(ctx):
             sizes = np.array([int(np.floor(scale * x.type.shape[a] + 0.5)) for a in axes])
             _check_aspect_ratio_coordinates(ctx, [x.type.shape[a] for a in axes], sizes, scale, coord)
         for a, s in zip(axes, sizes.reshape(-1)):
-            full[a] = int(s)
-        if not all(isinstance(d, int) for d in full):
-            raise ctx.unsupported("resize to sizes with symbolic dims")
-        return ctx.emit("resize", x, sizes=full, **attrs)
+            full[a] = s if isinstance(s, str) else int(s)
+        if all(isinstance(d, int) for d in full):
+            return ctx.emit("resize", x, sizes=full, **attrs)
+        return ctx.emit("resize", x, scales=_scales_for_sizes(ctx, x.type.shape, full, mode), **attrs)
     if scales is None or not scales.size:
         raise ctx.unsupported("scales or sizes must be constants")
     full_scales = [1.0] * rank
@@ -1024,6 +1032,67 @@ def _resize(ctx):
     ):  # onnx's reference maps over the unrounded length d * s - 1, onnxruntime over the output's: they disagree
         raise ctx.unsupported("align_corners with scales that do not give whole output lengths (ambiguous)")
     return ctx.emit("resize", x, scales=full_scales, **attrs)
+
+
+def _shape_entries(value: Value) -> list | None:
+    """The entries of a 1-d int64 shape tensor computed from shapes: each an int, or the symbolic dim it copies.
+
+    Follows constants, ``shape`` (a slice of a tensor's dims), ``concat``, ``slice`` and
+    ``cast``: what exporters write for "the input's batch and channels, then a fixed size"
+    (``F.interpolate(x, size=(h, w))`` with a symbolic batch). None where it cannot tell.
+    """
+    if value.is_constant:
+        data = np.asarray(value.data)
+        return [int(v) for v in data.reshape(-1)] if data.ndim <= 1 and data.dtype.kind in "iu" else None
+    node = value.producer
+    if node is None:
+        return None
+    if node.op == "shape":
+        return list(node.inputs[0].type.shape[slice(node.attrs["start"], node.attrs["end"])])
+    if node.op == "cast" and np.dtype(node.attrs["to"]).kind in "iu":
+        return _shape_entries(node.inputs[0])
+    if node.op == "concat" and node.attrs["axis"] in (0, -1):
+        parts = [_shape_entries(v) for v in node.inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if node.op == "slice" and list(node.attrs["axes"]) == [0]:
+        entries = _shape_entries(node.inputs[0])
+        if entries is None:
+            return None
+        (start,), (end,), (step,) = node.attrs["starts"], node.attrs["ends"], node.attrs["steps"]
+        return entries[slice(start, end, step)]
+    return None
+
+
+def _scales_for_sizes(ctx, dims: tuple, sizes: list, mode: str) -> list[float]:
+    """Per-axis scales that give ``sizes`` from ``dims`` where a symbolic dim keeps its size (scale 1).
+
+    Each resized axis must be static on both sides; its scale is the smallest float32 at or
+    above ``out / in``, so that ``floor(in * scale)`` is ``out`` exactly in float32 (onnxruntime)
+    and in float64 (ONNX shape inference, the host). Linear sampling points then move by at
+    most one float32 ulp of the scale (a relative change below 1e-6). Nearest sampling rounds
+    points that often fall exactly on a pixel edge, where one ulp picks the other pixel: it
+    takes only scales that are exactly ``out / in`` (2x, 0.5x, ...).
+    """
+    scales = []
+    for d, out in zip(dims, sizes):
+        if d == out:
+            scales.append(1.0)
+            continue
+        if not (isinstance(d, int) and isinstance(out, int)) or d <= 0 or out <= 0:
+            raise ctx.unsupported(
+                f"resize of a dim {d!r} to {out!r} at run time (a symbolic dim may only keep its size; "
+                "fix input shapes with --input NAME:SHAPE)"
+            )
+        scale = np.float32(out / d)
+        while float(scale) * d < out:  # exact in float64: a float32 times an int below 2**29
+            scale = np.nextafter(scale, np.float32(np.inf))
+        if mode == "nearest" and float(scale) * d != out:
+            raise ctx.unsupported(
+                f"nearest resize of {d} to {out} with sizes computed at run time (no float32 scale gives "
+                "onnxruntime's sampling points; fix input shapes with --input NAME:SHAPE)"
+            )
+        scales.append(float(scale))
+    return scales
 
 
 def _check_aspect_ratio_coordinates(ctx, dims, sizes, scale: float, coord: str) -> None:
