@@ -23,27 +23,43 @@ from tests.helpers import onnxruntime_outputs, rand
 
 
 def resize_model(out_hw, mode="linear", coord="half_pixel", legacy=False, keep=(0, 2), repeat=1) -> onnx.ModelProto:
-    """x [N, 3, 7, 9] -> Resize to sizes = Shape(x)[keep] (``repeat`` times) ++ out_hw, computed in the graph."""
+    """x [N, 3, 7, 9] -> Resize to sizes = Shape(x)[keep] (``repeat`` times) ++ out_hw, computed in the graph.
+
+    ``legacy``: as the legacy exporter writes ``F.interpolate(x, size=skip.shape[-2:])``, the
+    lead by Shape -> Slice and out_hw read from a second input ``skip`` [N, 1, *out_hw] by
+    Shape -> Gather -> Unsqueeze, each Shape over a symbolic batch.
+    """
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 7, 9])]
     if legacy:
-        lead = [
+        inputs.append(helper.make_tensor_value_info("skip", onnx.TensorProto.FLOAT, ["N", 1, *out_hw]))
+        shape = [
             helper.make_node("Shape", ["x"], ["shape"]),
             helper.make_node("Slice", ["shape", "start", "end"], ["lead"]),
+            helper.make_node("Shape", ["skip"], ["skip_shape"]),
         ]
+        for axis in (2, 3):
+            shape.append(helper.make_node("Gather", ["skip_shape", f"axis{axis}"], [f"dim{axis}"], axis=0))
+            shape.append(helper.make_node("Unsqueeze", [f"dim{axis}", "axes0"], [f"entry{axis}"]))
+        shape.append(helper.make_node("Concat", ["lead", "entry2", "entry3"], ["sizes"], axis=0))
     else:
-        lead = [helper.make_node("Shape", ["x"], ["lead"], start=keep[0], end=keep[1])]
+        shape = [
+            helper.make_node("Shape", ["x"], ["lead"], start=keep[0], end=keep[1]),
+            helper.make_node("Concat", ["lead"] * repeat + ["hw"], ["sizes"], axis=0),
+        ]
     nodes = [
-        *lead,
-        helper.make_node("Concat", ["lead"] * repeat + ["hw"], ["sizes"], axis=0),
+        *shape,
         helper.make_node(
             "Resize", ["x", "", "", "sizes"], ["y"], mode=mode, coordinate_transformation_mode=coord,
             nearest_mode="floor",
         ),
         helper.make_node("Relu", ["y"], ["out"]),  # the resize inside a region, not at its edge
     ]  # fmt: skip
-    inits = {"hw": np.array(out_hw, np.int64), "start": np.array([keep[0]], np.int64), "end": np.array([keep[1]])}
+    inits = {
+        "hw": np.array(out_hw, np.int64), "start": np.array([keep[0]], np.int64), "end": np.array([keep[1]]),
+        "axis2": np.array(2, np.int64), "axis3": np.array(3, np.int64), "axes0": np.array([0], np.int64),
+    }  # fmt: skip
     graph = helper.make_graph(
-        nodes, "resize", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 7, 9])],
-        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)],
+        nodes, "resize", inputs, [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -51,9 +67,14 @@ def resize_model(out_hw, mode="linear", coord="half_pixel", legacy=False, keep=(
     return model
 
 
+def feeds_for(model: onnx.ModelProto, batch: int) -> dict[str, np.ndarray]:
+    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim][1:] for i in model.graph.input}
+    return {name: rand(batch, *rest, seed=batch) for name, rest in dims.items()}
+
+
 CASES = {
     "bilinear, ratios no float32 states": dict(out_hw=[20, 3]),
-    "bilinear, legacy exporter's Slice": dict(out_hw=[33, 97], legacy=True),
+    "bilinear, legacy exporter's Slice and Gather": dict(out_hw=[33, 97], legacy=True),
     "bilinear, align_corners": dict(out_hw=[20, 3], coord="align_corners"),
     "bilinear, pytorch_half_pixel, down": dict(out_hw=[5, 2], coord="pytorch_half_pixel"),
     "nearest 2x, asymmetric (torch's)": dict(out_hw=[14, 18], mode="nearest", coord="asymmetric"),
@@ -68,7 +89,7 @@ def test_resize_to_sizes_computed_from_the_input_shape_matches_onnxruntime_at_an
     if targets == ["onnxruntime"]:
         assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]  # one region, delegated
     for batch in (1, 3):
-        feeds = {"x": rand(batch, 3, 7, 9, seed=batch)}
+        feeds = feeds_for(model, batch)
         (expected,) = onnxruntime_outputs(model, feeds)
         (actual,) = module.run(feeds)
         assert actual.shape == expected.shape

@@ -1037,9 +1037,11 @@ def _resize(ctx):
 def _shape_entries(value: Value) -> list | None:
     """The entries of a 1-d int64 shape tensor computed from shapes: each an int, or the symbolic dim it copies.
 
-    Follows constants, ``shape`` (a slice of a tensor's dims), ``concat``, ``slice`` and
+    Follows constants, ``shape`` (a slice of a tensor's dims), ``concat``, ``slice``,
+    ``gather`` of constant indices, ``unsqueeze``/``squeeze`` (a scalar is one entry here) and
     ``cast``: what exporters write for "the input's batch and channels, then a fixed size"
-    (``F.interpolate(x, size=(h, w))`` with a symbolic batch). None where it cannot tell.
+    (``F.interpolate(x, size=(h, w))`` with a symbolic batch; the legacy exporter's
+    ``Shape -> Gather -> Unsqueeze -> Concat``). None where it cannot tell.
     """
     if value.is_constant:
         data = np.asarray(value.data)
@@ -1049,8 +1051,13 @@ def _shape_entries(value: Value) -> list | None:
         return None
     if node.op == "shape":
         return list(node.inputs[0].type.shape[slice(node.attrs["start"], node.attrs["end"])])
-    if node.op == "cast" and np.dtype(node.attrs["to"]).kind in "iu":
-        return _shape_entries(node.inputs[0])
+    if (node.op == "cast" and np.dtype(node.attrs["to"]).kind in "iu") or node.op in ("unsqueeze", "squeeze"):
+        return _shape_entries(node.inputs[0]) if node.inputs[0].type.rank <= 1 else None
+    if node.op == "gather" and node.inputs[1].is_constant and node.inputs[0].type.rank == 1:
+        entries, picks = _shape_entries(node.inputs[0]), np.asarray(node.inputs[1].data).reshape(-1)
+        if entries is None or not all(-len(entries) <= int(i) < len(entries) for i in picks):
+            return None
+        return [entries[int(i)] for i in picks]
     if node.op == "concat" and node.attrs["axis"] in (0, -1):
         parts = [_shape_entries(v) for v in node.inputs]
         return None if any(p is None for p in parts) else [d for p in parts for d in p]
