@@ -13,6 +13,7 @@ import numpy as np
 
 from aot.frontend.onnx.context import NodeContext
 from aot.ir.graph import Value
+from aot.ir.shape_values import known_elements
 
 Converter = Callable[[NodeContext], list[Value]]
 CONVERTERS: dict[str, Converter] = {}
@@ -1001,10 +1002,14 @@ def _resize(ctx):
         "nearest_mode": ctx.attr("nearest_mode", "round_prefer_floor"),
     }
     if sizes is None and ctx.input(3) is not None:  # computed at run time: often Concat(Shape(x)[:2], [h, w])
-        sizes = _shape_entries(ctx.inputs[3])
-        if sizes is None or (policy != "stretch" and not all(isinstance(s, int) for s in sizes)):
+        elements = known_elements(ctx.inputs[3])  # each the input's own dim or a number, where exporters wrote so
+        if (
+            elements is None
+            or None in elements
+            or (policy != "stretch" and not all(isinstance(s, int) for s in elements))
+        ):
             raise ctx.unsupported("scales or sizes must be constants")
-        sizes = np.array(sizes, dtype=object)
+        sizes = np.array(elements, dtype=object)
     for given, what in ((sizes, "sizes"), (scales, "scales")):
         if given is not None and given.size and given.size != len(axes):
             raise ctx.error(f"{what} has {given.size} entries for {len(axes)} axes")
@@ -1032,42 +1037,6 @@ def _resize(ctx):
     ):  # onnx's reference maps over the unrounded length d * s - 1, onnxruntime over the output's: they disagree
         raise ctx.unsupported("align_corners with scales that do not give whole output lengths (ambiguous)")
     return ctx.emit("resize", x, scales=full_scales, **attrs)
-
-
-def _shape_entries(value: Value) -> list | None:
-    """The entries of a 1-d int64 shape tensor computed from shapes: each an int, or the symbolic dim it copies.
-
-    Follows constants, ``shape`` (a slice of a tensor's dims), ``concat``, ``slice``,
-    ``gather`` of constant indices, ``unsqueeze``/``squeeze`` (a scalar is one entry here) and
-    ``cast``: what exporters write for "the input's batch and channels, then a fixed size"
-    (``F.interpolate(x, size=(h, w))`` with a symbolic batch; the legacy exporter's
-    ``Shape -> Gather -> Unsqueeze -> Concat``). None where it cannot tell.
-    """
-    if value.is_constant:
-        data = np.asarray(value.data)
-        return [int(v) for v in data.reshape(-1)] if data.ndim <= 1 and data.dtype.kind in "iu" else None
-    node = value.producer
-    if node is None:
-        return None
-    if node.op == "shape":
-        return list(node.inputs[0].type.shape[slice(node.attrs["start"], node.attrs["end"])])
-    if (node.op == "cast" and np.dtype(node.attrs["to"]).kind in "iu") or node.op in ("unsqueeze", "squeeze"):
-        return _shape_entries(node.inputs[0]) if node.inputs[0].type.rank <= 1 else None
-    if node.op == "gather" and node.inputs[1].is_constant and node.inputs[0].type.rank == 1:
-        entries, picks = _shape_entries(node.inputs[0]), np.asarray(node.inputs[1].data).reshape(-1)
-        if entries is None or not all(-len(entries) <= int(i) < len(entries) for i in picks):
-            return None
-        return [entries[int(i)] for i in picks]
-    if node.op == "concat" and node.attrs["axis"] in (0, -1):
-        parts = [_shape_entries(v) for v in node.inputs]
-        return None if any(p is None for p in parts) else [d for p in parts for d in p]
-    if node.op == "slice" and list(node.attrs["axes"]) == [0]:
-        entries = _shape_entries(node.inputs[0])
-        if entries is None:
-            return None
-        (start,), (end,), (step,) = node.attrs["starts"], node.attrs["ends"], node.attrs["steps"]
-        return entries[slice(start, end, step)]
-    return None
 
 
 def _scales_for_sizes(ctx, dims: tuple, sizes: list, mode: str) -> list[float]:
