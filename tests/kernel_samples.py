@@ -95,6 +95,7 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     cases["range"] = ([np.array(0, np.int64), np.array(100_000, np.int64), np.array(1, np.int64)], {})
     cases["resize"] = ([x], {"mode": "linear", "scales": [1, 1, 1.5, 0.75]})
     cases["resize_nearest"] = ([x], {"mode": "nearest", "sizes": [2, 16, 192, 192]})
+    cases["dynamic_resize"] = ([x, np.array([2, 16, 80, 120], np.int64)], {"mode": "linear"})
     cases["topk"] = ([x], {"k": 5, "axis": 3})
     cases["quantize"] = ([x, np.array(0.02, np.float32), np.array(3, np.uint8)], {})
     cases["dequantize"] = ([(x * 10).astype(np.int8), np.array(0.1, np.float32), np.array(2, np.int8)], {})

@@ -1,12 +1,14 @@
-"""Resize to a fixed size over a symbolic batch: the sizes an exporter computes from the input's own shape.
+"""Resize to sizes an exporter computes at run time from shapes, with dynamic axes.
 
 ``F.interpolate(x, size=(h, w))`` with a dynamic batch (every torchvision segmentation
 model's head: DeepLabV3, FCN, LRASPP) exports as ``Resize(x, sizes=Concat(Shape(x)[:2],
-[h, w]))`` (the legacy exporter: ``Shape -> Slice -> Concat``). The sizes are computed at
-run time, but every entry is either the input's own dim or a constant, so the resize is
-static where it resizes: it builds, runs on the onnxruntime delegate as one region, and
-matches onnxruntime at any batch. A nearest resize whose ratio no float32 scale states
-exactly is refused with the fix named, as are sizes that change a symbolic dim, in one line.
+[h, w]))`` (the legacy exporter: ``Shape -> Slice``, ``Shape -> Gather -> Unsqueeze``).
+The sizes are computed at run time, but every entry is either the input's own dim or a
+constant, so the resize is static where it resizes: it builds, runs on the onnxruntime
+delegate as one region, and matches onnxruntime at any batch. Where no static form states
+it (an image resized to another's run-time size, a nearest resize at a ratio no float32
+scale states exactly) it becomes ``dynamic_resize``, which the host runs; sizes with the
+wrong entry count are refused in one line.
 """
 
 from __future__ import annotations
@@ -22,16 +24,20 @@ from aot.errors import AotError
 from tests.helpers import onnxruntime_outputs, rand
 
 
-def resize_model(out_hw, mode="linear", coord="half_pixel", legacy=False, keep=(0, 2), repeat=1) -> onnx.ModelProto:
+def resize_model(
+    out_hw, mode="linear", coord="half_pixel", legacy=False, keep=(0, 2), repeat=1, skip_hw=None
+) -> onnx.ModelProto:
     """x [N, 3, 7, 9] -> Resize to sizes = Shape(x)[keep] (``repeat`` times) ++ out_hw, computed in the graph.
 
     ``legacy``: as the legacy exporter writes ``F.interpolate(x, size=skip.shape[-2:])``, the
     lead by Shape -> Slice and out_hw read from a second input ``skip`` [N, 1, *out_hw] by
-    Shape -> Gather -> Unsqueeze, each Shape over a symbolic batch.
+    Shape -> Gather -> Unsqueeze, each Shape over a symbolic batch; ``skip_hw`` declares
+    the skip's height and width (symbols: its size is known only at run time).
     """
     inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 7, 9])]
     if legacy:
-        inputs.append(helper.make_tensor_value_info("skip", onnx.TensorProto.FLOAT, ["N", 1, *out_hw]))
+        skip = ["N", 1, *(skip_hw or out_hw)]
+        inputs.append(helper.make_tensor_value_info("skip", onnx.TensorProto.FLOAT, skip))
         shape = [
             helper.make_node("Shape", ["x"], ["shape"]),
             helper.make_node("Slice", ["shape", "start", "end"], ["lead"]),
@@ -67,29 +73,40 @@ def resize_model(out_hw, mode="linear", coord="half_pixel", legacy=False, keep=(
     return model
 
 
-def feeds_for(model: onnx.ModelProto, batch: int) -> dict[str, np.ndarray]:
-    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim][1:] for i in model.graph.input}
-    return {name: rand(batch, *rest, seed=batch) for name, rest in dims.items()}
+def feeds_for(model: onnx.ModelProto, batch: int, hw: list[int]) -> dict[str, np.ndarray]:
+    """Inputs at ``batch``; a symbolic height and width (the skip's) take ``hw``."""
+    feeds = {}
+    for i in model.graph.input:
+        dims = [d.dim_value if d.dim_value else None for d in i.type.tensor_type.shape.dim]
+        feeds[i.name] = rand(batch, *(d if d is not None else hw[k - 2] for k, d in enumerate(dims) if k), seed=batch)
+    return feeds
 
 
+#: name -> (resize_model options, whether it stays a run-time resize on the host).
 CASES = {
-    "bilinear, ratios no float32 states": dict(out_hw=[20, 3]),
-    "bilinear, legacy exporter's Slice and Gather": dict(out_hw=[33, 97], legacy=True),
-    "bilinear, align_corners": dict(out_hw=[20, 3], coord="align_corners"),
-    "bilinear, pytorch_half_pixel, down": dict(out_hw=[5, 2], coord="pytorch_half_pixel"),
-    "nearest 2x, asymmetric (torch's)": dict(out_hw=[14, 18], mode="nearest", coord="asymmetric"),
+    "bilinear, ratios no float32 states": (dict(out_hw=[20, 3]), False),
+    "bilinear, legacy exporter's Slice and Gather": (dict(out_hw=[33, 97], legacy=True), False),
+    "bilinear, align_corners": (dict(out_hw=[20, 3], coord="align_corners"), False),
+    "bilinear, pytorch_half_pixel, down": (dict(out_hw=[5, 2], coord="pytorch_half_pixel"), False),
+    "nearest 2x, asymmetric (torch's)": (dict(out_hw=[14, 18], mode="nearest", coord="asymmetric"), False),
+    "nearest at a ratio no float32 states": (dict(out_hw=[20, 3], mode="nearest"), True),
+    "to another input's run-time size": (dict(out_hw=[20, 3], legacy=True, skip_hw=["H", "W"]), True),
 }
 
 
 @pytest.mark.parametrize("targets", [["host"], ["onnxruntime"]], ids=["host", "onnxruntime"])
 @pytest.mark.parametrize("case", CASES)
-def test_resize_to_sizes_computed_from_the_input_shape_matches_onnxruntime_at_any_batch(case, targets):
-    model = resize_model(**CASES[case])
-    module = runtime_lite.load(aot.build(model, targets=targets, log=None).to_bytes())
-    if targets == ["onnxruntime"]:
-        assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]  # one region, delegated
-    for batch in (1, 3):
-        feeds = feeds_for(model, batch)
+def test_resize_to_sizes_computed_at_run_time_matches_onnxruntime_at_any_size(case, targets):
+    options, run_time = CASES[case]
+    model = resize_model(**options)
+    built = aot.build(model, targets=targets, log=None)
+    assert any("dynamic_resize" in note for note in built.notes) == (run_time and targets == ["onnxruntime"])
+    module = runtime_lite.load(built.to_bytes())
+    if targets == ["onnxruntime"]:  # static: one region; run-time: the regions around the host's resize
+        runs_on = [p["runs_on"] for p in module.placement.values()]
+        assert set(runs_on) == {"onnxruntime"} and (len(runs_on) == 1) != run_time, runs_on
+    for batch, grow in ((1, 0), (3, 2)):
+        feeds = feeds_for(model, batch, [d + grow for d in options["out_hw"]])
         (expected,) = onnxruntime_outputs(model, feeds)
         (actual,) = module.run(feeds)
         assert actual.shape == expected.shape
@@ -97,17 +114,9 @@ def test_resize_to_sizes_computed_from_the_input_shape_matches_onnxruntime_at_an
         assert error <= 1e-5, f"batch {batch}: relative L2 {error:.2e}"
 
 
-@pytest.mark.parametrize(
-    "options, says",
-    [
-        (dict(out_hw=[20, 3], mode="nearest"), "nearest resize of 7 to 20"),
-        (dict(out_hw=[20, 3], keep=(0, 1), repeat=2), "resize of a dim 3 to 'N'"),  # [N, N, 20, 3]
-        (dict(out_hw=[20, 3], keep=(0, 1)), "sizes has 3 entries for 4 axes"),  # one short of the rank
-    ],
-)
-def test_a_run_time_resize_no_static_form_states_is_refused_in_one_line(options, says):
-    model = resize_model(**options)
+def test_run_time_sizes_with_the_wrong_entry_count_are_refused_in_one_line():
+    model = resize_model(out_hw=[20, 3], keep=(0, 1))  # [N, 20, 3] for a rank-4 input
     with pytest.raises(AotError) as error:
         aot.build(model, targets=["onnxruntime"], log=None)
     message = str(error.value)
-    assert says in message and "\n" not in message, message
+    assert "sizes has 3 entries for 4 axes" in message and "\n" not in message, message

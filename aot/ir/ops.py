@@ -744,6 +744,18 @@ def _resize(ctx: InferContext) -> list[TensorType]:
     return [TensorType(shape, x.dtype)]
 
 
+def _dynamic_resize(ctx: InferContext) -> list[TensorType]:
+    """Resize to sizes computed at run time: each output dim is what the sizes' producers tell, else fresh."""
+    x, sizes = ctx.types
+    if ctx.attrs["mode"] not in ("nearest", "linear"):
+        raise ctx.fail("dynamic_resize", f"mode {ctx.attrs['mode']!r} is not supported (nearest, linear are)")
+    if sizes.rank != 1 or sizes.shape[0] != x.rank or sizes.dtype not in ("int64", "int32"):
+        raise ctx.fail("dynamic_resize", f"sizes must be a 1-d integer tensor of {x.rank} entries, got {sizes}")
+    known = _run_time_target(ctx, 1)
+    return [TensorType([d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else ctx.fresh_dim() for d in known],
+                       x.dtype)]  # fmt: skip
+
+
 def _grid_sample(ctx: InferContext) -> list[TensorType]:
     x, grid = ctx.types
     if x.rank != 4 or grid.rank != 4 or grid.shape[3] not in (2,):
@@ -776,6 +788,14 @@ register_op("scatter_nd", "data indices updates", _scatter_nd, reduction="none")
 register_op("scatter_elements", "data indices updates", _scatter_elements, axis=0, reduction="none")
 register_op("constant_of_shape", "shape", _constant_of_shape, value=0.0, dtype="float32")
 register_op("range", "start limit delta", _range)
+register_op(
+    "dynamic_resize",
+    "x sizes",
+    _dynamic_resize,
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+)
 register_op(
     "resize",
     "x",

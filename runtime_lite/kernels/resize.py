@@ -13,6 +13,7 @@ from runtime_lite.errors import describe
 from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
+from runtime_lite.kernels.shape import shape_dims
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
                     "half_pixel_symmetric")  # fmt: skip
@@ -130,3 +131,24 @@ def resize(
             check_allocation(x.shape[:axis] + (out_size,) + x.shape[axis + 1 :], x.dtype, "resize step")
             x = _resize_axis(x, axis, out_size, scale, mode, coordinate_transformation_mode, nearest_mode)
     return x
+
+
+def _check_dynamic_resize_attrs(attrs: dict) -> None:
+    _check_resize_attrs({**attrs, "scales": None, "sizes": []})
+
+
+def _dynamic_resize_cost(x, sizes, *, mode, coordinate_transformation_mode, nearest_mode) -> int:
+    dims = shape_dims(sizes, "dynamic_resize")
+    if len(dims) != x.ndim:
+        return 0  # refused by the kernel before it allocates
+    return _resize_cost(x, mode=mode, scales=None, sizes=list(dims), coordinate_transformation_mode="",
+                        nearest_mode="")  # fmt: skip
+
+
+@kernel("dynamic_resize", check=_check_dynamic_resize_attrs, cost=_dynamic_resize_cost)
+def dynamic_resize(x, sizes, *, mode, coordinate_transformation_mode, nearest_mode):
+    """ONNX Resize to ``sizes`` computed at run time (an image of any height and width resized to another's size)."""
+    return resize(
+        x, mode=mode, scales=None, sizes=list(shape_dims(sizes, "dynamic_resize")),
+        coordinate_transformation_mode=coordinate_transformation_mode, nearest_mode=nearest_mode,
+    )  # fmt: skip

@@ -19,7 +19,7 @@ from runtime_lite.kernels.registry import kernel
 MAX_SHAPE_ENTRIES = 32
 
 
-def _dims(values, what: str) -> tuple[int, ...]:
+def shape_dims(values, what: str) -> tuple[int, ...]:
     """Integer dims from an attribute or a shape tensor, refusing anything else.
 
     The entry count is checked first: converting a 6 M-element "shape" would allocate
@@ -63,12 +63,12 @@ def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
 
 
 def _expand_cost(x, target=None, *, shape) -> int:
-    return nbytes(np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand")), x.dtype)
+    return nbytes(np.broadcast_shapes(x.shape, shape_dims(target if target is not None else shape, "expand")), x.dtype)
 
 
 def _tile_cost(x, *, repeats) -> int:
     """np.tile repeats one axis at a time: its last intermediate is as large as the result."""
-    repeats = _dims(repeats, "tile")
+    repeats = shape_dims(repeats, "tile")
     if len(repeats) != x.ndim:
         return 0  # refused by the kernel before it allocates
     return 2 * nbytes([d * r for d, r in zip(x.shape, repeats)], x.dtype)
@@ -101,7 +101,7 @@ def _gather_elements_cost(data, indices, *, axis) -> int:
 
 
 def _constant_of_shape_cost(target, *, value, dtype) -> int:
-    return nbytes(_dims(target, "constant_of_shape"), np.dtype(dtype))
+    return nbytes(shape_dims(target, "constant_of_shape"), np.dtype(dtype))
 
 
 def _range_cost(start, limit, delta) -> int:
@@ -146,14 +146,14 @@ def unsqueeze(x, *, axes):
 @kernel("expand", cost=_expand_cost)
 def expand(x, target=None, *, shape):
     """ONNX Expand broadcasts both ways; the result is copied so it is writable and owned."""
-    out = np.broadcast_shapes(x.shape, _dims(target if target is not None else shape, "expand"))
+    out = np.broadcast_shapes(x.shape, shape_dims(target if target is not None else shape, "expand"))
     check_allocation(out, x.dtype, "expand output")
     return np.array(np.broadcast_to(x, out))
 
 
 @kernel("tile", cost=_tile_cost)
 def tile(x, *, repeats):
-    repeats = _dims(repeats, "tile")
+    repeats = shape_dims(repeats, "tile")
     if len(repeats) != x.ndim:
         raise ValueError(f"tile: {len(repeats)} repeats for a rank-{x.ndim} input")
     check_allocation([d * r for d, r in zip(x.shape, repeats)], x.dtype, "tile output")
@@ -243,7 +243,7 @@ def shape(x, *, start, end):
 
 @kernel("constant_of_shape", cost=_constant_of_shape_cost)
 def constant_of_shape(target, *, value, dtype):
-    shape = _dims(target, "constant_of_shape")
+    shape = shape_dims(target, "constant_of_shape")
     check_allocation(shape, np.dtype(dtype), "constant_of_shape output")
     return np.full(shape, value, dtype=dtype)
 

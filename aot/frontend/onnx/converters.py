@@ -1003,12 +1003,10 @@ def _resize(ctx):
     }
     if sizes is None and ctx.input(3) is not None:  # computed at run time: often Concat(Shape(x)[:2], [h, w])
         elements = known_elements(ctx.inputs[3])  # each the input's own dim or a number, where exporters wrote so
-        if (
-            elements is None
-            or None in elements
-            or (policy != "stretch" and not all(isinstance(s, int) for s in elements))
-        ):
-            raise ctx.unsupported("scales or sizes must be constants")
+        if elements is None or None in elements:
+            return _run_time_resize(ctx, policy, axes, attrs, "scales or sizes must be constants")
+        if policy != "stretch" and not all(isinstance(s, int) for s in elements):
+            raise ctx.unsupported(f"keep_aspect_ratio_policy {policy!r} with sizes computed at run time")
         sizes = np.array(elements, dtype=object)
     for given, what in ((sizes, "sizes"), (scales, "scales")):
         if given is not None and given.size and given.size != len(axes):
@@ -1026,7 +1024,10 @@ def _resize(ctx):
             full[a] = s if isinstance(s, str) else int(s)
         if all(isinstance(d, int) for d in full):
             return ctx.emit("resize", x, sizes=full, **attrs)
-        return ctx.emit("resize", x, scales=_scales_for_sizes(ctx, x.type.shape, full, mode), **attrs)
+        static, why = _scales_for_sizes(x.type.shape, full, mode)
+        if static is None:
+            return _run_time_resize(ctx, policy, axes, attrs, why)
+        return ctx.emit("resize", x, scales=static, **attrs)
     if scales is None or not scales.size:
         raise ctx.unsupported("scales or sizes must be constants")
     full_scales = [1.0] * rank
@@ -1039,8 +1040,9 @@ def _resize(ctx):
     return ctx.emit("resize", x, scales=full_scales, **attrs)
 
 
-def _scales_for_sizes(ctx, dims: tuple, sizes: list, mode: str) -> list[float]:
-    """Per-axis scales that give ``sizes`` from ``dims`` where a symbolic dim keeps its size (scale 1).
+def _scales_for_sizes(dims: tuple, sizes: list, mode: str) -> tuple[list[float] | None, str]:
+    """Per-axis scales that give ``sizes`` from ``dims`` where a symbolic dim keeps its size (scale 1),
+    or (None, why not).
 
     Each resized axis must be static on both sides; its scale is the smallest float32 at or
     above ``out / in``, so that ``floor(in * scale)`` is ``out`` exactly in float32 (onnxruntime)
@@ -1055,20 +1057,26 @@ def _scales_for_sizes(ctx, dims: tuple, sizes: list, mode: str) -> list[float]:
             scales.append(1.0)
             continue
         if not (isinstance(d, int) and isinstance(out, int)) or d <= 0 or out <= 0:
-            raise ctx.unsupported(
-                f"resize of a dim {d!r} to {out!r} at run time (a symbolic dim may only keep its size; "
-                "fix input shapes with --input NAME:SHAPE)"
-            )
+            return None, f"resize of a dim {d!r} to {out!r} (a symbolic dim may only keep its size)"
         scale = np.float32(out / d)
         while float(scale) * d < out:  # exact in float64: a float32 times an int below 2**29
             scale = np.nextafter(scale, np.float32(np.inf))
         if mode == "nearest" and float(scale) * d != out:
-            raise ctx.unsupported(
-                f"nearest resize of {d} to {out} with sizes computed at run time (no float32 scale gives "
-                "onnxruntime's sampling points; fix input shapes with --input NAME:SHAPE)"
-            )
+            return None, f"nearest resize of {d} to {out} (no float32 scale gives onnxruntime's sampling points)"
         scales.append(float(scale))
-    return scales
+    return scales, ""
+
+
+def _run_time_resize(ctx, policy: str, axes: list[int], attrs: dict, why: str):
+    """``dynamic_resize`` to the sizes tensor as computed at run time, where no static form states the resize.
+
+    The host runs it (no delegate lowers it); it needs sizes for every axis and the
+    default aspect-ratio policy, else the resize is refused with ``why``.
+    """
+    x, sizes = ctx.inputs[0], ctx.input(3)
+    if sizes is None or sizes.is_constant or policy != "stretch" or axes != list(range(x.type.rank)):
+        raise ctx.unsupported(f"{why}; fix input shapes with --input NAME:SHAPE")
+    return ctx.emit("dynamic_resize", x, sizes, **attrs)
 
 
 def _check_aspect_ratio_coordinates(ctx, dims, sizes, scale: float, coord: str) -> None:
