@@ -399,6 +399,23 @@ def test_two_targets_partition_in_priority_order_and_run(first):
     assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
 
 
+@pytest.mark.parametrize("which", ["masked", "wide"])
+def test_a_region_too_small_for_the_first_target_goes_to_the_next_not_the_host(which):
+    """TensorRT offloads regions of 5 ops or more; onnxruntime takes single ops. A region TensorRT drops for
+    its size is offered to onnxruntime: the wide model's 4 ops ran on numpy, the masked model's matmul and
+    softmax too, next to an onnxruntime target that takes them."""
+    model = masked_model() if which == "masked" else wide_model()
+    feeds = {"ids": np.array([[3, 0, 7, 0, 11, 49]], np.int64)} if which == "masked" else {"x": X}
+    result = _build(model, ("tensorrt", "onnxruntime"))
+    assert result.regions["host"] == 0 and not result.regions.get("tensorrt"), result.regions
+    assert not [note for note in result.notes if "left on the host" in note], result.notes
+    why = [str(r) for rs in result.partitioned.refusals.values() for r in rs]  # what --print-graph shows
+    assert any("fewer than the 5 tensorrt offloads" in reason for reason in why), why
+    module = runtime_lite.load(result.to_bytes())
+    assert {p["runs_on"] for p in module.placement.values()} == {"onnxruntime"}
+    assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
+
+
 def test_describe_and_the_bundle_say_where_each_region_runs():
     result = _build(small_cnn_model())
     record = result.header["modules"][0]

@@ -199,17 +199,19 @@ def fuse_ops_by_pattern(
     *,
     bind_constants: bool = False,
     annotate_codegen: bool = False,
+    skip: Iterable[Node] = (),
 ) -> PartitionedGraph:
     """Group pattern matches into composites, trying ``patterns`` in order (highest priority first).
 
     A node already in a composite cannot be matched again, so a fused pattern that
-    comes first wins over its parts. ``annotate_codegen`` also wraps each composite
-    in its own region (TVM's ``Codegen`` tag); ``merge_composite_functions`` groups them.
+    comes first wins over its parts; nor can a node in ``skip``. ``annotate_codegen`` also
+    wraps each composite in its own region (TVM's ``Codegen`` tag);
+    ``merge_composite_functions`` groups them.
     """
     pg = graph if isinstance(graph, PartitionedGraph) else PartitionedGraph(graph)
     nodes, consumers, position = pg.nodes, pg.consumers, pg.position
     graph_outputs = frozenset(id(v) for v in pg.outputs)
-    claimed = {id(n) for c in pg.composites for n in c.nodes}
+    claimed = {id(n) for c in pg.composites for n in c.nodes} | {id(n) for n in skip}
     by_op: dict[str, list[Node]] = {}
     for node in nodes:
         by_op.setdefault(node.op, []).append(node)
@@ -464,20 +466,35 @@ def partition(
     """Partition ``graph`` for ``targets`` (highest priority first; ``"host"`` takes the rest).
 
     Each backend's patterns run in turn on what the earlier ones left, with its
-    own ``bind_constants``; adjacent composites merge into regions; regions
-    smaller than ``min_region_size`` (default: each backend's own) stay on the host.
+    own ``bind_constants``; adjacent composites merge into regions; a region
+    smaller than ``min_region_size`` (default: each backend's own) is offered to
+    the targets after its backend (partitioning again without it: TensorRT's
+    five-op minimum would otherwise leave BERT's pooler on the host next to an
+    onnxruntime target that takes single ops), and stays on the host when none
+    takes it.
     """
     from aot.compiler.backends import get_compiler_backend
 
     backends = [get_compiler_backend(t) for t in targets if t != "host"]
-    pg = PartitionedGraph(graph)
-    for backend in backends:
-        fuse_ops_by_pattern(pg, backend.patterns(), bind_constants=backend.bind_constants)
-    merge_composite_functions(pg)
     if min_region_size is None:
         min_region_size = {b.name: b.min_region_size for b in backends}
-    drop_small_regions(pg, min_region_size)
-    return pg
+    declined: dict[str, list[Node]] = {b.name: [] for b in backends}  # nodes a backend's small regions held
+    refused: list[tuple[Node, Refusal]] = []
+    while True:
+        pg = PartitionedGraph(graph)
+        for node, refusal in refused:
+            pg.refuse(node, refusal.source, refusal.reason)
+        for backend in backends:
+            fuse_ops_by_pattern(
+                pg, backend.patterns(), bind_constants=backend.bind_constants, skip=declined[backend.name]
+            )
+        merge_composite_functions(pg)
+        offered = [r for r in drop_small_regions(pg, min_region_size) if r.backend != backends[-1].name]
+        if not offered:
+            return pg
+        for region in offered:
+            declined[region.backend].extend(region.nodes)
+            refused += [(n, r) for n in region.nodes for r in pg.refusals[id(n)] if r.backend == region.backend]
 
 
 __all__ = [
