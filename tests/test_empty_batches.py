@@ -3,7 +3,8 @@
 A server that batches requests hands a model a size-0 batch when a queue drains; numpy
 cannot resolve a ``reshape(n, c, -1)`` of a size-0 array, and a reshape target
 ``[batch, seq, -1, 64]`` (every exported transformer's head split) fits any -1 once
-batch is 0. Each case runs a tiny model with a symbolic batch at batch 0 and at batch 2,
+batch is 0; a zero-length sequence empties a softmax's own axis. Each case runs a tiny
+model with a symbolic batch at batch 0 and at batch 2,
 built for the host and for ``--target onnxruntime`` with its host fallback, and compares
 every output's dtype, shape and values with onnxruntime on the original model.
 """
@@ -77,7 +78,18 @@ def gather_nd_batched():
     return model, (data, indices)
 
 
-CASES = {"conv": conv, "conv_transpose": conv_transpose, "head_split": head_split, "gather_nd": gather_nd_batched}
+def softmax_over_a_sequence():
+    """Attention weights over a zero-length sequence: the softmax axis itself is empty (batch 0 here)."""
+    x = rand(2, 3, 0)
+    nodes = [_node("Softmax", ["x"], ["p"], axis=-1), _node("LogSoftmax", ["x"], ["l"], axis=-1),
+             _node("Add", ["p", "l"], ["y"])]  # fmt: skip
+    return make_model(nodes, {"x": x}, ["y"], opset=17, input_shapes={"x": ["batch", 3, "seq"]}), x
+
+
+CASES = {
+    "conv": conv, "conv_transpose": conv_transpose, "head_split": head_split, "gather_nd": gather_nd_batched,
+    "softmax_over_an_empty_axis": softmax_over_a_sequence,
+}  # fmt: skip
 
 
 def _feeds(model: onnx.ModelProto, example, batch: int) -> dict[str, np.ndarray]:
@@ -106,3 +118,12 @@ def test_an_empty_batch_gives_onnxruntimes_outputs(case, route):
         for a, e in zip(actual, expected, strict=True):
             assert (a.dtype, a.shape) == (e.dtype, e.shape), f"batch {batch}: {a.dtype}{a.shape} vs {e.dtype}{e.shape}"
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=f"batch {batch}")
+
+
+def test_a_reshape_zero_that_copies_a_missing_dim_is_a_one_line_error():
+    """``0`` copies the input's dim at its position (allowzero=0); a zero-length sequence can put one past the
+    input's rank, which onnxruntime refuses too: an error naming the op, not an IndexError."""
+    from runtime_lite.kernels.shape import resolve_reshape
+
+    with pytest.raises(ValueError, match=r"reshape: a 0 in \[2, 4, 8, 0\] copies a dim that input \[0, 8, 4\] lacks"):
+        resolve_reshape((0, 8, 4), [2, 4, 8, 0])

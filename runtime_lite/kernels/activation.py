@@ -292,6 +292,8 @@ def gelu(x, *, approximate, out=None):
 
 @kernel("softmax", cost=_softmax_cost(1))
 def softmax(x, *, axis):
+    if x.size == 0:  # an empty axis has no max (a zero-length sequence's attention scores): nothing to compute
+        return x.copy()
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     np.exp(y, out=y)
     y /= y.sum(axis=axis, keepdims=True)
@@ -300,6 +302,8 @@ def softmax(x, *, axis):
 
 @kernel("log_softmax", cost=_softmax_cost(2))
 def log_softmax(x, *, axis):
+    if x.size == 0:
+        return x.copy()
     y = np.subtract(x, x.max(axis=axis, keepdims=True))
     y -= np.log(np.exp(y).sum(axis=axis, keepdims=True))
     return y

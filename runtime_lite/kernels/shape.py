@@ -48,6 +48,8 @@ def resolve_reshape(in_shape, target, allowzero=0) -> tuple[int, ...]:
     onnxruntime does and as aot's shape inference assumed (``[0, 5, 32] -> [0, 5, -1, 8]``
     gives 4 heads, not 0), so the layers after it see the shapes they were compiled for.
     """
+    if not allowzero and any(d == 0 for d in target[len(in_shape) :]):
+        raise ValueError(f"reshape: a 0 in {list(target)} copies a dim that input {list(in_shape)} lacks")
     dims = [in_shape[i] if (d == 0 and not allowzero) else int(d) for i, d in enumerate(target)]
     if -1 in dims:
         known = math.prod(d for d in dims if d != -1)
