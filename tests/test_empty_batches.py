@@ -4,9 +4,9 @@ A server that batches requests hands a model a size-0 batch when a queue drains;
 cannot resolve a ``reshape(n, c, -1)`` of a size-0 array, and a reshape target
 ``[batch, seq, -1, 64]`` (every exported transformer's head split) fits any -1 once
 batch is 0; a zero-length sequence empties a softmax's own axis. Each case runs a tiny
-model with a symbolic batch at batch 0 and at batch 2,
-built for the host and for ``--target onnxruntime`` with its host fallback, and compares
-every output's dtype, shape and values with onnxruntime on the original model.
+model with a symbolic batch at batch 0 and at batch 2, built for the host and for
+``--target onnxruntime`` with its host fallback, and compares every output's dtype,
+shape and values with onnxruntime on the original model.
 """
 
 from __future__ import annotations
