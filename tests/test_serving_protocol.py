@@ -74,6 +74,42 @@ def test_json_infer_matches_direct_run(service, module):
     np.testing.assert_array_equal(np.array(output["data"], np.float32).reshape(3, 8), module.run([x])[0])
 
 
+def test_bool_masks_empty_batches_and_scalar_outputs_keep_their_shapes():
+    """A BOOL mask, an empty batch (``"data": []``, which numpy reads as float64) and a 0-d output (a sum over
+    everything), as JSON and as binary: each shape and datatype as the model gives them."""
+    nodes = [
+        helper.make_node("Where", ["mask", "x", "zero"], ["y"]),
+        helper.make_node("ReduceSum", ["y"], ["total"], keepdims=0),
+    ]
+    feeds = {"x": rand(2, 3), "mask": np.array([[True, False, True], [False, True, True]])}
+    model = make_model(
+        nodes, feeds, ["y", "total"], {"zero": np.array(0, np.float32)}, opset=17,
+        input_shapes={"x": ["N", 3], "mask": ["N", 3]},
+    )  # fmt: skip
+    module = runtime_lite.load(aot.build(model, targets=["onnxruntime"], log=None).to_bytes())
+    service = InferenceService({"m": served_model("m", module, max_batch_size=1)})
+    for x, mask in ((feeds["x"], feeds["mask"]), (feeds["x"][:0], feeds["mask"][:0])):
+        inputs = [
+            {"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()},
+            {"name": "mask", "shape": list(mask.shape), "datatype": "BOOL", "data": mask.ravel().tolist()},
+        ]
+        expected = module.run({"x": x, "mask": mask})
+        for binary in (False, True):
+            body = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": binary}}).encode()
+            response = call(service, "POST", "/v2/models/m/infer", body)
+            assert response.status == 200, response.body
+            n = int(response.headers.get("inference-header-content-length", len(response.body)))
+            outputs, blobs = json.loads(response.body[:n])["outputs"], response.body[n:]
+            for output, want in zip(outputs, expected, strict=True):
+                assert (output["shape"], output["datatype"]) == (list(want.shape), "FP32"), output
+                if binary:
+                    size = output["parameters"]["binary_data_size"]
+                    got, blobs = np.frombuffer(blobs[:size], np.float32).reshape(want.shape), blobs[size:]
+                else:
+                    got = np.array(output["data"], np.float32).reshape(want.shape)
+                np.testing.assert_array_equal(got, want)
+
+
 def test_binary_infer_round_trips_bytes_exactly(service, module):
     x = rand(2, 4, seed=6)
     body, headers = infer_binary(x)

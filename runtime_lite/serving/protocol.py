@@ -371,7 +371,7 @@ def _json_values(name: str, data: Any, shape: list[int], count: int, dtype: np.d
         values = np.asarray(data)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise ProtocolError(400, f"input '{name}': data is not {datatype} values ({one_line(str(e), 200)})") from None
-    if values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+    if values.size and values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:  # [] is float64 to numpy
         raise ProtocolError(400, f"input '{name}': data holds {_first_foreign(values)}, not {datatype} values")
     if values.size != count:
         raise ProtocolError(400, f"input '{name}': {values.size} values for shape {shape} (needs {count})")
@@ -446,7 +446,7 @@ def encode_infer_response(
     """The response body and its headers (binary outputs after a JSON header, as the extension says)."""
     outputs, blobs = [], []
     for i in chosen:
-        spec, array = specs[i], np.ascontiguousarray(arrays[i])
+        spec, array = specs[i], np.asarray(arrays[i], order="C")  # ascontiguousarray would make a 0-d output 1-d
         record: dict[str, Any] = {"name": spec.name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
         if "*" in request.binary_outputs or spec.name in request.binary_outputs:
             data = array.tobytes()
