@@ -150,3 +150,35 @@ def test_reshape_minus_one_over_a_symbolic_batch_keeps_the_batch_symbol():
     assert module.outputs[0].shape == ("N", 8)
     x = rand(3, 8, 1, 1)
     np.testing.assert_array_equal(module.run([x])[0], x.reshape(3, 8))
+
+
+@pytest.mark.parametrize("heads", [[4, -1], [4, 8]])
+def test_a_run_time_reshape_to_the_inputs_own_dims_is_static_and_stays_in_the_delegate(heads):
+    """``x.view(batch, seq, 4, -1)`` as exporters write it, ``Reshape(x, Concat(Shape(x)[:2], [4, -1]))``:
+    each element is a number or x's own dim at its position, so the target is ``[0, 0, 4, 8]`` (0 copies;
+    the -1 resolved, which onnxruntime cannot do next to an empty batch) and the reshape runs inside the
+    onnxruntime region instead of splitting it around a host step. Checked at several sizes, 0 included."""
+    import aot
+    from tests.helpers import make_model
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["lead"], start=0, end=2),
+        helper.make_node("Concat", ["lead", "heads"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["split"], allowzero=1),
+        helper.make_node("Transpose", ["split"], ["y"], perm=[0, 2, 1, 3]),
+    ]
+    model = make_model(
+        nodes, {"x": rand(2, 5, 32)}, ["y"], {"heads": np.array(heads, np.int64)}, opset=17,
+        input_shapes={"x": ["batch", "seq", 32]},
+    )  # fmt: skip
+    result = aot.build(model, targets=["onnxruntime"], log=None)
+    (reshape,) = [n for n in result.partitioned.nodes if n.op == "reshape"]
+    assert reshape.attrs["shape"] == [0, 0, 4, 8] and len(reshape.inputs) == 1, reshape.attrs
+    assert result.regions == {"host": 0, "onnxruntime": 2}, result.regions  # the reshape and the transpose
+    module = runtime_lite.load(result.to_bytes())
+    for batch, seq in ((2, 5), (1, 9), (0, 3)):
+        x = rand(batch, seq, 32, seed=seq)
+        (expected,) = onnxruntime_outputs(model, {"x": x})
+        (actual,) = module.run([x])
+        assert actual.shape == expected.shape == (batch, 4, seq, 8)
+        np.testing.assert_array_equal(actual, expected)

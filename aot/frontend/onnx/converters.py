@@ -7,7 +7,8 @@ are handled here, so everything past the frontend sees one canonical form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -736,8 +737,60 @@ def _reshape(ctx):
     allowzero = ctx.attr("allowzero", 0)
     target = ctx.const(1)
     if target is None:
+        copying = _copying_target(x.type.shape, known_elements(ctx.inputs[1]))
+        if copying is not None:
+            return ctx.emit("reshape", x, shape=copying, allowzero=0)
         return ctx.emit("reshape", x, ctx.inputs[1], allowzero=allowzero)
     return ctx.emit("reshape", x, shape=[int(d) for d in target.reshape(-1)], allowzero=allowzero)
+
+
+def _copying_target(dims: tuple, elements: list | None) -> list[int] | None:
+    """A reshape target computed at run time as a static one, where what its producers tell allows.
+
+    Exporters with dynamic axes write ``x.view(batch, seq, heads, -1)`` as
+    ``Concat(Shape(x)[:2], [4, -1])``: each element is a number, or the input's own dim at
+    the same position, which ``0`` copies (``[0, 0, 4, 8]``); one element known to be
+    neither becomes the ``-1``, which the element count fixes. A static target keeps the
+    reshape inside a delegate's region (run-time targets are host computations, and split
+    every attention layer of a dynamic-shape transformer into several regions). None
+    where the target cannot be written so (a literal 0, two unknown elements).
+
+    Next to a copied dim the ``-1`` must be a number known here: onnxruntime infers a -1
+    from the other dims' product, which a copied 0 (an empty batch) makes 0, and refuses.
+    """
+    if elements is None:
+        return None
+    target = []
+    for i, element in enumerate(elements):
+        if isinstance(element, int) and (element > 0 or element == -1):
+            target.append(element)
+        elif isinstance(element, str) and i < len(dims) and dims[i] == element:
+            target.append(0)
+        elif isinstance(element, int):
+            return None  # a literal 0 (allowzero) or a negative size: the run-time reshape says what it means
+        else:
+            target.append(-1)  # unknown, or a symbol of another position
+    if target.count(-1) > 1:
+        return None
+    if -1 in target and 0 in target:
+        inferred = _static_quotient(dims, [dims[i] if t == 0 else t for i, t in enumerate(target) if t != -1])
+        if inferred is None:
+            return None
+        target[target.index(-1)] = inferred
+    return target
+
+
+def _static_quotient(numerator: Sequence, denominator: Sequence) -> int | None:
+    """prod(numerator) / prod(denominator) where the symbols cancel and the numbers divide, else None."""
+    top, bottom = list(numerator), list(denominator)
+    for d in list(bottom):
+        if isinstance(d, str) and d in top:
+            top.remove(d)
+            bottom.remove(d)
+    if not all(isinstance(d, int) for d in top + bottom):
+        return None
+    n, m = math.prod(top), math.prod(bottom)
+    return n // m if m and n % m == 0 and n // m > 0 else None
 
 
 @converter("Flatten")
