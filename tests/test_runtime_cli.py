@@ -50,8 +50,22 @@ def test_bench_json_is_one_object_with_ordered_percentiles(bundles):
 def test_bench_text_report(bundles):
     result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "5")
     assert result.returncode == 0, result.stderr
-    for expected in ("5 runs after 10 warm-up", "load ", "p50 ", "p99 ", "samples/s", "RSS after load"):
+    for expected in ("5 runs after 10 warm-up", "load ", "p50 ", "p99 ", "samples/s", "RSS after load", "host "):
         assert expected in result.stdout, result.stdout
+
+
+def test_bench_names_the_machine_and_a_blas_kernel_held_below_the_cpu(bundles):
+    """A latency figure comes with the CPU, numpy's BLAS and any override; OPENBLAS_CORETYPE set to an AVX2
+    kernel is called out where the CPU has AVX-512 (and only there)."""
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "2", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert "cores" in figures["host"] and "numpy" in figures["host"] and "OPENBLAS_CORETYPE=Haswell" in figures["host"]
+    has_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else False
+    assert (figures["host_note"] is not None) == has_avx512, figures["host_note"]
+    if has_avx512:
+        assert "OPENBLAS_CORETYPE=Haswell" in figures["host_note"] and "AVX-512" in figures["host_note"]
 
 
 def test_bench_batch_fills_a_symbolic_batch_and_counts_samples(bundles):
