@@ -31,6 +31,7 @@ import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
+from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
     OPTIMIZATION_LEVELS,
@@ -134,11 +135,18 @@ def recipe_session(
     recipe: memoryview, weights: dict[str, np.ndarray], inputs, outputs, settings: SessionSettings, where: str
 ) -> Session:
     """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
-    or where the check could not follow a shape onnxruntime would check statically: see shapes.py)."""
+    where the check could not follow a shape onnxruntime would check statically (shapes.py), or where it could
+    not bound a run's memory (footprint.py))."""
     facts = check_recipe(recipe, weights, where)
     if facts.unverified is not None and settings.enabled:
         raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
-    return Session(bytes(recipe), weights, [s.name for s in inputs], [s.name for s in outputs], settings)
+    input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
+    footprint = Footprint(
+        facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, input_names, output_names, facts.shapes
+    )
+    if footprint.unbounded is not None and settings.enabled:
+        raise OnnxRuntimeUnavailable(f"the recipe check could not bound its memory ({footprint.unbounded})")
+    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint)
 
 
 class OnnxRuntimeModule:
