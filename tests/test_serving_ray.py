@@ -1,8 +1,9 @@
 """``runtime-lite serve`` for real: a local Ray instance in a subprocess, tritonclient over loopback.
 
 One server for the module (Ray starts in ~20 s): two replicas, batching up to 8 rows,
-serving two models — ``mlp`` (symbolic batch: batched) and ``fixed`` (batch 1: never
-batched, so its answers are bit-identical to a direct run). Each load below is bounded
+serving three models — ``mlp`` (symbolic batch: batched), ``fixed`` (batch 1: never
+batched, so its answers are bit-identical to a direct run) and ``delegate`` (``mlp`` built
+with ``--target onnxruntime``, served with ``--backend-option onnxruntime.threads=1``). Each load below is bounded
 in requests and seconds; benchmarks/bench_serving.py runs the long versions.
 """
 
@@ -56,11 +57,15 @@ def served(tmp_path_factory):
     (root / "mlp.aotb").write_bytes(mlp_bundle(seed=1))
     (root / "fixed.aotb").write_bytes(mlp_bundle(seed=3, batch=1))
     (root / "mlp_v2.aotb").write_bytes(mlp_bundle(seed=2))
+    (root / "delegate.aotb").write_bytes(mlp_bundle(seed=4, targets=("onnxruntime",)))
     metrics_port = free_port()
     server = ServerProcess(
         [
             f"mlp={root / 'mlp.aotb'}",
             f"fixed={root / 'fixed.aotb'}",
+            f"delegate={root / 'delegate.aotb'}",
+            "--backend-option",
+            "onnxruntime.threads=1",
             "--replicas",
             "2",
             "--max-batch-size",
@@ -89,7 +94,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def modules(served):
-    return {name: runtime_lite.load(served.root / f"{name}.aotb") for name in ("mlp", "fixed", "mlp_v2")}
+    return {name: runtime_lite.load(served.root / f"{name}.aotb") for name in ("mlp", "fixed", "mlp_v2", "delegate")}
 
 
 def test_health_and_metadata_through_tritonclient(served, modules):
@@ -140,6 +145,18 @@ def test_64_concurrent_requests_identical_to_direct_run(served, modules):
         threads=64, requests=64, max_seconds=120,
     )  # fmt: skip
     assert (result.ok, result.wrong, dict(result.statuses)) == (64, 0, {})
+
+
+def test_an_onnxruntime_delegate_is_served_batched_and_matches_a_direct_run(served, modules):
+    """A bundle whose region runs on onnxruntime, through the replicas' batching: each request gets its rows."""
+    assert modules["delegate"].placement["onnxruntime_0"]["runs_on"] == "onnxruntime"
+    assert "serving delegate" in served.output()
+    result = run_load(
+        served.url, "delegate", feeds,
+        lambda i, out: np.allclose(out["y"], modules["delegate"].run(feeds(i))[0], rtol=1e-6, atol=1e-7),
+        threads=8, requests=120, max_seconds=90,
+    )  # fmt: skip
+    assert (result.ok, result.wrong, dict(result.statuses)) == (120, 0, {})
 
 
 def test_malformed_requests_get_400_with_one_line(served):
