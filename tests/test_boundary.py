@@ -25,7 +25,7 @@ import runtime_lite
 module = runtime_lite.load({str(bundle)!r})
 out = module.run([np.zeros((1, 3, 8, 8), np.float32)])
 assert out[0].shape == (1, 10)
-forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'torch', 'tensorrt', 'ray', 'starlette')]
+forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'torch', 'tensorrt', 'ray', 'starlette', 'grpc', 'google')]
 print(','.join(forbidden))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
