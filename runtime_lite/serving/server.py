@@ -170,14 +170,22 @@ def _choose_ingress(config: ServeConfig) -> None:
         os.environ.setdefault("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", str(HAPROXY_BUFFER_BYTES))
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(HAPROXY_DEREGISTER_SECONDS))
         # HAProxy's stats page and Prometheus frontend default to the fixed ports 8404 and 9101, so a
-        # second `serve` on the machine would fail to start its HAProxy: each instance takes free ones.
+        # second `serve` on the machine would fail to start its HAProxy; and the fallback proxy Ray starts
+        # beside HAProxy (it answers while an application has no replica up) defaults to 8500 (HTTP) and
+        # 9500 (gRPC), so a second instance's HAProxy reached the first instance's proxy and answered its
+        # clients with the first instance's models while its own replicas started. Each takes free ones.
         for variable in _HAPROXY_PORT_VARIABLES:
             os.environ.setdefault(variable, str(_free_port()))
     else:
         os.environ.pop(_HAPROXY_FLAG, None)
 
 
-_HAPROXY_PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+_HAPROXY_PORT_VARIABLES = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 
 
 def _free_port() -> int:
