@@ -223,11 +223,15 @@ def test_grpc_health_and_metadata_through_tritonclient_grpc(served, modules, grp
     assert meta["versions"] == [version] and meta["platform"] == "runtime_lite"
     server = grpc_client.get_server_metadata(as_json=True)
     assert server["name"] == "runtime_lite" and server["version"] == runtime_lite.__version__
-    assert f"gRPC (Open Inference Protocol, tritonclient.grpc): {served.grpc_url}" in served.output()
+    port = served.grpc_url.rsplit(":", 1)[1]  # Ray's gRPC proxy listens on every interface: serve says so
+    where = served.grpc_url if INGRESS == "haproxy" else f"port {port} on every interface"
+    assert f"gRPC (Open Inference Protocol, tritonclient.grpc): {where}" in served.output()
     unknown = grpc_refusal(lambda: grpc_client.is_model_ready("nope"))
     assert unknown.status() == "StatusCode.NOT_FOUND" and "unknown model 'nope'" in unknown.message()
     wrong = grpc_refusal(lambda: grpc_client.get_model_metadata("mlp", "000000000000"))
     assert wrong.status() == "StatusCode.NOT_FOUND" and f"serving version {version}" in wrong.message()
+    absent = grpc_refusal(lambda: grpc_client.get_model_config("mlp"))  # Triton's, not the protocol's
+    assert absent.status() == "StatusCode.UNIMPLEMENTED", absent
 
 
 def test_grpc_infer_matches_a_direct_run(modules, grpc_client):
@@ -279,7 +283,7 @@ def test_grpc_concurrent_infers_identical_to_direct_run(modules, grpc_client):
     assert answers == [True] * len(xs)
 
 
-def test_grpc_refusals_have_the_status_and_one_line(grpc_client):
+def test_grpc_refusals_have_the_status_and_one_line(served, grpc_client):
     """Where REST answers 400, 404 or 413, gRPC answers INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED."""
     wrong_shape = grpc_refusal(lambda: grpc_client.infer("mlp", grpc_inputs({"x": np.zeros((1, 5), np.float32)})))
     assert wrong_shape.status() == "StatusCode.INVALID_ARGUMENT"
@@ -301,6 +305,13 @@ def test_grpc_refusals_have_the_status_and_one_line(grpc_client):
     rows = (MAX_REQUEST_BYTES + (2 << 20)) // 16
     huge = grpc_refusal(lambda: grpc_client.infer("mlp", grpc_inputs({"x": np.zeros((rows, 4), np.float32)})))
     assert huge.status() == "StatusCode.RESOURCE_EXHAUSTED" and "larger than max" in huge.message()
+    with grpc.insecure_channel(served.grpc_url) as channel:  # bytes that are no ModelInferRequest at all
+        garbage = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as broken:
+            garbage(b"\xff" * 64, timeout=30)
+    # grpcio's own answer (the request never reaches our code): UNKNOWN, one line naming the parse error
+    assert broken.value.code() == grpc.StatusCode.UNKNOWN and "\n" not in broken.value.details()
+    assert "Error parsing message with type 'inference.ModelInferRequest'" in broken.value.details()
     assert grpc_client.is_server_ready()  # and it still answers
 
 
