@@ -62,6 +62,26 @@ def test_only_the_onnxruntime_delegate_imports_onnxruntime_and_only_inside_funct
     assert offenders == []
 
 
+#: Where runtime_lite may import grpc and protobuf: the gRPC API, which only a replica serving gRPC loads.
+GRPC_PACKAGE = "runtime_lite/serving/grpc_api/"
+
+
+def test_only_the_grpc_api_imports_grpc_or_protobuf():
+    """``serve`` without --grpc-port, and everything else in runtime_lite, never needs them."""
+    offenders = []
+    for path in python_sources("runtime_lite"):
+        where = str(path.relative_to(ROOT))
+        if where.startswith(GRPC_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "grpc" or n.startswith("google.protobuf") for n in names):
+                offenders.append(f"{where}:{node.lineno}")
+    assert offenders == []
+
+
 def test_no_pickle_eval_or_exec_in_product_code():
     pattern = re.compile(r"\bimport pickle\b|\bfrom pickle\b|\bcloudpickle\b|(?<![\w.])(eval|exec)\(|allow_pickle=True")
     offenders = [

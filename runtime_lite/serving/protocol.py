@@ -6,6 +6,8 @@ tensor data extension (the body is a JSON header of ``Inference-Header-Content-L
 bytes followed by raw tensors), which ``tritonclient.http`` uses by default.
 Every malformed request becomes a ``ProtocolError`` carrying the HTTP status and
 one line naming what was wrong, because a client cannot act on a traceback.
+The per-input checks (``check_input``, ``check_byte_size``, ``exact_values``,
+``add_input``, ``require_inputs``) are the gRPC codec's too (``grpc_api/codec.py``).
 """
 
 from __future__ import annotations
