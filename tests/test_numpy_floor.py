@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("numpy_floor_child.py")
 
 #: The oldest release of each declared floor with a wheel for this Python (pip cannot resolve to the oldest
-#: itself). On Python 3.10 each is the declared floor's own release; newer Pythons start later.
+#: itself; msgpack 1.0.0-1.0.2 have none for 3.10+, and would install as pure Python from source). On
+#: Python 3.10 each is of the declared floor's own minor release; newer Pythons start later.
 FLOORS = {
     (3, 10): {"numpy": "1.24.0", "msgpack": "1.0.3", "onnxruntime": "1.17.0"},
     (3, 11): {"numpy": "1.24.0", "msgpack": "1.0.5", "onnxruntime": "1.17.0"},
