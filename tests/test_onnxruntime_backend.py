@@ -349,6 +349,22 @@ def test_a_tensorrt_region_without_onnxruntime_runs_on_the_host(onnxruntime_fall
     assert placement["runs_on"] == "host" and "not on onnxruntime either" in placement["detail"]
 
 
+def test_floor_modulo_of_floats_stays_on_the_host():
+    """Mod with fmod=0 on floats is ONNX only from opset 28: onnxruntime took the opset-17 recipe and failed every
+    run (``fmod attribute must be true for floating point types``); integer and fmod=1 forms still delegate."""
+    x = np.array([[-4.5, -3.0, 2.5, 7.25]], np.float32)
+    y = np.array([[2.0, -2.5, -1.5, 3.0]], np.float32)
+    for fmod, dtype, expected in ((0, np.float32, np.mod), (1, np.float32, np.fmod), (0, np.int64, np.mod)):
+        a, b = x.astype(dtype) * (2 if dtype == np.int64 else 1), y.astype(dtype) * (2 if dtype == np.int64 else 1)
+        nodes = [helper.make_node("Mod", ["x", "y"], ["m"], fmod=fmod), helper.make_node("Abs", ["m"], ["r"])]
+        out_type = {"r": np.dtype(dtype).name}
+        result = _build(make_model(nodes, {"x": a, "y": b}, out_type, opset=13), min_region_size=1)
+        on_host = [n.op for n in result.graph.nodes if n.op == "mod"]  # ops left outside every region
+        assert bool(on_host) == (fmod == 0 and dtype == np.float32), (fmod, dtype)
+        np.testing.assert_array_equal(runtime_lite.load(result.to_bytes()).run({"x": a, "y": b})[0],
+                                      np.abs(expected(a, b)))  # fmt: skip
+
+
 @pytest.mark.parametrize("first", ["npu", "tensorrt"])
 def test_two_targets_partition_in_priority_order_and_run(first):
     model = masked_model() if first == "tensorrt" else small_cnn_model()
