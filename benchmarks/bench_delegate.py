@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_host  # noqa: E402
 from bench_modern import model_feeds  # noqa: E402
 from modern_models import onnx_path  # noqa: E402
-from report import command_line, publish  # noqa: E402
+from report import command_line, cpu, publish  # noqa: E402
 
 import aot  # noqa: E402
 import runtime_lite  # noqa: E402
@@ -52,21 +52,6 @@ MODELS = (
     "vit_b_16", "bert_base",
 )  # fmt: skip
 TARGETS = {"latency": 1.05, "rel_l2": 1e-5, "load": 1.10, "size": 1.05}
-
-
-def cpu() -> str:
-    """The CPU as every figure must name it: model, AVX2 / AVX-512, cores."""
-    name, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name == "unknown CPU":
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    simd = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
-    return f"{name} ({simd}), {os.cpu_count()} cores visible"
 
 
 def source(name: str, workdir: Path) -> str:

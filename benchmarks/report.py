@@ -6,13 +6,13 @@ it was measured on (the same code runs 2.5x apart from onnxruntime on two 2-core
 
 from __future__ import annotations
 
-import os
-import platform
 import re
 import sys
 from pathlib import Path
 
 PATH = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+sys.path.insert(0, str(PATH.parent))  # this checkout's runtime_lite, for what it says about the host
+from runtime_lite.tools import machine as host  # noqa: E402
 
 
 def write_section(name: str, text: str, path: Path = PATH) -> None:
@@ -43,56 +43,19 @@ def command_line(script: str) -> str:
     return " ".join([f"python benchmarks/{script}"] + [a for a in sys.argv[1:] if a != "--no-write"])
 
 
-def cpu() -> str:
-    """The CPU as a reader needs it: model name, widest vector extension, cores ("AMD EPYC, AVX-512, 2 cores")."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif name.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    vector = (
-        "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2" if flags else "vector unknown"
-    )
-    return f"{model}, {vector}, {os.cpu_count()} cores"
-
-
-def blas() -> str:
-    """numpy's BLAS and the kernel it picked (OpenBLAS's corename, as threadpoolctl reports it), if it says."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    try:
-        from runtime_lite.kernels import gemm
-
-        host = gemm._pool()
-        policy = gemm.policy()
-        if host is not None:  # "OpenBLAS 0.3.31.188.0 ... / SkylakeX" -> "OpenBLAS 0.3.31.188.0, SkylakeX kernel"
-            build, _, kernel = host.blas.config.rpartition(" / ")
-            config = f"{' '.join(build.split()[:2])}, {kernel} kernel"
-        else:
-            config = "numpy.matmul as is"
-        return f"{config}; runtime_lite GEMM policy {policy.mode if policy else 'blas'}" + (
-            f" ({policy.source})" if policy else ""
-        )
-    except Exception as error:  # a benchmark still runs where the runtime cannot say
-        return f"BLAS unknown ({type(error).__name__})"
+cpu = host.cpu  # the CPU as every figure names it
 
 
 def machine(threads: int | str | None = None) -> str:
     """The line every benchmark prints with its table: CPU, Python, numpy and its BLAS, onnxruntime, threads."""
-    import numpy as np
-
     try:
         import onnxruntime
 
-        ort = f", onnxruntime {onnxruntime.__version__}"
+        ort = f"onnxruntime {onnxruntime.__version__}"
     except ImportError:
         ort = ""
-    overrides = [f"{v}={os.environ[v]}" for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if v in os.environ]
-    line = f"{cpu()}; Python {platform.python_version()}, numpy {np.__version__} ({blas()}){ort}"
-    if overrides:
-        line += f"; {' '.join(overrides)}"
+    try:
+        line = host.describe(also=ort)
+    except Exception as error:  # a benchmark still runs where the runtime cannot say what its BLAS is
+        line = f"{cpu()}; BLAS unknown ({type(error).__name__})"
     return line + (f"; {threads} threads for both runtimes" if threads is not None else "")

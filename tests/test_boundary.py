@@ -25,7 +25,7 @@ import runtime_lite
 module = runtime_lite.load({str(bundle)!r})
 out = module.run([np.zeros((1, 3, 8, 8), np.float32)])
 assert out[0].shape == (1, 10)
-forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'torch', 'tensorrt', 'ray', 'starlette')]
+forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'torch', 'tensorrt', 'ray', 'starlette', 'grpc', 'google')]
 print(','.join(forbidden))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
@@ -59,6 +59,26 @@ def test_only_the_onnxruntime_delegate_imports_onnxruntime_and_only_inside_funct
                 where = str(path.relative_to(ROOT))
                 if where != ONNXRUNTIME_DELEGATE or id(node) not in inside:
                     offenders.append(f"{where}:{node.lineno}")
+    assert offenders == []
+
+
+#: Where runtime_lite may import grpc and protobuf: the gRPC API, which only a replica serving gRPC loads.
+GRPC_PACKAGE = "runtime_lite/serving/grpc_api/"
+
+
+def test_only_the_grpc_api_imports_grpc_or_protobuf():
+    """``serve`` without --grpc-port, and everything else in runtime_lite, never needs them."""
+    offenders = []
+    for path in python_sources("runtime_lite"):
+        where = str(path.relative_to(ROOT))
+        if where.startswith(GRPC_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "grpc" or n.startswith("google.protobuf") for n in names):
+                offenders.append(f"{where}:{node.lineno}")
     assert offenders == []
 
 

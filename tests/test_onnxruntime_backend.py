@@ -385,6 +385,22 @@ def test_a_tensorrt_region_without_onnxruntime_runs_on_the_host(onnxruntime_fall
     assert placement["runs_on"] == "host" and "not on onnxruntime either" in placement["detail"]
 
 
+def test_floor_modulo_of_floats_stays_on_the_host():
+    """Mod with fmod=0 on floats is ONNX only from opset 28: onnxruntime took the opset-17 recipe and failed every
+    run (``fmod attribute must be true for floating point types``); integer and fmod=1 forms still delegate."""
+    x = np.array([[-4.5, -3.0, 2.5, 7.25]], np.float32)
+    y = np.array([[2.0, -2.5, -1.5, 3.0]], np.float32)
+    for fmod, dtype, expected in ((0, np.float32, np.mod), (1, np.float32, np.fmod), (0, np.int64, np.mod)):
+        a, b = x.astype(dtype) * (2 if dtype == np.int64 else 1), y.astype(dtype) * (2 if dtype == np.int64 else 1)
+        nodes = [helper.make_node("Mod", ["x", "y"], ["m"], fmod=fmod), helper.make_node("Abs", ["m"], ["r"])]
+        out_type = {"r": np.dtype(dtype).name}
+        result = _build(make_model(nodes, {"x": a, "y": b}, out_type, opset=13), min_region_size=1)
+        on_host = [n.op for n in result.graph.nodes if n.op == "mod"]  # ops left outside every region
+        assert bool(on_host) == (fmod == 0 and dtype == np.float32), (fmod, dtype)
+        np.testing.assert_array_equal(runtime_lite.load(result.to_bytes()).run({"x": a, "y": b})[0],
+                                      np.abs(expected(a, b)))  # fmt: skip
+
+
 @pytest.mark.parametrize("first", ["npu", "tensorrt"])
 def test_two_targets_partition_in_priority_order_and_run(first):
     model = masked_model() if first == "tensorrt" else small_cnn_model()
@@ -508,3 +524,56 @@ def test_onnxruntime_admits_exactly_what_its_lowerings_write():
 
     admitted = set().union(*(root_ops(p.pattern) for p in patterns.onnxruntime_patterns()))
     assert admitted == set(ONNXRUNTIME_EXPORTS)
+
+
+# -- releases within runtime-lite[onnxruntime]'s range that compute an op wrongly (known_bugs.py) --------
+
+
+def _ceil_average_pool() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The AveragePool that onnxruntime before 1.29 averages over the wrong count (found on 1.17-1.28)."""
+    pool = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+        count_include_pad=1, name="pool",
+    )  # fmt: skip
+    feeds = {"x": rand(1, 2, 10, 10)}
+    return make_model([pool], feeds, ["y"]), feeds
+
+
+def _empty_reduce_max() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """ReduceMax over an empty axis, which onnxruntime before 1.21 fails instead of giving -inf."""
+    reduce = helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=0, name="reduce")
+    feeds = {"x": np.zeros((2, 0, 3), np.float32)}
+    return make_model([reduce], feeds, ["y"]), feeds
+
+
+@pytest.mark.parametrize(
+    ("model", "old", "fixed", "words"),
+    [
+        (_ceil_average_pool, "1.28.0", "1.29.0", "before 1.29 averages AveragePool graph.node[0]"),
+        (_empty_reduce_max, "1.20.0", "1.21.0", "before 1.21 fails ReduceMax graph.node[0] over an empty tensor"),
+    ],
+    ids=["average-pool-ceil-include-pad", "empty-reduce-max"],
+)
+def test_an_onnxruntime_that_gets_a_recipe_wrong_leaves_it_to_the_host_plan(model, old, fixed, words, monkeypatch):
+    """Checked against onnx's reference evaluator, not onnxruntime: the point is that some releases are wrong."""
+    import onnxruntime
+    from onnx.reference import ReferenceEvaluator
+
+    graph, feeds = model()
+    expected = ReferenceEvaluator(graph).run(None, feeds)
+    bundle = _build(graph).to_bytes()
+    for version, runs_on in ((old, "host"), (fixed, "onnxruntime")):
+        monkeypatch.setattr(onnxruntime, "__version__", version)  # test double: the release the host has
+        module = runtime_lite.load(bundle)
+        placement = module.placement["onnxruntime_0"]
+        assert placement["runs_on"] == runs_on, placement
+        assert (words in placement["detail"]) == (runs_on == "host") and version in placement["detail"]
+        if runs_on == "host":  # the real onnxruntime here is a fixed one: its numbers say nothing about the gate
+            np.testing.assert_allclose(module.run(feeds)[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
+def test_onnxruntime_release_numbers_are_read_from_any_version_string():
+    from runtime_lite.backends.onnxruntime.known_bugs import release
+
+    assert release("1.17.0") == (1, 17) and release("1.29.0.dev20260101") == (1, 29) and release("2.0") == (2, 0)
+    assert release("unknown") == (0, 0)

@@ -112,6 +112,10 @@ def test_aot_wheel_ships_only_aot_and_depends_on_runtime_lite(wheels):
             for init in python_sources("runtime_lite", "__init__.py")
         }
         assert packages - set(z.namelist()) == set()  # every subpackage: the runtime ships only here
+        grpc_api = "runtime_lite/serving/grpc_api/"
+        assert {grpc_api + f for f in ("inference.proto", "inference_pb2.py", "inference_pb2_grpc.py")} <= set(
+            z.namelist()
+        )  # `serve --grpc-port` imports the generated modules; the .proto is their source
     assert tops == {"runtime_lite", f"runtime_lite-{_version()}.dist-info"}, tops
     assert 'Requires-Dist: ray[serve]==2.60.0; extra == "serve"' in _metadata(wheels["runtime_lite"], "METADATA")
     assert "runtime-lite = runtime_lite.tools.cli:entry_point" in _metadata(wheels["runtime_lite"], "entry_points.txt")

@@ -50,8 +50,22 @@ def test_bench_json_is_one_object_with_ordered_percentiles(bundles):
 def test_bench_text_report(bundles):
     result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "5")
     assert result.returncode == 0, result.stderr
-    for expected in ("5 runs after 10 warm-up", "load ", "p50 ", "p99 ", "samples/s", "RSS after load"):
+    for expected in ("5 runs after 10 warm-up", "load ", "p50 ", "p99 ", "samples/s", "RSS after load", "host "):
         assert expected in result.stdout, result.stdout
+
+
+def test_bench_names_the_machine_and_a_blas_kernel_held_below_the_cpu(bundles):
+    """A latency figure comes with the CPU, numpy's BLAS and any override; OPENBLAS_CORETYPE set to an AVX2
+    kernel is called out where the CPU has AVX-512 (and only there)."""
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+    result = cli("bench", str(bundles["fixed"]), "--random-inputs", "--iterations", "2", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert "cores" in figures["host"] and "numpy" in figures["host"] and "OPENBLAS_CORETYPE=Haswell" in figures["host"]
+    has_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else False
+    assert (figures["host_note"] is not None) == has_avx512, figures["host_note"]
+    if has_avx512:
+        assert "OPENBLAS_CORETYPE=Haswell" in figures["host_note"] and "AVX-512" in figures["host_note"]
 
 
 def test_bench_batch_fills_a_symbolic_batch_and_counts_samples(bundles):
@@ -184,6 +198,9 @@ _INGRESS_VARIABLES = (
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     "RAY_SERVE_HAPROXY_STATS_PORT",
     "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+    "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE",
 )
 
 
@@ -220,9 +237,31 @@ def test_ingress_choice_reaches_ray_through_the_environment(ingress_env):
     assert int(env["RAY_SERVE_HAPROXY_TUNE_BUFSIZE"]) == server.HAPROXY_BUFFER_BYTES
     # HAProxy, the only balancer in front, replays refused connections: a stop need not wait Ray's 30 s
     assert float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"]) == server.HAPROXY_DEREGISTER_SECONDS
-    # not Ray's fixed 8404 and 9101, which a second serve on the machine would find taken
-    ports = [int(env["RAY_SERVE_HAPROXY_STATS_PORT"]), int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])]
-    assert len(set(ports)) == 2 and not {8404, 9101} & set(ports)
+    # not Ray's fixed 8404, 9101, 8500 and 9500, which a second serve on the machine would find taken (the
+    # fallback proxy's: a second instance's HAProxy reached the first one's, which answered with its models)
+    ports = [int(env[variable]) for variable in server._HAPROXY_PORT_VARIABLES]
+    assert len(set(ports)) == 4 and not {8404, 9101, 8500, 9500} & set(ports)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")  # Ray's own pydantic fields, on import
+def test_grpc_options_bound_rays_grpc_message_size_by_the_request_cap(ingress_env):
+    """Ray's gRPC servers read a whole message (up to 2 GiB by default) before any check: the cap bounds it."""
+    from runtime_lite.serving import server
+    from runtime_lite.serving.grpc_api import SERVICER_FUNCTION
+
+    assert server._grpc_options(server.ServeConfig(models=[])) is None  # gRPC is off unless asked
+    options = server._grpc_options(server.ServeConfig(models=[], grpc_port=9123, max_request_bytes=1000))
+    assert options.port == 9123 and options.grpc_servicer_functions == [SERVICER_FUNCTION]
+    assert int(os.environ["RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"]) == 1000 + server.GRPC_ENVELOPE_BYTES
+    del os.environ["RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"]
+    server._grpc_options(server.ServeConfig(models=[], grpc_port=9123, address="auto"))
+    assert "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE" not in os.environ  # a cluster's processes are already running
+
+
+def test_serve_refuses_one_port_for_http_and_grpc(bundles):
+    result = cli("serve", str(bundles["fixed"]), "--port", "18555", "--grpc-port", "18555")
+    assert result.returncode == 1
+    assert result.stderr == "error: --grpc-port 18555 is the HTTP port too: give gRPC a port of its own\n"
 
 
 def test_without_an_haproxy_binary_the_default_is_rays_proxy(ingress_env, monkeypatch, caplog):

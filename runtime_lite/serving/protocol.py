@@ -6,6 +6,8 @@ tensor data extension (the body is a JSON header of ``Inference-Header-Content-L
 bytes followed by raw tensors), which ``tritonclient.http`` uses by default.
 Every malformed request becomes a ``ProtocolError`` carrying the HTTP status and
 one line naming what was wrong, because a client cannot act on a traceback.
+The per-input checks (``check_input``, ``check_byte_size``, ``exact_values``,
+``add_input``, ``require_inputs``) are the gRPC codec's too (``grpc_api/codec.py``).
 """
 
 from __future__ import annotations
@@ -268,13 +270,9 @@ def decode_infer_request(
     inputs: dict[str, np.ndarray] = {}
     for i, raw in enumerate(raw_inputs):
         array = _decode_input(raw, i, by_name, source, max_bytes)
-        if raw["name"] in inputs:
-            raise ProtocolError(400, f"input '{raw['name']}' is given twice")
-        inputs[raw["name"]] = array
+        add_input(inputs, raw["name"], array)
     source.finish()
-    missing = [spec.name for spec in specs if spec.name not in inputs]
-    if missing:
-        raise ProtocolError(400, f"missing input '{missing[0]}'; the model takes {_describe(specs)}")
+    require_inputs(inputs, specs)
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise ProtocolError(400, f"request 'id' must be a string, got {type(request_id).__name__}")
@@ -303,17 +301,7 @@ def _decode_input(
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise ProtocolError(400, f"inputs[{i}] must be an object with a 'name'")
     name = raw["name"]
-    spec = by_name.get(name)
-    if spec is None:
-        raise ProtocolError(400, f"unknown input {describe(name)}; the model takes {_describe(list(by_name.values()))}")
-    datatype = raw.get("datatype")
-    if not isinstance(datatype, str) or datatype not in DATATYPES:
-        raise ProtocolError(400, f"input '{name}': datatype {describe(datatype)} is not one this server reads")
-    dtype = DATATYPES[datatype]
-    if dtype != spec.dtype:
-        raise ProtocolError(400, f"input '{name}': datatype {datatype} but the model takes {datatype_of(spec.dtype)}")
-    shape = _declared_shape(name, raw.get("shape"), spec, dtype, max_bytes)
-    count = math.prod(shape)
+    dtype, shape = check_input(name, raw.get("datatype"), raw.get("shape"), by_name, max_bytes)
     parameters = raw.get("parameters", {})
     if not isinstance(parameters, dict):
         raise ProtocolError(400, f"input '{name}': parameters must be an object")
@@ -325,16 +313,52 @@ def _decode_input(
             raise ProtocolError(
                 400, f"input '{name}': binary_data_size {describe(size)} runs past the binary section ({shown})"
             )
-        if size != count * dtype.itemsize:
-            raise ProtocolError(
-                400,
-                f"input '{name}': {size} binary bytes for shape {shape} of {datatype} (needs {count * dtype.itemsize})",
-            )
+        check_byte_size(name, size, shape, dtype, "binary")
         data = source.take(size, f"input '{name}': binary_data_size {size}")
         return np.frombuffer(data, dtype=dtype).reshape(shape)
     if "data" not in raw:
         raise ProtocolError(400, f"input '{name}' has neither 'data' nor parameters.binary_data_size")
-    return _json_values(name, raw["data"], shape, count, dtype, datatype)
+    return exact_values(name, raw["data"], shape, dtype)
+
+
+def check_input(
+    name: Any, datatype: Any, shape: Any, by_name: Mapping[str, TensorSpec], max_bytes: int
+) -> tuple[np.dtype, list[int]]:
+    """An input's name, datatype and shape checked against the model's, before any of its data is read.
+
+    Shared by both transports (JSON/binary over HTTP, protobuf over gRPC): the dtype the
+    data must be read as, and the shape, whose size is already known to be within ``max_bytes``.
+    """
+    spec = by_name.get(name)
+    if spec is None:
+        raise ProtocolError(400, f"unknown input {describe(name)}; the model takes {_describe(list(by_name.values()))}")
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise ProtocolError(400, f"input '{name}': datatype {describe(datatype)} is not one this server reads")
+    dtype = DATATYPES[datatype]
+    if dtype != spec.dtype:
+        raise ProtocolError(400, f"input '{name}': datatype {datatype} but the model takes {datatype_of(spec.dtype)}")
+    return dtype, _declared_shape(name, shape, spec, dtype, max_bytes)
+
+
+def check_byte_size(name: str, size: int, shape: list[int], dtype: np.dtype, what: str) -> None:
+    """``size`` bytes of ``what`` data must be exactly the declared tensor: no more, no less."""
+    needed = math.prod(shape) * dtype.itemsize
+    if size != needed:
+        raise ProtocolError(
+            400, f"input '{name}': {size} {what} bytes for shape {shape} of {datatype_of(dtype)} (needs {needed})"
+        )
+
+
+def add_input(inputs: dict[str, np.ndarray], name: Any, array: np.ndarray) -> None:
+    if name in inputs:
+        raise ProtocolError(400, f"input '{name}' is given twice")
+    inputs[name] = array
+
+
+def require_inputs(inputs: Mapping[str, np.ndarray], specs: Sequence[TensorSpec]) -> None:
+    missing = [spec.name for spec in specs if spec.name not in inputs]
+    if missing:
+        raise ProtocolError(400, f"missing input '{missing[0]}'; the model takes {_describe(specs)}")
 
 
 def _declared_shape(name: str, shape: Any, spec: TensorSpec, dtype: np.dtype, max_bytes: int) -> list[int]:
@@ -365,8 +389,10 @@ def _declared_shape(name: str, shape: Any, spec: TensorSpec, dtype: np.dtype, ma
 _ACCEPTED_KINDS = {"f": "biuf", "i": "biuf", "u": "biuf", "b": "biu"}
 
 
-def _json_values(name: str, data: Any, shape: list[int], count: int, dtype: np.dtype, datatype: str) -> np.ndarray:
-    """``data`` as an array of ``dtype``, refusing what a cast would change: null (NaN), 1.5 as INT32, 300 as INT8."""
+def exact_values(name: str, data: Any, shape: list[int], dtype: np.dtype) -> np.ndarray:
+    """``data`` (JSON values, or a protobuf message's typed contents) as an array of ``dtype`` and ``shape``,
+    refusing what a cast would change: null (NaN), 1.5 as INT32, 300 as INT8."""
+    count, datatype = math.prod(shape), datatype_of(dtype)
     try:
         values = np.asarray(data)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
@@ -480,6 +506,11 @@ __all__ = [
     "datatype_of",
     "DEFAULT_MAX_JSON_COST",
     "RequestBody",
+    "add_input",
+    "check_byte_size",
+    "check_input",
+    "exact_values",
+    "require_inputs",
     "decode_infer_request",
     "encode_infer_response",
     "error_body",

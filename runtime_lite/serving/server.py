@@ -25,6 +25,7 @@ from typing import Any
 
 import runtime_lite
 from runtime_lite.errors import RuntimeLiteError, one_line
+from runtime_lite.serving.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 log = logging.getLogger("runtime_lite.serving")
 
@@ -54,6 +55,10 @@ REQUEST_TIMEOUT_SECONDS = 30
 DRAIN_SECONDS = 5.0
 #: However a stop goes, the command exits 0 within this, with every process it started ended.
 STOP_SECONDS = 8.5
+#: Ray Serve's gRPC servers take messages up to this (its default: 2 GiB), read whole before any of our checks.
+_GRPC_MESSAGE_VARIABLE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
+#: What a gRPC message may hold beyond its tensors (names, shapes, parameters) under ``--max-request-bytes``.
+GRPC_ENVELOPE_BYTES = 1 << 20
 
 
 @dataclass
@@ -85,6 +90,10 @@ class ServeConfig:
     #: cluster keeps the ingress it started with.
     ingress: str | None = None
     request_timeout_s: int = REQUEST_TIMEOUT_SECONDS
+    #: The Open Inference Protocol's gRPC API on this port too (same host); None: HTTP only.
+    grpc_port: int | None = None
+    #: A request's tensors (a REST body after decompression, a gRPC message's contents) are refused beyond this.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     def user_config(self) -> dict[str, Any]:
         """What every replica loads: the ``reconfigure`` argument (JSON only: it crosses to the cluster)."""
@@ -97,6 +106,7 @@ class ServeConfig:
             "batch_wait_ms": self.batch_wait_ms,
             "backend_options": self.backend_options,
             "request_timeout_s": self.request_timeout_s,
+            "max_request_bytes": self.max_request_bytes,
         }
 
 
@@ -160,14 +170,22 @@ def _choose_ingress(config: ServeConfig) -> None:
         os.environ.setdefault("RAY_SERVE_HAPROXY_TUNE_BUFSIZE", str(HAPROXY_BUFFER_BYTES))
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(HAPROXY_DEREGISTER_SECONDS))
         # HAProxy's stats page and Prometheus frontend default to the fixed ports 8404 and 9101, so a
-        # second `serve` on the machine would fail to start its HAProxy: each instance takes free ones.
+        # second `serve` on the machine would fail to start its HAProxy; and the fallback proxy Ray starts
+        # beside HAProxy (it answers while an application has no replica up) defaults to 8500 (HTTP) and
+        # 9500 (gRPC), so a second instance's HAProxy reached the first instance's proxy and answered its
+        # clients with the first instance's models while its own replicas started. Each takes free ones.
         for variable in _HAPROXY_PORT_VARIABLES:
             os.environ.setdefault(variable, str(_free_port()))
     else:
         os.environ.pop(_HAPROXY_FLAG, None)
 
 
-_HAPROXY_PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+_HAPROXY_PORT_VARIABLES = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 
 
 def _free_port() -> int:
@@ -247,9 +265,33 @@ def _application(config: ServeConfig, deployed: dict[str, Any], loader: Callable
     ).bind(loader)
 
 
+def _grpc_options(config: ServeConfig) -> Any:
+    """Ray Serve's gRPC settings for ``--grpc-port``, or None for HTTP only.
+
+    On a local instance the gRPC servers Ray starts (its proxy, or each replica behind HAProxy)
+    refuse a message over the request cap plus its envelope before reading it: Ray's own
+    limit is 2 GiB, which a client could make a replica allocate before any check of ours ran.
+    """
+    if config.grpc_port is None:
+        return None
+    from ray.serve.config import gRPCOptions
+
+    from runtime_lite.serving.grpc_api import SERVICER_FUNCTION
+
+    if not config.address:
+        os.environ.setdefault(_GRPC_MESSAGE_VARIABLE, str(config.max_request_bytes + GRPC_ENVELOPE_BYTES))
+    return gRPCOptions(port=config.grpc_port, grpc_servicer_functions=[SERVICER_FUNCTION])
+
+
+def _check_ports(config: ServeConfig) -> None:
+    if config.grpc_port is not None and config.grpc_port == config.port:
+        raise RuntimeLiteError(f"--grpc-port {config.grpc_port} is the HTTP port too: give gRPC a port of its own")
+
+
 def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
-    """Connect to (or start) Ray, start Serve's HTTP proxy and deploy; returns what was deployed, once
-    every replica is up."""
+    """Connect to (or start) Ray, start Serve's HTTP (and gRPC) ingress and deploy; returns what was deployed,
+    once every replica is up."""
+    _check_ports(config)
     deployed = config.user_config()  # every bundle checked before Ray starts: a bad path costs no start-up
     _choose_ingress(config)
     ray, serve = _import_ray()
@@ -266,8 +308,9 @@ def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]
         init["num_cpus"] = max(os.cpu_count() or 1, int(config.replicas * config.cpus_per_replica + 0.999))
         if config.metrics_port is not None:
             init["_metrics_export_port"] = config.metrics_port
+    grpc_options = _grpc_options(config)  # before ray.init: Ray's processes read its variable at start
     ray.init(**init)
-    serve.start(http_options={"host": config.host, "port": config.port})
+    serve.start(http_options={"host": config.host, "port": config.port}, grpc_options=grpc_options)
     serve.run(_application(config, deployed, loader), name=config.app_name, route_prefix="/", blocking=False)
     return deployed
 
@@ -369,8 +412,21 @@ def _model_lines(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
     ]
 
 
+def _grpc_line(config: ServeConfig) -> str:
+    where = f"{config.host}:{config.grpc_port}"
+    if config.address:
+        return (
+            f"gRPC: {where} (inference.GRPCInferenceService), if the cluster's Serve started with it (docs/serving.md)"
+        )
+    if config.ingress == "proxy":
+        where = f"port {config.grpc_port} on every interface (Ray's gRPC proxy has no host setting)"
+    return f"gRPC (Open Inference Protocol, tritonclient.grpc): {where}, service inference.GRPCInferenceService"
+
+
 def describe(config: ServeConfig, deployed: dict[str, Any]) -> list[str]:
     lines = _model_lines(config, deployed)
+    if config.grpc_port is not None:
+        lines.append(_grpc_line(config))
     batching = (
         f"dynamic batching up to {config.max_batch_size} rows, waiting {config.batch_wait_ms:g} ms"
         if config.max_batch_size > 1

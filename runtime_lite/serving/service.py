@@ -2,7 +2,9 @@
 
 ``InferenceService.handle(method, path, headers, body)`` is the whole HTTP surface;
 the Ray Serve deployment (``deployment.py``) only adapts Starlette requests to it,
-so routing, validation and error mapping are tested without starting Ray.
+so routing, validation and error mapping are tested without starting Ray. The gRPC
+endpoints (``grpc_api/endpoints.py``) use the same model lookup (``model``) and the
+same inference path (``infer``), with a decoder and an encoder of their own.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from runtime_lite.serving.protocol import (
     DEFAULT_MAX_JSON_COST,
     DEFAULT_MAX_REQUEST_BYTES,
     HEADER_LENGTH,
+    InferRequest,
     ProtocolError,
     decode_infer_request,
     encode_infer_response,
@@ -33,6 +36,11 @@ from runtime_lite.serving.protocol import (
 from runtime_lite.version import __version__
 
 Infer = Callable[[list[np.ndarray]], Awaitable[list[np.ndarray]]]
+#: Reads a request against a model's inputs (each transport has its own); raises ProtocolError.
+Decode = Callable[[Sequence[TensorSpec]], InferRequest]
+T = TypeVar("T")
+#: Writes the answer: the request, the indices of the outputs it asked for, and every output.
+Encode = Callable[[InferRequest, list[int], list[np.ndarray]], T]
 
 
 class Runnable(Protocol):
@@ -200,15 +208,56 @@ class InferenceService:
         self.models = dict(models)
         self.ready = bool(self.models)
 
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data"]}
+
+    def model(self, name: str, version: str | None = None) -> ServedModel:
+        """The model served as ``name``, at ``version`` if one is asked; ProtocolError 404 naming what is served."""
+        model = self.models.get(name)
+        if model is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ProtocolError(404, f"unknown model '{name}' (serving: {known})")
+        if version is not None and version != model.version:
+            raise ProtocolError(404, f"model '{name}' has no version '{version}' (serving version {model.version})")
+        return model
+
+    async def infer(self, model: ServedModel, decode: Decode, encode: Encode[T]) -> T:
+        """One inference, whichever transport carried it: ``decode`` reads the request against the model's
+        inputs, ``encode`` writes the answer. Every refusal is a ProtocolError with an HTTP status and one line
+        (the gRPC endpoints map the status to a gRPC code); the observer sees each request once."""
+        start = time.perf_counter()
+        status = 500
+        try:
+            try:
+                request = decode(model.module.inputs)
+                chosen = select_outputs(request, model.module.outputs)
+                arrays, _ = bind(model.module.inputs, ordered_values(model.module.inputs, request.inputs))
+                outputs = await model.infer(arrays)
+            except ProtocolError as e:
+                status = e.status
+                raise
+            except InputError as e:
+                status = 400
+                raise ProtocolError(400, str(e)) from None
+            except RuntimeLiteError as e:
+                raise ProtocolError(500, f"model '{model.name}' failed: {e}") from None
+            except Exception as e:  # noqa: BLE001 - a client gets one line, never a traceback
+                raise ProtocolError(
+                    500, f"model '{model.name}' failed: {type(e).__name__}: {one_line(str(e), 500)}"
+                ) from None
+            answer = encode(request, chosen, outputs)
+            status = 200
+            return answer
+        finally:
+            self.observer.request(model.name, status, time.perf_counter() - start)
+
     async def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         parts = [p for p in path.split("/") if p]
         if not parts or parts[0] != "v2":
             return _error(404, f"no route {path!r}: this server speaks the v2 inference protocol under /v2")
         route = parts[1:]
         if route == []:
-            return self._only("GET", method) or _json(
-                200, {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data"]}
-            )
+            return self._only("GET", method) or _json(200, self.server_metadata())
         if route in (["health", "live"], ["health", "ready"]):
             refused = self._only("GET", method)
             if refused:
@@ -217,7 +266,10 @@ class InferenceService:
                 return _error(503, "server is not ready: no model is loaded yet")
             return Response(200, b"")
         if route[0] == "models" and len(route) >= 2:
-            return await self._model_route(method, route[1:], headers, body)
+            try:
+                return await self._model_route(method, route[1:], headers, body)
+            except ProtocolError as e:
+                return _error(e.status, str(e))
         return _error(404, f"no route {path!r}")
 
     @staticmethod
@@ -228,51 +280,29 @@ class InferenceService:
 
     async def _model_route(self, method: str, route: list[str], headers: Mapping[str, str], body: bytes) -> Response:
         name, rest = route[0], route[1:]
-        model = self.models.get(name)
-        if model is None:
-            known = ", ".join(sorted(self.models)) or "none"
-            return _error(404, f"unknown model '{name}' (serving: {known})")
+        version = None
         if rest[:1] == ["versions"]:
-            if len(rest) < 2 or rest[1] != model.version:
-                asked = rest[1] if len(rest) >= 2 else ""
-                return _error(404, f"model '{name}' has no version '{asked}' (serving version {model.version})")
+            version = rest[1] if len(rest) >= 2 else ""
             rest = rest[2:]
+        model = self.model(name, version)
         if rest == []:
             return self._only("GET", method) or _json(200, model.metadata())
         if rest == ["ready"]:
             return self._only("GET", method) or Response(200, b"")
         if rest == ["infer"]:
-            return self._only("POST", method) or await self._infer(model, headers, body)
-        return _error(404, f"no route for model '{name}': /{'/'.join(rest)}")
-
-    async def _infer(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
-        start = time.perf_counter()
-        response = await self._infer_response(model, headers, body)
-        self.observer.request(model.name, response.status, time.perf_counter() - start)
-        return response
-
-    async def _infer_response(self, model: ServedModel, headers: Mapping[str, str], body: bytes) -> Response:
-        try:
-            request = decode_infer_request(
-                body,
-                headers.get(HEADER_LENGTH),
-                model.module.inputs,
-                self.max_request_bytes,
-                headers.get("content-encoding"),
-                self.max_json_cost,
+            return self._only("POST", method) or await self.infer(
+                model,
+                lambda specs: decode_infer_request(
+                    body,
+                    headers.get(HEADER_LENGTH),
+                    specs,
+                    self.max_request_bytes,
+                    headers.get("content-encoding"),
+                    self.max_json_cost,
+                ),
+                lambda request, chosen, outputs: Response(
+                    200,
+                    *encode_infer_response(model.name, model.version, request, model.module.outputs, outputs, chosen),
+                ),
             )
-            chosen = select_outputs(request, model.module.outputs)
-            arrays, _ = bind(model.module.inputs, ordered_values(model.module.inputs, request.inputs))
-            outputs = await model.infer(arrays)
-        except ProtocolError as e:
-            return _error(e.status, str(e))
-        except InputError as e:
-            return _error(400, str(e))
-        except RuntimeLiteError as e:
-            return _error(500, f"model '{model.name}' failed: {e}")
-        except Exception as e:  # noqa: BLE001 - a client gets one line, never a traceback
-            return _error(500, f"model '{model.name}' failed: {type(e).__name__}: {one_line(str(e), 500)}")
-        body_out, out_headers = encode_infer_response(
-            model.name, model.version, request, model.module.outputs, outputs, chosen
-        )
-        return Response(200, body_out, out_headers)
+        return _error(404, f"no route for model '{name}': /{'/'.join(rest)}")

@@ -25,6 +25,7 @@ import numpy as np
 
 from runtime_lite.execution.module import Module, load
 from runtime_lite.format.reader import BundleSource
+from runtime_lite.tools import machine
 
 #: The environment variables that set the BLAS/OpenMP thread counts numpy's kernels use.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -83,6 +84,10 @@ class BenchResult:
     peak_rss: int | None
     #: What the runs were fed, for the report: ``describe_feed``'s words.
     feed: str = "inputs as given"
+    #: The machine (tools/machine.py): CPU, numpy's BLAS kernel, GEMM policy, BLAS overrides.
+    host: str = ""
+    #: A warning about the machine that explains a slow figure (an OpenBLAS kernel held below the CPU's), or None.
+    host_note: str | None = None
 
     def _ms(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) * 1e3
@@ -141,20 +146,26 @@ class BenchResult:
             "throughput": self.samples_per_s,
             "rss_after_load_bytes": self.rss_after_load,
             "peak_rss_bytes": self.peak_rss,
+            "host": self.host,
+            "host_note": self.host_note,
         }
 
     def lines(self) -> list[str]:
         """The human-readable report ``bench`` prints."""
         threads = f"{self.threads} BLAS threads" if self.threads else "BLAS threads: library default"
         batch = f"batch {self.batch}, {self.feed}" if self.batch else self.feed
-        return [
-            f"{self.bundle}: {self.iterations} runs after {self.warmup} warm-up, {batch}, {threads}",
-            f"  load        {self.load_s * 1e3:.1f} ms",
-            f"  latency ms  min {self.min_ms:.3f}  mean {self.mean_ms:.3f}  p50 {self.p50_ms:.3f}  "
-            f"p90 {self.p90_ms:.3f}  p99 {self.p99_ms:.3f}  max {self.max_ms:.3f}",
-            f"  throughput  {self.samples_per_s:.1f} samples/s ({self.runs_per_s:.1f} runs/s)",
-            f"  memory      RSS after load {_mb(self.rss_after_load)}, peak {_mb(self.peak_rss)}",
-        ]
+        return (
+            [
+                f"{self.bundle}: {self.iterations} runs after {self.warmup} warm-up, {batch}, {threads}",
+                f"  load        {self.load_s * 1e3:.1f} ms",
+                f"  latency ms  min {self.min_ms:.3f}  mean {self.mean_ms:.3f}  p50 {self.p50_ms:.3f}  "
+                f"p90 {self.p90_ms:.3f}  p99 {self.p99_ms:.3f}  max {self.max_ms:.3f}",
+                f"  throughput  {self.samples_per_s:.1f} samples/s ({self.runs_per_s:.1f} runs/s)",
+                f"  memory      RSS after load {_mb(self.rss_after_load)}, peak {_mb(self.peak_rss)}",
+            ]
+            + ([f"  host        {self.host}"] if self.host else [])
+            + ([f"  note        {self.host_note}"] if self.host_note else [])
+        )
 
 
 def _mb(n: int | None) -> str:
@@ -202,6 +213,8 @@ def benchmark(
         rss_after_load=rss_after_load,
         peak_rss=peak_resident_bytes(),
         feed=inputs_label,
+        host=machine.describe(),
+        host_note=machine.kernel_note(),
     )
 
 

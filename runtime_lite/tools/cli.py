@@ -180,6 +180,8 @@ def _serve(args: argparse.Namespace) -> int:
         backend_options=backend_options,
         ingress=args.ingress,
         request_timeout_s=args.request_timeout,
+        grpc_port=args.grpc_port,
+        max_request_bytes=args.max_request_bytes,
     )
     return serve_forever(config, announce=lambda line: print(line, flush=True))
 
@@ -332,10 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    from runtime_lite.serving.server import INGRESSES, REQUEST_TIMEOUT_SECONDS  # Ray loads only when serve runs
+    from runtime_lite.serving.server import (  # Ray loads only when serve runs
+        DEFAULT_MAX_REQUEST_BYTES,
+        INGRESSES,
+        REQUEST_TIMEOUT_SECONDS,
+    )
 
     serve = commands.add_parser(
-        "serve", parents=[common], help="serve bundles over HTTP (Open Inference Protocol v2) on Ray Serve",
+        "serve", parents=[common], help="serve bundles over HTTP and gRPC (Open Inference Protocol v2) on Ray Serve",
         description="Deploy each BUNDLE on Ray Serve and answer the Open Inference Protocol (v2: Triton, "
         "KServe, tritonclient) until SIGTERM or Ctrl-C. Without --address a local Ray instance starts; "
         "SIGHUP reloads bundles whose file changed. Needs: pip install 'runtime-lite[serve]'.",
@@ -344,6 +350,16 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--name", help="the model name of a single bundle (default: the file name without .aotb)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
     serve.add_argument("--port", type=_positive, default=8000, help="HTTP port (default 8000)")
+    serve.add_argument(
+        "--grpc-port", type=_positive, metavar="PORT",
+        help="also serve the Open Inference Protocol over gRPC (inference.GRPCInferenceService, what "
+        "tritonclient.grpc calls) on PORT, same host (default: off)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-request-bytes", type=_positive, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
+        help="a request's tensors beyond this are refused: HTTP 413, gRPC RESOURCE_EXHAUSTED "
+        f"(default {DEFAULT_MAX_REQUEST_BYTES >> 20} MiB, after decompression)",
+    )  # fmt: skip
     serve.add_argument("--replicas", type=_positive, default=1, help="replicas of the server (default 1)")
     serve.add_argument(
         "--max-batch-size", type=_positive, default=1, metavar="ROWS",

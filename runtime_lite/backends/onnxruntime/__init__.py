@@ -31,12 +31,15 @@ import numpy as np
 
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
+from runtime_lite.backends.onnxruntime.footprint import Footprint
+from runtime_lite.backends.onnxruntime.known_bugs import wrong_on
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
     OPTIMIZATION_LEVELS,
     OnnxRuntimeUnavailable,
     Session,
     SessionSettings,
+    import_onnxruntime,
 )
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.options import Option, accepting, boolean, choice
@@ -134,11 +137,24 @@ def recipe_session(
     recipe: memoryview, weights: dict[str, np.ndarray], inputs, outputs, settings: SessionSettings, where: str
 ) -> Session:
     """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
-    or where the check could not follow a shape onnxruntime would check statically: see shapes.py)."""
+    where the check could not follow a shape onnxruntime would check statically (shapes.py), or where it could
+    not bound a run's memory (footprint.py), or where this onnxruntime computes one of its nodes wrongly
+    (known_bugs.py))."""
     facts = check_recipe(recipe, weights, where)
     if facts.unverified is not None and settings.enabled:
         raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
-    return Session(bytes(recipe), weights, [s.name for s in inputs], [s.name for s in outputs], settings)
+    input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
+    footprint = Footprint(
+        facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, input_names, output_names, facts.shapes
+    )
+    if footprint.unbounded is not None and settings.enabled:
+        raise OnnxRuntimeUnavailable(f"the recipe check could not bound its memory ({footprint.unbounded})")
+    if settings.enabled:
+        version = import_onnxruntime().__version__
+        wrong = wrong_on(version, facts.nodes, facts.shapes)
+        if wrong is not None:
+            raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
+    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint)
 
 
 class OnnxRuntimeModule:

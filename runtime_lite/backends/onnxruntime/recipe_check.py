@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtime_lite.backends.onnxruntime.shapes import BadGeometry, Node, check_geometry
+from runtime_lite.backends.onnxruntime.shapes import BadGeometry, Node, walk
 from runtime_lite.errors import BundleError
 
 #: The location an external-data initializer must name: a placeholder for the bundle's own blob,
@@ -134,6 +134,10 @@ class RecipeFacts:
     inputs: dict = field(default_factory=dict, repr=False)
     dims: dict = field(default_factory=dict, repr=False)
     operands: dict = field(default_factory=dict, repr=False)
+    #: ONNX element types of the graph inputs and initializers, by name (footprint.py follows them through).
+    types: dict = field(default_factory=dict, repr=False)
+    #: Every value's shape the walk followed from the declared inputs (a symbolic dim is None).
+    shapes: dict = field(default_factory=dict, repr=False)
     nodes: list = field(default_factory=list, repr=False)
 
 
@@ -248,6 +252,7 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
     if location not in (0, EXTERNAL):
         raise _Refused(f"{where} ({name!r}) has data_location {location}")
     facts.dims[name] = tuple(dims)
+    facts.types[name] = data_type
     if location != EXTERNAL and not external:
         facts.inline_initializers += 1
         values = _small_values(data_type, dims, raw, typed)
@@ -353,7 +358,7 @@ def _check_node(data: memoryview, where: str, supplied: Mapping[str, np.ndarray]
 
 def _input_shape(data: memoryview, facts: RecipeFacts) -> None:
     """A graph input's declared shape (dims as ints, None where symbolic), for the shape walk."""
-    name, dims, tensor = "", [], False
+    name, dims, tensor, elem_type = "", [], False, 0
     for key, _, value in _fields(data, "ValueInfoProto", VALUE_INFO_FIELDS):
         if key == "name":
             name = _text(value, "graph.input.name")
@@ -362,13 +367,17 @@ def _input_shape(data: memoryview, facts: RecipeFacts) -> None:
                 if type_key != "tensor_type":
                     continue
                 for tensor_key, _, tensor_value in _fields(type_value, "TypeProto.Tensor", TENSOR_TYPE_FIELDS):
-                    if tensor_key == "shape":
+                    if tensor_key == "elem_type":
+                        elem_type = tensor_value
+                    elif tensor_key == "shape":
                         tensor = True
                         for _, _, dim in _fields(tensor_value, "TensorShapeProto", SHAPE_FIELDS):
                             entry = {k: v for k, _, v in _fields(dim, "Dimension", DIMENSION_FIELDS)}
                             dims.append(_signed(entry["dim_value"]) if "dim_value" in entry else None)
     if tensor:
         facts.inputs[name] = tuple(dims)
+    if isinstance(elem_type, int) and elem_type:
+        facts.types[name] = elem_type
 
 
 def _check_graph(data: memoryview, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
@@ -424,7 +433,7 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
         if missing:
             raise _Refused(f"the bundle supplies weight {missing[0]!r}, which no initializer of the recipe holds")
         try:
-            facts.unverified = check_geometry(facts.inputs, facts.dims, facts.operands, facts.nodes)
+            facts.shapes, facts.unverified = walk(facts.inputs, facts.dims, facts.operands, facts.nodes)
         except BadGeometry as e:
             raise _Refused(f"has geometry onnxruntime cannot take: {e}") from None
     except _Refused as e:

@@ -4,15 +4,26 @@
 only after ``recipe_check.check_recipe`` accepted it; the weights the bundle
 supplies are handed over as ``OrtValue``\\ s viewing the bundle's read-only blobs
 (``OrtValue.ortvalue_from_numpy`` wraps the array's memory, it does not copy it).
+
+A run keeps the load's budgets: its activations must fit ``max_memory`` (their size
+comes from footprint.py before the session runs), and past ``max_run_seconds``
+onnxruntime is told to stop (``RunOptions.terminate``, which its executor reads
+between nodes), as the host plan stops between instructions.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from runtime_lite.backends.onnxruntime.footprint import Footprint
+from runtime_lite.backends.onnxruntime.shapes import BadGeometry
+from runtime_lite.execution.limits import BudgetExceeded, current_budget
 
 #: ``optimization`` load option -> onnxruntime's GraphOptimizationLevel member.
 OPTIMIZATION_LEVELS = {
@@ -73,6 +84,7 @@ class Session:
         input_names: Sequence[str],
         output_names: Sequence[str],
         settings: SessionSettings,
+        footprint: Footprint | None = None,
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -100,9 +112,41 @@ class Session:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None
         self._inputs, self._outputs = list(input_names), list(output_names)
+        self._footprint, self._run_options = footprint, ort.RunOptions
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self._session.run(self._outputs, dict(zip(self._inputs, inputs)))
+        budget = current_budget()
+        if self._footprint is not None:
+            try:
+                need = self._footprint.peak_bytes([np.shape(x) for x in inputs])
+            except BadGeometry as e:
+                raise ValueError(f"inputs of shapes {[list(np.shape(x)) for x in inputs]} do not fit: {e}") from None
+            if need > budget.max_memory:
+                raise BudgetExceeded(
+                    f"onnxruntime would hold {need:,} bytes of activations, more than max_memory = {budget.max_memory:,}"
+                )
+        feeds = dict(zip(self._inputs, inputs))
+        if budget.deadline is None:
+            return self._session.run(self._outputs, feeds)
+        return self._run_until(feeds, budget.deadline)
+
+    def _run_until(self, feeds: dict, deadline: float) -> list[np.ndarray]:
+        """Run with a timer that sets ``RunOptions.terminate`` at ``deadline``: onnxruntime stops at its next node."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the run passed its max_run_seconds")
+        options = self._run_options()
+        timer = threading.Timer(remaining, setattr, (options, "terminate", True))
+        timer.daemon = True
+        timer.start()
+        try:
+            return self._session.run(self._outputs, feeds, options)
+        except Exception:
+            if options.terminate:
+                raise TimeoutError("the run passed its max_run_seconds (onnxruntime stopped it)") from None
+            raise
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         self._session = None

@@ -32,7 +32,7 @@ PAD_MODES = frozenset({"constant", "reflect", "edge"})
 
 #: Ops with a pattern of their own below; every other key of ONNXRUNTIME_EXPORTS gets the plain check.
 OWN_PATTERN_OPS = frozenset(
-    {*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "reshape", "expand", "pad", "quantize", "dequantize"}
+    {*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "reshape", "expand", "pad", "quantize", "dequantize", "mod"}
 )
 PLAIN_OPS = tuple(sorted(set(ONNXRUNTIME_EXPORTS) - OWN_PATTERN_OPS))
 
@@ -69,6 +69,15 @@ def _int8(ctx: PatternCheckContext) -> bool | Rejected:
     return _tensors(ctx)
 
 
+def _integer_or_fmod(ctx: PatternCheckContext) -> bool | Rejected:
+    """Floor modulo (``fmod=0``) of floats is ONNX only from opset 28: onnxruntime takes the opset-17 recipe,
+    then fails every run of it (the region never reaches its host plan), so those stay on the host."""
+    node = ctx.root.producer
+    if not node.attrs["fmod"] and node.inputs[0].type.dtype.startswith("float"):
+        return reject(f"mod: floor modulo (fmod=0) of {node.inputs[0].type.dtype} needs opset 28; recipes are 17")
+    return _tensors(ctx)
+
+
 def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
     return FusionPattern(f"onnxruntime.{name}", pattern, {"root": pattern}, check)
 
@@ -86,6 +95,7 @@ def onnxruntime_patterns() -> list[FusionPattern]:
         _pattern("reshape", is_op("reshape")(wildcard())),
         _pattern("expand", is_op("expand")(wildcard())),
         _pattern("pad", is_op("pad"), all_of(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
+        _pattern("mod", is_op("mod"), _integer_or_fmod),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _int8),
     ]
