@@ -210,6 +210,11 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
         return [(*x[:axis], *ins[1], *x[axis + 1 :])]
     if op == "GatherElements":
         return [ins[1]]
+    if op == "GatherND" and ins[1] and ins[1][-1] is not None:  # rows of the indices' last axis address data
+        data, indices, batch = ins[0], ins[1], a.get("batch_dims", 0)
+        if not 0 <= batch < len(indices) or batch + indices[-1] > len(data):
+            raise BadGeometry(f"{node.where}: GatherND indices {list(indices)} (batch_dims {batch}) on {list(data)}")
+        return [(*indices[:-1], *data[batch + indices[-1] :])]
     if op == "Pad" and operand(1) is not None and len(node.inputs) < 4:
         pads, rank = operand(1), len(x)
         return [tuple(None if d is None else d + pads[i] + pads[i + rank] for i, d in enumerate(x))]
