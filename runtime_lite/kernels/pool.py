@@ -78,7 +78,7 @@ def window_reduce(x, combine, fill, kernel_shape, strides, dilations, out_shape,
     in_shape = x.shape[2:]
     if tuple(kernel_shape) == in_shape and not any(lo or hi for lo, hi in widths) and all(d == 1 for d in dilations):
         # one window covering each plane (global pooling): a plain reduction, no shifted passes
-        reduced = combine.reduce(x.reshape(n, c, -1), axis=2)
+        reduced = combine.reduce(x.reshape(n, c, math.prod(in_shape)), axis=2)  # no -1: n may be 0
         return reduced.reshape((n, c) + (1,) * len(in_shape))
     padded_shape = tuple(size + lo + hi for size, (lo, hi) in zip(in_shape, widths))
     plane = math.prod(padded_shape)

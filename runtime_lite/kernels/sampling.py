@@ -9,6 +9,8 @@ torch's CPU kernel, so float32 results agree to rounding.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from runtime_lite.errors import describe
@@ -49,7 +51,7 @@ def _taps(x: np.ndarray, iy: np.ndarray, ix: np.ndarray) -> np.ndarray:
     """x[n, :, iy, ix] for integer maps [N, Ho, Wo], zero where a tap falls outside the image."""
     n, c, h, w = x.shape
     inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
-    flat = (np.clip(iy, 0, h - 1) * w + np.clip(ix, 0, w - 1)).reshape(n, 1, -1)
+    flat = (np.clip(iy, 0, h - 1) * w + np.clip(ix, 0, w - 1)).reshape(n, 1, math.prod(iy.shape[1:]))  # n may be 0
     values = np.take_along_axis(x.reshape(n, c, h * w), np.broadcast_to(flat, (n, c, flat.shape[2])), axis=2)
     values = values.reshape(n, c, *iy.shape[1:])
     return np.where(inside[:, None], values, np.zeros((), x.dtype))
