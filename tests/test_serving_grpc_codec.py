@@ -114,6 +114,20 @@ def test_the_response_reads_back_through_tritonclients_infer_result():
     assert result.get_output("x").datatype == "FP32" and list(result.get_output("x").shape) == [2, 4]
 
 
+def test_a_scalar_output_and_an_empty_batch_keep_their_shapes():
+    """A 0-d output (a sum over everything) is answered with shape [], not [1]; an empty batch as sent."""
+    specs = (*SPECS, TensorSpec("total", (), np.dtype(np.float32)))
+    decoded = decode_infer_request(raw_request(x=X[:0], k=K[:0]), SPECS, 1 << 20)
+    assert decoded.inputs["x"].shape == (0, 4) and decoded.inputs["k"].shape == (0,)
+    total = np.array(X.sum(), np.float32)
+    response = encode_infer_response(
+        service_pb2.ModelInferResponse(), "m", "0123456789ab", decoded, specs, [X[:0], K[:0], total], [2, 0]
+    )
+    result = InferResult(response)
+    assert list(result.get_output("total").shape) == [] and result.as_numpy("total").shape == ()
+    assert result.as_numpy("total") == total and result.as_numpy("x").shape == (0, 4)
+
+
 def test_every_refusal_status_has_a_grpc_code_and_every_typed_field_exists():
     assert {getattr(grpc.StatusCode, name) for name in STATUS_CODES.values()}
     statuses = {400, 404, 408, 413, 415, 500, 503}  # every ProtocolError status protocol.py and service.py raise

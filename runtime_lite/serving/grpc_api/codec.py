@@ -118,7 +118,7 @@ def encode_infer_response(
     if request.id is not None:
         response.id = request.id
     for i in chosen:
-        array = np.ascontiguousarray(arrays[i])
+        array = np.asarray(arrays[i], order="C")  # ascontiguousarray would make a 0-d output 1-d
         tensor = response.outputs.add()
         tensor.name = specs[i].name
         tensor.datatype = datatype_of(array.dtype)
