@@ -219,6 +219,12 @@ def test_a_device_result_outlives_its_module(machine, tmp_path):
         result.numpy()
 
 
+def test_a_scalar_copied_to_the_device_stays_0_d(machine):
+    """A 0-d host output (a sum over everything) asked for on the device keeps shape (), not (1,)."""
+    out = to_device(np.array(2.5, np.float32))
+    assert out.shape == () and out.numpy().shape == () and out.numpy() == np.float32(2.5)
+
+
 def test_gpu_in_gpu_out_makes_no_copy(machine, tmp_path):
     module = _load(_bundle(tmp_path))
     calls = _cudart().CALLS

@@ -411,7 +411,7 @@ def to_host(value: Any) -> np.ndarray:
 def to_device(array: np.ndarray, stream: int | None = None) -> DeviceArray:
     """A host array copied into a new DeviceArray (an output the caller wants on the GPU that the host computed)."""
     cuda = cudart()
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d output 1-d
     stream = LEGACY_STREAM if stream is None else stream
     memory = _memory(cuda)
     ptr = memory.allocate(array.nbytes, stream)
