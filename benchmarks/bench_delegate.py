@@ -143,7 +143,7 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         "",
         "`aot-build --target onnxruntime` bundles run by runtime_lite (the recipe on onnxruntime's CPU",
         "provider, weights bound from the bundle's blobs) against onnxruntime running the original ONNX",
-        f"file, both with {THREADS} intra-op threads that sleep between runs (`spinning: false`: two sessions spinning in one process hold each other's cores), alternating one run each for {rounds} rounds, batch 1.",
+        f"file, both with {THREADS} intra-op threads that sleep between runs (`spinning: false`: two sessions spinning in one process hold each other's cores), alternating one timed run each (after 0.2 s of untimed runs of its own) for {rounds} rounds, batch 1.",
         "`ratio` is of the medians, `paired` the median of the per-round ratios, `best-of` the ratio of each",
         "side's fastest round (the figure least moved by other processes on a shared machine), `spread` the",
         "lowest..highest per-round ratio; `load` is `runtime_lite.load`",

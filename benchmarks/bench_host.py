@@ -5,7 +5,8 @@
 
 Both runtimes get the same thread count (BLAS threads for numpy, intra-op threads for
 onnxruntime) and run the same model (the zoo architecture with random weights) on the
-same input. Runs alternate, one of each per round, so machine noise hits both alike;
+same input. Runs alternate, one timed run of each per round (after 0.2 s of untimed runs of
+its own, so neither meets the other's spinning threads), so machine noise hits both alike;
 the median of the rounds is reported and compared as a ratio. onnxruntime's thread
 spinning is turned off: in alternating runs its spinning threads would steal the
 cores numpy's BLAS is using (and vice versa), slowing both.
@@ -111,16 +112,38 @@ def onnxruntime_session(model_path: str) -> ort.InferenceSession:
     return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
 
-def alternate_times(first, second, rounds: int) -> tuple[list[float], list[float]]:
-    """Seconds of ``first`` and ``second`` in each of ``rounds`` rounds, one call of each per round."""
+#: How long a side runs untimed before its timed run: OpenBLAS's idle workers spin for 2^28 cycles
+#: (~0.1 s) before they sleep.
+SETTLE_SECONDS = 0.2
+
+
+def settle(call) -> None:
+    """Run ``call`` untimed for ``SETTLE_SECONDS`` (at least once): what the other side left spinning stops."""
+    until = time.perf_counter() + SETTLE_SECONDS
+    call()
+    while time.perf_counter() < until:
+        call()
+
+
+def alternate_times(first, second, rounds: int, settled: bool = True) -> tuple[list[float], list[float]]:
+    """Seconds of ``first`` and ``second`` in each of ``rounds`` rounds, one timed call of each per round.
+
+    ``settled``: each timed call follows ``settle`` on the same side. A runtime's threads keep
+    spinning after its run (OpenBLAS's workers for ~0.1 s, onnxruntime's unless told not
+    to), and a run of the other side started in that window shares the cores with them:
+    onnxruntime's ResNet-50 took 24-25 ms right after a runtime_lite run and 18.8 ms alone
+    (AMD EPYC, 2 cores), so strictly alternating calls flattered runtime_lite (ViT-B/16
+    1.56x became 2.1x). The timed call meets only its own side's threads, as in a
+    deployment that runs one of them.
+    """
     a, b = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
-        first()
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        second()
-        b.append(time.perf_counter() - start)
+        for call, times in ((first, a), (second, b)):
+            if settled:
+                settle(call)
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
     return a, b
 
 
@@ -136,9 +159,9 @@ def against_onnxruntime(module, session, feeds, rounds: int) -> tuple[float, lis
     return error, lite, ort_times
 
 
-def alternate(first, second, rounds: int) -> tuple[float, float]:
-    """Median seconds of ``first`` and ``second`` over ``rounds`` alternating calls."""
-    a, b = alternate_times(first, second, rounds)
+def alternate(first, second, rounds: int, settled: bool = True) -> tuple[float, float]:
+    """Median seconds of ``first`` and ``second`` over ``rounds`` alternating calls (see alternate_times)."""
+    a, b = alternate_times(first, second, rounds, settled)
     return statistics.median(a), statistics.median(b)
 
 
@@ -183,13 +206,14 @@ def bench_model(name: str, rounds: int, workdir: Path, batch: int = 1) -> dict:
 def bench_cold_start(row: dict, rounds: int) -> tuple[float, float]:
     lite_code = COLD_RUNTIME_LITE.format(bundle=row["bundle"])
     ort_code = COLD_ONNXRUNTIME.format(model=row["model_path"], threads=THREADS)
-    return alternate(lambda: time_process(lite_code), lambda: time_process(ort_code), rounds)
+    # Separate processes leave no threads behind: no settling run
+    return alternate(lambda: time_process(lite_code), lambda: time_process(ort_code), rounds, settled=False)
 
 
 def bench_import(rounds: int) -> tuple[float, float]:
     """Seconds `import runtime_lite` adds beyond `import numpy`, and `import numpy` itself."""
     numpy_only, with_runtime = alternate(
-        lambda: time_process("import numpy"), lambda: time_process("import numpy, runtime_lite"), rounds
+        lambda: time_process("import numpy"), lambda: time_process("import numpy, runtime_lite"), rounds, settled=False
     )
     return with_runtime - numpy_only, numpy_only
 

@@ -6,7 +6,8 @@
 ViT-B/16, MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny (torchvision) and BERT-base
 at sequence 128 (transformers), random weights, batch 1, exported once with
 ``torch.onnx.export(..., dynamo=True)`` (see modern_models.py, cached under /tmp).
-Both runtimes get the same thread count and alternate one run each per round, as in
+Both runtimes get the same thread count and alternate one timed run each per round (each after 0.2 s of
+untimed runs of its own: bench_host.alternate_times), as in
 bench_host.py; the report gives the median ratio and the spread (min..max) of the
 per-round ratios. ``--profile`` prints the slowest op kinds from ``Module.profile``.
 """
@@ -204,7 +205,7 @@ def render(rows: list[dict], failures: dict[str, str], command: str, rounds: int
         "torchvision ViT-B/16, MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny and Hugging Face",
         "BERT-base (sequence 128), random weights, batch 1, exported with",
         "`torch.onnx.export(..., dynamo=True)` and run from the same ONNX file by both runtimes,",
-        f"alternating one run each for {rounds} rounds. `ratio` is of the medians, `spread` the lowest and",
+        f"alternating one timed run each (after 0.2 s of untimed runs of its own) for {rounds} rounds. `ratio` is of the medians, `spread` the lowest and",
         "highest per-round ratio, `best-of ratio` the ratio of each runtime's fastest round.",
         "",
         f"- Command: `{command}`",

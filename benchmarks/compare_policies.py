@@ -3,9 +3,11 @@
     python benchmarks/compare_policies.py                              # issue 27's eight models
     python benchmarks/compare_policies.py --models resnet50 vit_b_16 --runs 30
 
-Each round runs the model once under every policy and once on onnxruntime, in turn, so
-a co-tenant's load hits them alike (on a shared 2-core machine, onnxruntime's own
-ResNet-50 time moves 2-3x between minutes). Policies (kernels/gemm_policy.py):
+Each round runs the model under every policy and on onnxruntime, in turn, so a
+co-tenant's load hits them alike (on a shared 2-core machine, onnxruntime's own
+ResNet-50 time moves 2-3x between minutes); each way runs untimed for 0.2 s before its
+timed run, so that it does not meet the threads the previous way left spinning
+(bench_host.alternate_times). Policies (kernels/gemm_policy.py):
 
 - ``split``: the fixed policy before issue 27 (blocks on the caller and a pool,
   OpenBLAS at one thread, 8M multiply-adds threshold): the base's behaviour;
@@ -87,6 +89,7 @@ def bench(name: str, runs: int, workdir: Path, states: dict[str, object]) -> dic
     times: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(runs):
         for way, run in ways.items():
+            bench_host.settle(run)  # untimed: outlasts the threads the previous way left spinning
             start = time.perf_counter()
             run()
             times[way].append(time.perf_counter() - start)
