@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import command_line, machine, publish  # noqa: E402
 
 from runtime_lite.kernels import conv  # noqa: E402
+from runtime_lite.kernels.measured import best_times  # noqa: E402
 
 #: (channels, size, kernel, stride): the depthwise layers of MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny.
 DEPTHWISE = [
@@ -42,16 +42,6 @@ DEPTHWISE = [
 DENSE = [(3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (128, 128, 56, 3, 2), (128, 128, 28, 3, 1), (256, 256, 28, 3, 2),
          (256, 256, 14, 3, 1), (512, 512, 14, 3, 2), (512, 512, 7, 3, 1)]  # fmt: skip
 BLOCK_BYTES = (1 << 20, 4 << 20)
-
-
-def best_times(lowerings: dict, rounds: int) -> dict[str, float]:
-    best = dict.fromkeys(lowerings, float("inf"))
-    for _ in range(rounds):
-        for name, run in lowerings.items():
-            start = time.perf_counter()
-            run()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
 
 
 def depthwise_row(c: int, size: int, k: int, stride: int, rounds: int) -> tuple[str, dict, str]:

@@ -58,13 +58,19 @@ def _forced(name: str, candidates: tuple[str, ...]) -> str | None:
     return None
 
 
-def _measure(name: str, candidates: Mapping[str, Callable[[], object]], margin: float) -> str:
+def best_times(candidates: Mapping[str, Callable[[], object]], rounds: int = ROUNDS) -> dict[str, float]:
+    """Each candidate's best time in seconds over ``rounds`` rounds that call every candidate in turn."""
     best = dict.fromkeys(candidates, float("inf"))
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for key, run in candidates.items():
             start = time.perf_counter()
             run()
             best[key] = min(best[key], time.perf_counter() - start)
+    return best
+
+
+def _measure(name: str, candidates: Mapping[str, Callable[[], object]], margin: float) -> str:
+    best = best_times(candidates)
     default = next(iter(candidates))
     fastest = min(best, key=best.__getitem__)
     choice = fastest if best[fastest] * margin < best[default] else default
