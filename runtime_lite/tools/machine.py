@@ -80,7 +80,8 @@ def describe(also: str = "") -> str:
     import numpy as np
 
     line = f"{cpu()}; Python {platform.python_version()}, numpy {np.__version__} ({blas()}){also and ', ' + also}"
-    return line + (f"; {' '.join(overrides())}" if overrides() else "")
+    set_here = overrides()
+    return line + (f"; {' '.join(set_here)}" if set_here else "")
 
 
 def kernel_note(flags: set[str] | None = None, kernel: str | None = None) -> str | None:

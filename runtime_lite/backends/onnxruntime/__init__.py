@@ -141,19 +141,20 @@ def recipe_session(
     not bound a run's memory (footprint.py), or where this onnxruntime computes one of its nodes wrongly
     (known_bugs.py))."""
     facts = check_recipe(recipe, weights, where)
-    if facts.unverified is not None and settings.enabled:
-        raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
     input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
+    if not settings.enabled:  # Session says so; no shape walk or version check for a recipe never run
+        return Session(bytes(recipe), weights, input_names, output_names, settings)
+    if facts.unverified is not None:
+        raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
     footprint = Footprint(
         facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, input_names, output_names, facts.shapes
     )
-    if footprint.unbounded is not None and settings.enabled:
+    if footprint.unbounded is not None:
         raise OnnxRuntimeUnavailable(f"the recipe check could not bound its memory ({footprint.unbounded})")
-    if settings.enabled:
-        version = import_onnxruntime().__version__
-        wrong = wrong_on(version, facts.nodes, facts.shapes)
-        if wrong is not None:
-            raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
+    version = import_onnxruntime().__version__
+    wrong = wrong_on(version, facts.nodes, facts.shapes)
+    if wrong is not None:
+        raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
     return Session(bytes(recipe), weights, input_names, output_names, settings, footprint)
 
 
