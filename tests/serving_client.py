@@ -193,13 +193,20 @@ def run_load(
     retries: int = 0,
 ) -> LoadResult:
     """``requests`` infer calls from ``threads`` tritonclient threads (each its own connection), stopping at
-    ``max_seconds`` whatever is left. A 5xx answer is retried up to ``retries`` times, as a client would."""
+    ``max_seconds`` whatever is left. A 5xx answer or a dropped connection is retried up to ``retries`` times after
+    a growing pause (0.1 s doubling to 2 s), as a client of an idempotent service would: a replica that Ray restarts
+    on a loaded machine can take seconds, which back-to-back retries would use up at once."""
     import tritonclient.http as triton
     from tritonclient.utils import InferenceServerException
 
     result, lock = LoadResult(), threading.Lock()
     counter = iter(range(requests))
     deadline = time.monotonic() + max_seconds
+
+    def failed(status: str, message: str) -> None:
+        with lock:
+            result.statuses[status] += 1
+            result.messages[message[:160]] += 1
 
     def worker() -> None:
         client = triton.InferenceServerClient(url, connection_timeout=30, network_timeout=60)
@@ -212,16 +219,17 @@ def run_load(
                 try:
                     answer = client.infer(model, inputs)
                 except InferenceServerException as e:
-                    with lock:
-                        result.statuses[str(e.status())] += 1
-                        result.messages[str(e)[:160]] += 1
+                    failed(str(e.status()), str(e))
                     if attempt < retries and str(e.status()).startswith("5"):
+                        time.sleep(min(2.0, 0.1 * 2**attempt))
                         continue
                     break
                 except Exception as e:  # a socket error or timeout: counted, never a silently dead worker
-                    with lock:
-                        result.statuses[type(e).__name__] += 1
-                        result.messages[str(e)[:160]] += 1
+                    failed(type(e).__name__, str(e))
+                    if attempt < retries:
+                        time.sleep(min(2.0, 0.1 * 2**attempt))
+                        client = triton.InferenceServerClient(url, connection_timeout=30, network_timeout=60)
+                        continue
                     break
                 elapsed = time.perf_counter() - start
                 outputs = {o["name"]: answer.as_numpy(o["name"]) for o in answer.get_response()["outputs"]}

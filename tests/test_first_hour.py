@@ -18,6 +18,7 @@ import pytest
 import aot
 import runtime_lite
 from tests.conftest import small_cnn_model
+from tests.missing import require_program
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_CNN = ROOT / "examples" / "models" / "small_cnn.onnx"
@@ -159,6 +160,7 @@ def test_torch_dim_names_reach_the_signature():
 
 
 def test_collapsed_drawing_counts_what_it_draws(tmp_path):
+    require_program("dot", "graphviz")  # the .svg drawing is laid out by Graphviz
     bundle = tmp_path / "npu.aotb"
     aot.build(str(SMALL_CNN), targets=["npu"], input_shapes={"images": (1, 3, 32, 32)}).save(bundle)
     result = run("-m", "aot.cli.inspect", str(bundle), "--graph", str(tmp_path / "g.onnx"), "--collapse-regions")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import collections
-import os
 import re
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -14,6 +12,7 @@ import pytest
 from aot.compiler import build
 from aot.inspect import load_view
 from aot.testing.zoo import load_zoo_model
+from tests.missing import require_program
 from tests.test_cli import run
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -35,18 +34,6 @@ def test_summary_names_signature_regions_payloads_and_producer(npu_bundle):
     for region in result.partitioned.regions:
         assert f"region    {region.id} on npu: {len(region.nodes)} ops" in out
     assert "payloads graph" in out and "conv2d" in out
-
-
-def require_program(name: str, apt: str, *alternatives: str) -> str:
-    """The program's path; a skip naming what to install where it is missing, except in CI, which must have it."""
-    for candidate in (name, *alternatives):
-        found = shutil.which(candidate)
-        if found:
-            return found
-    message = f"{name} is not installed (apt-get install -y {apt})"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must install it: {message}")
-    pytest.skip(message)
 
 
 @pytest.fixture

@@ -102,7 +102,31 @@ def sessions(monkeypatch):
     return built
 
 
-def test_the_weights_are_hashed_while_the_session_is_built_and_the_load_still_verifies(delegated, tmp_path, sessions):
+@pytest.fixture
+def hashing_waits_for_the_session(monkeypatch):
+    """Test double for a busy machine's scheduler: each hashing thread starts only once a session is being built
+    (or after 30 s). On a loaded 2-core machine the real threads could finish before the session starts, or not
+    start until it is built; holding them makes "the session is built while the hash runs" a property of the load's
+    order alone: a load that waited for the hash before building the session would see no hashing thread."""
+    session_started = threading.Event()
+    real_hash, real_session = PendingHashes._hash, onnxruntime_backend.Session
+
+    def held_hash(self, share):
+        session_started.wait(timeout=30)
+        real_hash(self, share)
+
+    class SignallingSession(real_session):
+        def __init__(self, *args, **kwargs):
+            session_started.set()
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(PendingHashes, "_hash", held_hash)
+    monkeypatch.setattr(onnxruntime_backend, "Session", SignallingSession)
+
+
+def test_the_weights_are_hashed_while_the_session_is_built_and_the_load_still_verifies(
+    delegated, tmp_path, hashing_waits_for_the_session, sessions
+):
     model, build = delegated
     weights = _payload(build, "fallback_weights")
     header, _ = _layout(build.to_bytes())
