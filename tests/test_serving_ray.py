@@ -9,6 +9,7 @@ in requests and seconds; benchmarks/bench_serving.py runs the long versions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -349,29 +351,31 @@ def test_killed_replica_costs_only_retryable_500s(served, modules):
     """
     pids = replica_pids()
     assert len(pids) >= 2, f"expected two replica processes, found {pids}"
+    answered, killed = itertools.count(1), threading.Event()
 
     def check(i, out):
+        if next(answered) == 100:  # under load by construction: a third of the requests are answered, none waits
+            os.kill(pids[0], signal.SIGKILL)
+            killed.set()
         return np.allclose(out["y"], modules["mlp"].run(feeds(i))[0], rtol=1e-6, atol=1e-7)
 
-    def kill_soon():
-        time.sleep(2)
-        os.kill(pids[0], signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_soon)
-    killer.start()
-    result = run_load(served.url, "mlp", feeds, check, threads=8, requests=600, max_seconds=180, retries=8)
-    killer.join()
+    result = run_load(served.url, "mlp", feeds, check, threads=8, requests=300, max_seconds=180, retries=8)
     print(f"replica killed under load: {result.ok} answered, refusals seen {dict(result.statuses)}")
+    assert killed.is_set()
     assert result.wrong == 0
-    assert result.ok == 600, f"lost requests: {dict(result.statuses)} {dict(result.messages)}"
+    assert result.ok == 300, f"lost requests: {dict(result.statuses)} {dict(result.messages)}"
     # What the dead replica held: HAProxy replays it (usually no refusal at all), Ray's proxy answers 500/503.
     # On a loaded machine a replay can still meet the restart, so any 5xx or dropped connection is allowed, as
     # long as every retried request ends answered and right, and none is a client error (4xx).
     assert not [status for status in result.statuses if status.startswith("4")], dict(result.messages)
-    deadline = time.monotonic() + 60
-    while len(replica_pids()) < 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 90
+
+    def restarted() -> bool:  # the killed process gone (a dying one is still listed for a moment) and two others up
+        return len([pid for pid in replica_pids() if pid != pids[0]]) >= 2 and not Path(f"/proc/{pids[0]}").exists()
+
+    while not restarted() and time.monotonic() < deadline:
         time.sleep(1)
-    assert len(replica_pids()) >= 2, "Ray did not restart the killed replica"
+    assert restarted(), f"Ray did not restart the killed replica: {replica_pids()}"
 
 
 def test_rolling_update_under_load_answers_old_or_new_never_an_error(served, modules):
