@@ -21,46 +21,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from aot_torchvision_guard import import_torchvision
+
 CACHE = Path(os.environ.get("MODERN_ONNX_CACHE", "/tmp/aot-modern-onnx"))
-
-#: torchvision's C++ op schemas, declared only so that ``import torchvision`` succeeds on the CPU torch.
-TORCHVISION_OP_SCHEMAS = {
-    "nms": "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-    "roi_align": "(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
-    "int sampling_ratio, bool aligned) -> Tensor",
-    "roi_pool": "(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width) "
-    "-> (Tensor, Tensor)",
-    "ps_roi_align": "(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
-    "int sampling_ratio) -> (Tensor, Tensor)",
-    "ps_roi_pool": "(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width) "
-    "-> (Tensor, Tensor)",
-    "deform_conv2d": "(Tensor input, Tensor weight, Tensor offset, Tensor mask, Tensor bias, SymInt stride_h, "
-    "SymInt stride_w, SymInt pad_h, SymInt pad_w, SymInt dilation_h, SymInt dilation_w, SymInt groups, "
-    "SymInt offset_groups, bool use_mask) -> Tensor",
-}
-
-
-#: Further ops torchvision registers meta kernels for; never called by classification models.
-TORCHVISION_PLACEHOLDER_OPS = (
-    "qnms", "qroi_align", "_roi_align_backward", "_ps_roi_align_backward", "_roi_pool_backward",
-    "_ps_roi_pool_backward", "_deform_conv2d_backward",
-)  # fmt: skip
-
-
-def import_torchvision():
-    """``import torchvision`` on the CPU torch: declare its missing C++ op schemas first."""
-    import torch
-
-    if "torchvision" not in sys.modules:
-        placeholders = dict.fromkeys(TORCHVISION_PLACEHOLDER_OPS, "(Tensor x) -> Tensor")
-        for name, schema in {**TORCHVISION_OP_SCHEMAS, **placeholders}.items():
-            try:
-                torch.library.define(f"torchvision::{name}", schema)
-            except RuntimeError:
-                pass  # already declared (the real library loaded, or an earlier call)
-    import torchvision
-
-    return torchvision
 
 
 def _torchvision_model(name: str) -> Callable[[], tuple]:

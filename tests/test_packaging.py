@@ -44,7 +44,9 @@ def test_changelog_has_an_unreleased_section():
 
 # --- two distributions: aot depends on runtime-lite instead of shipping it (issue 19, item 8) ---
 
-SOURCES = ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "aot", "runtime_lite")
+#: the torchvision guard aot installs beside its package (aot_torchvision_guard.py)
+GUARD = ("aot_torchvision_guard.py", "aot-torchvision-guard.pth")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "aot", "runtime_lite", *GUARD)
 README_TEST_COMMAND = "pip install -e ./runtime_lite -e '.[test]' && python -m pytest -q"
 
 
@@ -95,7 +97,7 @@ def test_aot_wheel_ships_only_aot_and_depends_on_runtime_lite(wheels):
     with zipfile.ZipFile(wheels["aot"]) as z:
         tops = {name.split("/", 1)[0] for name in z.namelist()}
         assert "aot/py.typed" in z.namelist()
-    assert tops == {"aot", f"aot-{_version()}.dist-info"}, tops  # no runtime_lite/
+    assert tops == {"aot", *GUARD, f"aot-{_version()}.dist-info"}, tops  # no runtime_lite/
     metadata = _metadata(wheels["aot"], "METADATA")
     assert f"Requires-Dist: runtime-lite=={_version()}\n" in metadata
     assert f'Requires-Dist: runtime-lite[serve]=={_version()}; extra == "serve"' in metadata
@@ -187,3 +189,20 @@ def test_every_documented_install_of_aot_names_runtime_lite():
             for command in re.findall(r"pip install[^`\n&|;#]*", line):
                 if root_target.search(command.removeprefix("pip install")):
                     assert "./runtime_lite" in command, f"{path.name}: {command}"
+
+
+def test_torchvision_imports_where_the_aot_wheel_is_installed(wheels, tmp_path):
+    """The README's install for the torch frontend: aot's wheel beside this torch and the test extra's torchvision.
+
+    Beside the CPU torch, the package index's torchvision (a CUDA build) dies on import with
+    "operator torchvision::nms does not exist"; the guard aot's wheel installs lets it finish.
+    With the guard off, the import either works (a CPU torchvision, as the README's CPU line
+    installs) or fails in exactly that way: the guard is then what made it work.
+    """
+    python = child_venv(tmp_path / "venv", with_pip=False)
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", wheels["aot"])
+    script = "import torch, torchvision; print(torchvision.models.resnet18(weights=None).fc.out_features)"
+    assert _run(python, "-c", script, cwd=tmp_path).stdout.strip() == "1000"
+    off = subprocess.run([str(python), "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env={**_pip_env(), "AOT_TORCHVISION_GUARD": "0"})  # fmt: skip
+    assert off.returncode == 0 or "operator torchvision::nms does not exist" in off.stderr, off.stderr[-2000:]

@@ -14,6 +14,7 @@ from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.quantize import QuantizeConfig
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
+from aot.quiet import show_third_party_warnings
 from aot.words import counted
 from runtime_lite.backends.options import Option, split_assignments
 from runtime_lite.errors import OptionError
@@ -250,14 +251,17 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
               help="List the installed backends and exit (no MODEL needed).")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show third-party warnings known to be harmless "
+              "(hidden by default; aot/quiet.py lists them).")  # fmt: skip
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
     model, output, targets, inputs, min_region_size, backend_assignments, calibration, calibration_table,
-    calibration_method, holdout, print_graph, quiet, debug, **aliases_given,
+    calibration_method, holdout, print_graph, quiet, debug, verbose, **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
     start = time.perf_counter()
+    show_third_party_warnings(verbose)
 
     def progress(stage: str, seconds: float) -> None:
         if not quiet:

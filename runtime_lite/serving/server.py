@@ -288,6 +288,23 @@ def _check_ports(config: ServeConfig) -> None:
         raise RuntimeLiteError(f"--grpc-port {config.grpc_port} is the HTTP port too: give gRPC a port of its own")
 
 
+#: Ray's loggers whose start-up lines a normal `serve` hides (runtime-lite -v shows them): the notice that the
+#: local instance enabled token authentication (it listens on loopback, and that is the safe default), and
+#: Serve's INFO lines, which repeat what `serve` prints itself ("Connecting to existing Serve app ... will not be
+#: applied" is about Ray's own controller defaults, not the options given here).
+QUIET_RAY_LOGGERS = {
+    "ray._private.authentication.authentication_token_setup": logging.ERROR,
+    "ray.serve": logging.WARNING,
+}
+
+
+def _quiet_ray_unless_verbose() -> None:
+    if logging.getLogger().getEffectiveLevel() <= logging.INFO:  # runtime-lite -v
+        return
+    for name, level in QUIET_RAY_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+
+
 def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
     """Connect to (or start) Ray, start Serve's HTTP (and gRPC) ingress and deploy; returns what was deployed,
     once every replica is up."""
@@ -309,6 +326,7 @@ def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]
         if config.metrics_port is not None:
             init["_metrics_export_port"] = config.metrics_port
     grpc_options = _grpc_options(config)  # before ray.init: Ray's processes read its variable at start
+    _quiet_ray_unless_verbose()
     ray.init(**init)
     serve.start(http_options={"host": config.host, "port": config.port}, grpc_options=grpc_options)
     serve.run(_application(config, deployed, loader), name=config.app_name, route_prefix="/", blocking=False)

@@ -25,6 +25,7 @@ from aot.frontend.torch.dim_names import rename_dims, user_dim_names
 from aot.frontend.torch.symbolic import SYMBOLIC_PREFIX
 from aot.ir.graph import Graph, Value
 from aot.ir.types import Dim, TensorType
+from aot.quiet import known_warnings_hidden
 from aot.words import counted
 
 InputShapes = Mapping[str, Sequence[Dim]]
@@ -176,7 +177,8 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
     """
     if not hasattr(program, "graph_signature"):
         raise ModelError(f"expected a torch.export.ExportedProgram, got {type(program).__name__}")
-    program = _decompose_unknown(program)
+    with known_warnings_hidden():
+        program = _decompose_unknown(program)
     _check_inference(program)  # after functionalization, which lists every buffer the program writes
     _check_supported(program)
     constants = _lifted_constants(program)
