@@ -93,6 +93,28 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "own_process: run in a child pytest, whose memory goes back when it exits (tests/memory.py)"
     )
+    config.addinivalue_line("markers", "isa: compares numbers whose last bits depend on the CPU's vector ISA")
+
+
+# --- numerics that depend on the CPU's vector ISA: CI runs them twice ---
+
+#: Modules whose assertions compare numbers from vectorised kernels (numpy's own loops, OpenBLAS, onnxruntime's
+#: MLAS) against a reference with a tolerance. AVX2 and AVX-512 kernels sum in other orders and fuse multiply-adds
+#: differently, so a tolerance tuned on one ISA can fail on the other. .ci/run runs these again with numpy's
+#: AVX-512 dispatch off (NPY_DISABLE_CPU_FEATURES), so an AVX-512 CI machine catches an AVX2-only failure of
+#: numpy's loops. onnxruntime has no such switch: its int8 kernels' ISA paths are pinned by the load-time
+#: choice runtime_lite makes, which the int8 tests force both ways.
+ISA_SENSITIVE_MODULES = frozenset({
+    "test_onnx_ops.py", "test_zoo.py", "test_cnn_kernels.py", "test_transformer_kernels.py", "test_conv_lowering.py",
+    "test_pool_lowering.py", "test_quantization.py", "test_onnxruntime_backend.py", "test_npu.py",
+    "test_aten_ops.py", "test_conformance.py", "test_empty_batches.py", "test_gemm_policy.py", "test_idioms.py",
+})  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ISA_SENSITIVE_MODULES:
+            item.add_marker(pytest.mark.isa)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -7,10 +7,14 @@ import re
 import subprocess
 import xml.etree.ElementTree as ET
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from aot.compiler import build
 from aot.inspect import load_view
+from aot.inspect.draw import Palette, render_svg
 from aot.testing.zoo import load_zoo_model
 from tests.missing import require_program
 from tests.test_cli import run
@@ -187,12 +191,12 @@ def test_graph_as_onnx_for_netron_annotates_every_node(npu_bundle, tmp_path):
     assert refused.returncode != 0 and "written as .svg, .html or .onnx" in refused.stderr
 
 
-def _chromium(exe: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _chromium(exe: str, tmp_path, *args: str, window: str = "1400,900") -> subprocess.CompletedProcess:
     """Headless Chromium, offline and quiet, logging the page's console to stderr."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'chromium-profile'}", "--hide-scrollbars", "--force-color-profile=srgb",
-             "--enable-logging=stderr", "--v=0", "--window-size=1400,900"]  # fmt: skip
+             "--enable-logging=stderr", "--v=0", f"--window-size={window}"]  # fmt: skip
     done = subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
@@ -202,7 +206,6 @@ def _chromium(exe: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def _pixels(png) -> tuple[tuple[int, int], collections.Counter]:
     """The image's size and how many pixels have each (r, g, b) colour."""
-    import numpy as np
     from PIL import Image
 
     with Image.open(png) as image:
@@ -240,3 +243,73 @@ def test_html_view_renders_and_runs_in_chromium(npu_bundle, tmp_path, dot):
     assert colors[npu] > 2000 and colors[host] > 300  # npu_0's ops and the host's flatten, filled
     _, folded = _pixels(collapsed)
     assert folded[npu] > 1.5 * colors[npu]  # npu_0 drawn as one filled box
+
+
+# -- issue 37: a 600-op, 48-region graph that reads at first sight ---------------------------------------------
+
+
+def many_regions_model(regions: int = 48, convs_per_region: int = 6, channels: int = 8) -> onnx.ModelProto:
+    """A chain of ``regions`` NPU regions (conv + relu pairs) split by a host op the NPU never takes (``Sin``)."""
+    rng = np.random.default_rng(0)
+    nodes, weights, x = [], [], "x"
+    for r in range(regions):
+        for j in range(convs_per_region):
+            k = f"{r}_{j}"
+            w = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.1
+            weights.append(numpy_helper.from_array(w, f"w{k}"))
+            nodes.append(helper.make_node("Conv", [x, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], name=f"conv{k}"))
+            nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}"))
+            x = f"r{k}"
+        nodes.append(helper.make_node("Sin", [x], [f"s{r}"], name=f"sin{r}"))
+        x = f"s{r}"
+    shape = [1, channels, 8, 8]
+    graph = helper.make_graph(nodes, "many_regions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], weights)  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def many_regions(tmp_path_factory):
+    path = tmp_path_factory.mktemp("many") / "many.aotb"
+    result = build(many_regions_model(), targets=["npu"], log=None)
+    result.save(path)
+    assert len(result.partitioned.regions) == 48 and sum(result.regions.values()) == 624
+    return path
+
+
+def test_every_region_has_a_colour_of_its_own(many_regions):
+    palette = Palette.of(load_view(str(many_regions)))
+    colors = list(palette.regions.values())
+    assert len(set(colors)) == len(colors) == 48
+    rgb = [np.array([int(c[i : i + 2], 16) for i in (1, 3, 5)], dtype=float) for c in colors]
+    # regions drawn near each other (up to 3 apart in execution order) differ clearly, not by a shade
+    assert min(np.abs(rgb[i] - rgb[j]).max() for i in range(48) for j in range(i + 1, min(48, i + 4))) >= 40
+
+
+def test_the_title_stays_clear_of_the_column_headers(many_regions, dot):
+    svg = render_svg(load_view(str(many_regions)))
+    title_baseline = float(re.search(r'<text x="\d+" y="([\d.]+)" font-size="14"', svg).group(1))
+    graph_top = float(re.search(r'<g class="graph" transform="translate\([\d.]+,([\d.]+)\)"', svg).group(1))
+    assert "column 2" in svg  # folded: the headers exist
+    assert graph_top - 6 - 10 >= title_baseline + 4  # a header (baseline 6 px above the graph, 10 px high) below it
+
+
+def test_a_600_op_48_region_page_opens_readable(many_regions, tmp_path, dot):
+    """In a 1400x1000 window: the compact drawing, at 100% or more, every region a box of its own colour."""
+    chromium = require_program("chromium", "chromium", "chromium-browser", "google-chrome")
+    page = tmp_path / "many.html"
+    run("-m", "aot.cli.inspect", str(many_regions), "--graph", str(page))
+    window = "1400,1000"
+    dom = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri(), window=window).stdout
+    assert 'data-viewer="ready"' in dom and 'data-drawing="compact"' in dom and 'data-collapsed="48"' in dom
+    zoom = int(re.search(r'<span id="zoom">(\d+)%</span>', dom).group(1))
+    assert zoom >= 100, zoom  # labels at their drawn size or larger: 11 px text, readable
+    expanded = _chromium(chromium, tmp_path, "--dump-dom", page.as_uri() + "#find=sin47", window=window).stdout
+    assert 'data-drawing="full"' in expanded  # finding an op opens the full drawing
+    shot = tmp_path / "many.png"
+    _chromium(chromium, tmp_path, f"--screenshot={shot}", page.as_uri(), window=window)
+    size, colors = _pixels(shot)
+    assert size == (1400, 1000)
+    palette = Palette.of(load_view(str(many_regions)))
+    drawn = [c for c in palette.regions.values() if colors[tuple(int(c[i : i + 2], 16) for i in (1, 3, 5))] > 500]
+    assert len(drawn) >= 20, drawn  # the opening view shows many region boxes, each in its own colour

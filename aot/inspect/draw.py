@@ -51,15 +51,15 @@ from aot.inspect.bundle_view import BundleView
 
 COLORS = {"input": "#e8e8e8", "host": "#cfd8e3", "npu": "#f6b26b", "tensorrt": "#93c47d"}
 EXTRA_COLORS = ["#8e7cc3", "#6fa8dc", "#e06666", "#ffd966", "#76a5af"]
-# (lightness, hue) offsets of a backend's successive regions; the first is the backend's own colour
-SHADES = [(0.0, 0.0), (-0.13, 0.0), (0.09, -0.025), (-0.06, 0.03), (0.13, 0.015), (-0.19, -0.015), (0.05, 0.04),
-          (-0.1, -0.035)]  # fmt: skip
+GOLDEN_ANGLE = 137.508 / 360  # successive regions' hues: each as far from the last ones as a circle allows
+REGION_LIGHTNESS = (0.7, 0.58, 0.8, 0.64)  # in turn: regions 1-3 apart differ in lightness too
 INSTALL_HINT = (
     "install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
     "conda install graphviz), or write --graph FILE.onnx and open it in Netron"
 )
 NODE_H, REGION_H, PORT_H = 22, 36, 20  # px; one Graphviz point is drawn as one px
 MARGIN, TITLE_H, COLUMN_GAP, LEGEND_W, LEGEND_ROW = 16, 30, 36, 250, 17
+COLUMN_HEADER_H = 14  # the "column N" headers sit between the title and the graph, never over the title
 TARGET_RATIO = 1.2  # fold a deep graph into columns until the drawing is about this much taller than wide
 MAX_LIVE_AT_CUT = 3  # never cut where more values than this stay live
 DOT_TIMEOUT_S = 300
@@ -71,11 +71,17 @@ def backend_color(backend: str, extra: dict[str, str]) -> str:
     return extra.setdefault(backend, EXTRA_COLORS[len(extra) % len(EXTRA_COLORS)])
 
 
-def _shade(color: str, k: int) -> str:
-    dl, dh = SHADES[k % len(SHADES)]
-    r, g, b = (int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
-    h, lightness, s = colorsys.rgb_to_hls(r, g, b)
-    r, g, b = colorsys.hls_to_rgb((h + dh) % 1.0, min(0.9, max(0.3, lightness + dl)), s)
+def region_color(backend_color: str, k: int) -> str:
+    """The ``k``-th region's colour: the backend's own for the first, then hues a golden angle apart.
+
+    Shades of one backend colour were near identical past a handful of regions (48 NPU regions in 48 oranges);
+    the backend stays visible in each region's border, which keeps the backend's colour.
+    """
+    if k == 0:
+        return backend_color
+    r, g, b = (int(backend_color[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    hue, _, _ = colorsys.rgb_to_hls(r, g, b)
+    r, g, b = colorsys.hls_to_rgb((hue + k * GOLDEN_ANGLE) % 1.0, REGION_LIGHTNESS[k % len(REGION_LIGHTNESS)], 0.62)
     return "#" + "".join(f"{round(c * 255):02x}" for c in (r, g, b))
 
 
@@ -93,7 +99,7 @@ class Palette:
         seen: Counter[str] = Counter()
         regions = {}
         for r in view.regions:
-            regions[r.id] = _shade(backends[r.backend], seen[r.backend])
+            regions[r.id] = region_color(backends[r.backend], seen[r.backend])
             seen[r.backend] += 1
         return cls(backends, regions)
 
@@ -352,12 +358,15 @@ def _letters(k: int) -> str:
 
 
 def layout_view(view: BundleView, *, collapse_regions: bool = False, columns: int | None = None,
-                palette: Palette | None = None) -> tuple[Layout, list[_Unit], dict[str, tuple[str, str, str]]]:  # fmt: skip
+                palette: Palette | None = None,
+                max_width: float | None = None) -> tuple[Layout, list[_Unit], dict[str, tuple[str, str, str]]]:  # fmt: skip
     """Lay the view out with dot: the layout, the units it places (key ``n{i}``) and the connectors
     (key -> (label, tooltip, link id)).
 
     ``columns=None`` folds a tall graph into as many columns as bring the drawing near ``TARGET_RATIO``:
     a first guess from the one-column layout, corrected (at most twice) from the folded layout measured.
+    ``max_width`` (px) caps the columns where a page is read at its width, scrolling down (the HTML view):
+    fewer, longer columns at a readable scale instead of a square drawing shrunk to fit.
     """
     palette = palette or Palette.of(view)
     units = _units(view, palette, collapse_regions)
@@ -367,16 +376,27 @@ def layout_view(view: BundleView, *, collapse_regions: bool = False, columns: in
         return single, units, {}
     ys = [single.boxes[f"n{u}"].y for u in range(len(units))]
     n = columns or max(2, round((height / (width * TARGET_RATIO)) ** 0.5))
+    if columns is None and max_width is not None:
+        n = min(n, max(1, int((max_width + COLUMN_GAP) // (width + COLUMN_GAP))))
+        if n == 1:
+            return single, units, {}
     best: tuple[Layout, dict[str, tuple[str, str, str]]] = (single, {})
     for _ in range(3):
         cuts = _choose_cuts(units, ys, height, n)
         if not cuts:
             break
         best = _lay_out(units, cuts)
+        if columns is not None:
+            break
+        if max_width is not None and best[0].width > max_width and n > 2:
+            n -= 1
+            continue
         ratio = best[0].height / best[0].width
-        if columns is not None or 1 / 1.5 < ratio / TARGET_RATIO < 1.5:
+        if 1 / 1.5 < ratio / TARGET_RATIO < 1.5:
             break
         again = max(1, round(n * (ratio / TARGET_RATIO) ** 0.5))
+        if max_width is not None:
+            again = min(again, n)
         if again == n:
             break
         n = again
@@ -431,11 +451,14 @@ def _attr(text: str) -> str:
 
 
 def render_svg(view: BundleView, *, collapse_regions: bool = False, columns: int | None = None,
-               legend: bool = True) -> str:  # fmt: skip
-    """The graph as a standalone SVG document; ``legend=False`` leaves the legend out (the HTML page has its own)."""
+               legend: bool = True, max_width: float | None = None) -> str:  # fmt: skip
+    """The graph as a standalone SVG document; ``legend=False`` leaves the legend out (the HTML page has its own);
+    ``max_width``: see :func:`layout_view`."""
     palette = Palette.of(view)
-    layout, units, ports = layout_view(view, collapse_regions=collapse_regions, columns=columns, palette=palette)
-    gx, gy = MARGIN, MARGIN + TITLE_H
+    layout, units, ports = layout_view(
+        view, collapse_regions=collapse_regions, columns=columns, palette=palette, max_width=max_width
+    )
+    gx, gy = MARGIN, MARGIN + TITLE_H + (COLUMN_HEADER_H if len(layout.columns) > 1 else 0)
     legend_rows = legend_entries(view, palette) if legend else []
     width = gx + layout.width + MARGIN + (LEGEND_W if legend else 0)
     height = max(gy + layout.height + MARGIN, gy + 24 + LEGEND_ROW * len(legend_rows) + MARGIN)
@@ -463,11 +486,12 @@ def render_svg(view: BundleView, *, collapse_regions: bool = False, columns: int
         backend = r.backend if r else "?"
         piece = f" (part {c.part + 1} of {c.parts})" if c.parts > 1 else ""
         color = palette.regions.get(c.region, "#cccccc")
+        border = palette.backends.get(backend, "#555555")  # the backend's colour: which backend, at a glance
         label = f"{c.region} · {len(r.ops) if r else 0} ops on {backend}{piece}"
         parts.append(
             f'<g class="cluster" data-region="{_attr(c.region)}"><title>{html.escape(label)}</title>'
             f'<rect x="{c.x:.1f}" y="{c.y:.1f}" width="{c.w:.1f}" height="{c.h:.1f}" rx="6" fill="{color}" '
-            f'fill-opacity="0.22" stroke="{color}" stroke-width="2"/></g>'
+            f'fill-opacity="0.3" stroke="{border}" stroke-width="2.5"/></g>'
         )
     parts.append('</g><g class="edges" fill="none" stroke="#777" stroke-width="1.1">')
     for e in layout.edges:

@@ -42,17 +42,33 @@ pre{font-size:11px;white-space:pre-wrap;background:#f0f0f0;padding:6px}
 SCRIPT = r"""
 (function () {
   "use strict";
-  var view = document.getElementById("view"), svg = view.querySelector("svg");
-  var W = +svg.getAttribute("width"), H = +svg.getAttribute("height");
-  var NS = "http://www.w3.org/2000/svg", pan = document.createElementNS(NS, "g");
-  pan.id = "pan";
-  while (svg.firstChild) pan.appendChild(svg.firstChild);
-  svg.appendChild(pan);
-  svg.removeAttribute("viewBox");
-  svg.setAttribute("width", "100%");
-  svg.setAttribute("height", "100%");
+  var view = document.getElementById("view"), NS = "http://www.w3.org/2000/svg";
+  function prepare(el, panId) {  // one drawing: its pan group, its size, its own zoom
+    var g = document.createElementNS(NS, "g");
+    g.id = panId;
+    var d = {svg: el, pan: g, W: +el.getAttribute("width"), H: +el.getAttribute("height"), s: 1, tx: 0, ty: 0};
+    while (el.firstChild) g.appendChild(el.firstChild);
+    el.appendChild(g);
+    el.removeAttribute("viewBox");
+    el.setAttribute("width", "100%");
+    el.setAttribute("height", "100%");
+    el.style.display = "none";
+    return d;
+  }
+  // A large graph comes with a second drawing, every region one box (compact), shown first; clicking a region
+  // there opens the full drawing at that region.
+  var full = prepare(document.getElementById("full"), "pan");
+  var compactEl = document.getElementById("compact"), compact = compactEl ? prepare(compactEl, "pan-compact") : null;
+  var cur = null, svg, pan, W, H, s = 1, tx = 0, ty = 0, zoomLabel = document.getElementById("zoom");
   view.style.overflow = "hidden";
-  var s = 1, tx = 0, ty = 0, zoomLabel = document.getElementById("zoom");
+  function use(d) {
+    if (cur === d) return;
+    if (cur) { cur.s = s; cur.tx = tx; cur.ty = ty; cur.svg.style.display = "none"; }
+    cur = d; svg = d.svg; pan = d.pan; W = d.W; H = d.H; s = d.s; tx = d.tx; ty = d.ty;
+    svg.style.display = "";
+    apply();
+    document.body.setAttribute("data-drawing", d === compact ? "compact" : "full");
+  }
   function apply() {
     pan.setAttribute("transform", "translate(" + tx + "," + ty + ") scale(" + s + ")");
     zoomLabel.textContent = Math.round(s * 100) + "%";
@@ -65,6 +81,13 @@ SCRIPT = r"""
     apply();
   }
   function fit() { zoomTo(0, 0, W, H, 1.5); }
+  function fitWidth() {  // the opening view: the drawing as wide as the window, its top first; drag to go down
+    var cw = view.clientWidth, ch = view.clientHeight;
+    s = Math.min(1.5, cw / W);
+    tx = (cw - W * s) / 2;
+    ty = H * s < ch ? (ch - H * s) / 2 : 0;
+    apply();
+  }
   function zoomAt(f, mx, my) {
     var ns = Math.min(8, Math.max(0.01, s * f));
     f = ns / s; tx = mx - (mx - tx) * f; ty = my - (my - ty) * f; s = ns;
@@ -89,17 +112,30 @@ SCRIPT = r"""
       return id === undefined || el.getAttribute("data-region") === id;
     });
   }
-  function updateCount() {
-    document.body.setAttribute("data-collapsed", String(sel(".cover").filter(function (c) {
-      return c.getAttribute("display") !== "none";
-    }).length));
+  function isCollapsed(id) {
+    return cur === compact || full.svg.querySelector('.cover[data-region="' + id.replace(/"/g, '\\"') + '"]:not([display="none"])') !== null;
   }
-  function setCollapsed(id, on) {
-    sel(".cover", id).forEach(function (c) { c.setAttribute("display", on ? "inline" : "none"); });
-    var li = document.querySelector('#legend li[data-region="' + id.replace(/"/g, '\\"') + '"]');
-    if (li) {
+  function updateCount() {
+    var n = regions().filter(isCollapsed).length;
+    document.body.setAttribute("data-collapsed", String(n));
+    document.querySelectorAll("#legend li[data-region]").forEach(function (li) {
+      var on = isCollapsed(li.getAttribute("data-region"));
       li.classList.toggle("collapsed", on);
       li.querySelector("button").textContent = on ? "expand" : "collapse";
+    });
+  }
+  function setCollapsed(id, on) {
+    if (!on && cur === compact) {  // expanding one region of the compact drawing: the full one, at that region
+      use(full);
+      full.svg.querySelectorAll(".cover").forEach(function (c) { c.setAttribute("display", "inline"); });
+      full.svg.querySelectorAll('.cover[data-region="' + id.replace(/"/g, '\\"') + '"]').forEach(function (c) {
+        c.setAttribute("display", "none");
+      });
+      show(sel(".cluster", id));
+    } else {
+      full.svg.querySelectorAll('.cover[data-region="' + id.replace(/"/g, '\\"') + '"]').forEach(function (c) {
+        c.setAttribute("display", on ? "inline" : "none");
+      });
     }
     updateCount();
   }
@@ -126,10 +162,11 @@ SCRIPT = r"""
     var r = view.getBoundingClientRect();
     zoomAt(Math.exp(-e.deltaY * (e.deltaMode ? 0.05 : 0.0015)), e.clientX - r.left, e.clientY - r.top);
   }, {passive: false});
-  svg.addEventListener("click", function (e) {
+  view.addEventListener("click", function (e) {
     if (moved) return;
-    var t = e.target.closest(".cover, .cluster, .port");
+    var t = e.target.closest(".cover, .cluster, .port, .node.region");
     if (!t) return;
+    if (t.classList.contains("region")) { setCollapsed(t.getAttribute("data-region"), false); return; }
     if (t.classList.contains("port")) {
       var peers = Array.prototype.slice.call(svg.querySelectorAll('.port[data-link="' + t.getAttribute("data-link") + '"]'));
       show([peers[(peers.indexOf(t) + 1) % peers.length]], 1);
@@ -148,6 +185,7 @@ SCRIPT = r"""
   function find(text) {
     text = text.trim().toLowerCase();
     if (hit >= 0 && hits[hit]) hits[hit].classList.remove("hit");
+    if (text && cur === compact) use(full);  // ops are found in the full drawing
     hits = text ? sel(".node").filter(function (n) {
       return n.querySelector("title").textContent.toLowerCase().indexOf(text) >= 0;
     }) : [];
@@ -167,8 +205,17 @@ SCRIPT = r"""
   var actions = {
     fit: fit, actual: function () { zoomAt(1 / s, view.clientWidth / 2, view.clientHeight / 2); },
     "in": function () { zoomCentre(1.25); }, out: function () { zoomCentre(0.8); },
-    collapse: function () { regions().forEach(function (id) { setCollapsed(id, true); }); },
-    expand: function () { regions().forEach(function (id) { setCollapsed(id, false); }); }
+    collapse: function () {
+      if (compact) { use(compact); updateCount(); return; }
+      regions().forEach(function (id) { setCollapsed(id, true); });
+    },
+    expand: function () {
+      var was = cur;
+      use(full);
+      full.svg.querySelectorAll(".cover").forEach(function (c) { c.setAttribute("display", "none"); });
+      if (was !== full) fitWidth();
+      updateCount();
+    }
   };
   document.querySelectorAll("header button[data-act]").forEach(function (b) {
     b.addEventListener("click", function () { actions[b.getAttribute("data-act")](); });
@@ -183,7 +230,9 @@ SCRIPT = r"""
     var i = kv.indexOf("=");
     if (i > 0) params[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1));
   });
-  if (params.zoom) { s = +params.zoom || 1; tx = 0; ty = 0; apply(); } else { fit(); }
+  [full, compact].forEach(function (d) { if (d) { use(d); fitWidth(); } });  // each opens as wide as the window
+  use(compact && params.collapse === undefined && !params.find ? compact : full);
+  if (params.zoom) { s = +params.zoom || 1; tx = 0; ty = 0; apply(); }
   if (params.collapse) {
     (params.collapse === "all" ? regions() : params.collapse.split(",")).forEach(function (id) { setCollapsed(id, true); });
   }
@@ -194,10 +243,41 @@ SCRIPT = r"""
 """
 
 
+#: Past this many ops (with two regions or more) the page opens on the compact drawing, every region one box:
+#: a 600-op graph drawn whole opens at 20-25% zoom, where no label can be read.
+COMPACT_FROM_OPS = 150
+#: The drawing's widest fold (px): a 1400-px window less the side panel, so the page opens near 100%.
+PAGE_WIDTH = 1000
+
+
+def _with_id(svg: str, element_id: str) -> str:
+    return svg.replace("<svg ", f'<svg id="{element_id}" ', 1)
+
+
 def render_html(view: BundleView, summary: str, *, collapse_regions: bool = False, columns: int | None = None) -> str:
-    """A self-contained page: the drawing (pan, zoom, collapsible regions), the legend and the text summary."""
+    """A self-contained page: the drawing (pan, zoom, collapsible regions), the legend and the text summary.
+
+    It opens as wide as the window, top first, so labels read at the opening zoom; a large graph opens on a
+    second, compact drawing (``COMPACT_FROM_OPS``) whose region boxes expand into the full drawing on a click.
+    """
     palette = Palette.of(view)
-    svg = render_svg(view, collapse_regions=collapse_regions, columns=columns, legend=False)
+    svg = _with_id(
+        render_svg(view, collapse_regions=collapse_regions, columns=columns, legend=False, max_width=PAGE_WIDTH),
+        "full",
+    )
+    ops = sum(view.ops_by_backend().values())
+    if not collapse_regions and len(view.regions) >= 2 and ops > COMPACT_FROM_OPS:
+        compact = render_svg(view, collapse_regions=True, columns=columns, legend=False, max_width=PAGE_WIDTH)
+        svg = (
+            _with_id(
+                compact.replace('id="aot-arrow"', 'id="aot-arrow-compact"').replace(
+                    "url(#aot-arrow)", "url(#aot-arrow-compact)"
+                ),
+                "compact",
+            )
+            + "\n"
+            + svg
+        )
     items = []
     for color, text, region in legend_entries(view, palette):
         if region is None or collapse_regions:
@@ -233,7 +313,8 @@ def render_html(view: BundleView, summary: str, *, collapse_regions: bool = Fals
         f'<main><div id="view">\n{svg}\n</div>\n<aside><h2>Backends and regions</h2><ul id="legend">'
         + "".join(items)
         + '</ul><p class="help">Drag to pan, wheel or +/− to zoom, 0 to fit. Click a region\'s box to collapse it '
-        "into one box, click that box to expand it. Hover a node for its name, op, composite and region. "
+        "into one box, click that box to expand it. A large graph opens with every region as one box: click one, "
+        "or <b>Expand regions</b>, to see its ops. Hover a node for its name, op, composite and region. "
         "A deep graph is folded into columns: a connector such as <b>A → 2</b> continues in column 2 at "
         "<b>A ← 1</b>; click one to jump to the other.</p>"
         f"<h2>Summary</h2><pre>{html.escape(summary)}</pre></aside></main>\n"
