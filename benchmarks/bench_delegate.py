@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_host  # noqa: E402
 from bench_modern import model_feeds  # noqa: E402
 from modern_models import onnx_path  # noqa: E402
-from report import command_line, cpu, publish  # noqa: E402
+from report import command_line, cpu, publish, publish_figures  # noqa: E402
 
 import aot  # noqa: E402
 import runtime_lite  # noqa: E402
@@ -194,7 +194,17 @@ def main() -> None:
             print({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             for f in Path(tmp).glob(f"{name}.*.aotb"):
                 f.unlink()
-    publish("delegate", render(rows, failures, command_line("bench_delegate.py"), args.rounds), args.no_write)
+    command = command_line("bench_delegate.py")
+    publish("delegate", render(rows, failures, command, args.rounds), args.no_write)
+    columns = [r["model"] for r in rows]
+    publish_figures(
+        "delegate", columns,
+        [["latency", *(round(r["ratio"], 3) for r in rows)],
+         ["verified load / session", *(round(r["load_s"] / r["session_s"], 2) for r in rows)],
+         ["mapped load, no hashing / session", *(round(r["mapped_s"] / r["session_s"], 2) for r in rows)]],
+        command, f"Outputs within {max((r['rel_l2'] for r in rows), default=0):.1e} relative L2 of onnxruntime.",
+        no_write=args.no_write,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

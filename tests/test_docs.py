@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
 from aot.frontend.onnx.converters import CONVERTERS
 from aot.ir.ops import OPS
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 
 def test_ops_page_lists_every_onnx_op_and_canonical_op():
@@ -23,3 +26,18 @@ def test_pytorch_page_lists_every_aten_converter():
 
     documented = set(re.findall(r"`(\w+)`", (DOCS / "pytorch.md").read_text()))
     assert {name.split(".", 1)[1] for name in ATEN if name.startswith("aten.")} - documented == set()
+
+
+def test_benchmarks_page_is_generated_from_the_results_and_stays_short():
+    """BENCHMARKS.md is what benchmarks/report.py makes of benchmarks/results/: no hand edits, no history."""
+    spec = importlib.util.spec_from_file_location("benchmarks_report", ROOT / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    page = (ROOT / "BENCHMARKS.md").read_text()
+    assert page == report.build_page(), "BENCHMARKS.md is stale: run python benchmarks/report.py"
+    assert len(page.encode()) < 15_000
+    for path in (ROOT / "benchmarks" / "results").glob("*/*.json"):
+        record = json.loads(path.read_text())
+        assert {"cpu", "date", "command", "columns", "rows"} <= set(record), path
+        assert "VNNI" in record["cpu"] and ("AVX" in record["cpu"]), path  # the ISA and VNNI, named
+        assert all(len(row) == len(record["columns"]) + 1 for row in record["rows"]), path

@@ -23,6 +23,8 @@ def test_the_cpu_model_and_flags_come_from_cpuinfo(tmp_path):
     assert machine.vector_extension({"avx2"}) == "AVX2"
     assert machine.vector_extension({"sse2"}) == "no AVX2"
     assert machine.vector_extension(set()) == "vector unknown"
+    assert machine.has_vnni({"avx2", "avx_vnni"}) and machine.has_vnni(flags | {"avx512_vnni"})
+    assert not machine.has_vnni({"avx2", "fma"})  # AMD Zen3: int8 kernels lose to float there
     assert machine.cpu_flags_and_model(tmp_path / "absent")[1] == set()
 
 

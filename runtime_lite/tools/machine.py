@@ -42,10 +42,25 @@ def vector_extension(flags: set[str]) -> str:
     return "AVX2" if "avx2" in flags else "no AVX2" if flags else "vector unknown"
 
 
+#: The CPU flags of an int8 dot-product instruction: int8 kernels win over float with one and lose without.
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def has_vnni(flags: set[str]) -> bool:
+    return bool(flags & VNNI_FLAGS)
+
+
 def cpu() -> str:
-    """The CPU as a reader needs it: model name, widest vector extension, cores ("AMD EPYC, AVX-512, 2 cores")."""
+    """The CPU as a reader needs it: model name, widest vector extension, int8 dot products, cores
+    ("AMD EPYC, AVX-512, VNNI, 2 cores")."""
     model, flags = cpu_flags_and_model()
-    return f"{model}, {vector_extension(flags)}, {os.cpu_count()} cores"
+    vnni = "VNNI" if has_vnni(flags) else "no VNNI" if flags else "VNNI unknown"
+    return f"{model}, {vector_extension(flags)}, {vnni}, {os.cpu_count()} cores"
+
+
+def cpu_kind() -> str:
+    """The kind of CPU a figure holds for, as BENCHMARKS.md groups them: ``cpu()`` without the core count."""
+    return cpu().rsplit(", ", 1)[0]
 
 
 def blas_kernel() -> tuple[str, str] | None:
