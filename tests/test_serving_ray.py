@@ -343,6 +343,15 @@ def test_batching_under_load_answers_every_request_with_its_rows(served, modules
     assert answered >= 400
 
 
+def test_serve_starts_without_third_party_warnings(served):
+    """Ray's start-up notices (token authentication, Serve's INFO lines) stay hidden without -v (issue 37)."""
+    started = served.output()
+    assert "serving " in started  # our own start-up lines are there
+    assert "Token authentication" not in started and "authentication_token_setup" not in started, started[-3000:]
+    assert "Connecting to existing Serve app" not in started, started[-3000:]
+    assert not [line for line in started.splitlines() if " WARNING " in line and "runtime_lite" not in line], started
+
+
 def test_killed_replica_costs_only_retryable_500s(served, modules):
     """Ray restarts a killed replica; requests in flight on it get HTTP 500 from Ray's proxy, the rest succeed.
 
