@@ -91,6 +91,10 @@ class Backend:
     def close(self, handle: Any) -> None:
         """Release what ``init`` took; called once per module by ``Module.close``."""
 
+    def check_constant_inputs(self, handle: Any, constants: dict[int, np.ndarray]) -> None:
+        """Refuse (BundleError) a call whose inputs, known at load as the host plan's constants, the module
+        cannot use (``constants`` by input position): so a bundle is refused at load, not at its first run."""
+
     def describe(self, handle: Any) -> Where:
         return Where(self.name)
 
