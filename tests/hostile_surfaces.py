@@ -14,6 +14,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -162,3 +163,199 @@ def int8_cases(seed: Seed, count: int, rng: random.Random) -> Iterator[tuple[str
     for _ in range(count):
         what, data, expected = mutate_int8(rng, seed)
         yield what, data, (seed.inputs, expected, reference), "int8"
+
+
+# -- plans whose outputs outgrow the signature -------------------------------------------------------
+
+#: Instructions appended after a plan's output, each making something other than what the signature declares.
+OUTGROWERS = [
+    ("tile", {"repeats": [2**14, 2**14]}),
+    ("tile", {"repeats": [1, 3]}),
+    ("expand", {"shape": [2**16, 1, 1]}),
+    ("pad", {"pads": [0, 10**5, 0, 10**5], "mode": "constant", "value": 0.0}),
+    ("resize", {"mode": "nearest", "scales": [1.0, 4096.0], "sizes": None,
+                "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
+    ("concat", {"axis": 0}),
+    ("reshape", {"shape": [-1, 1], "allowzero": 0}),
+    ("unsqueeze", {"axes": [0]}),
+]  # fmt: skip
+
+
+def outgrow_signature(rng: random.Random, seed: Seed) -> tuple[str, bytes, str]:
+    """``seed``'s first output rewritten by one of ``OUTGROWERS``; returns what, the bundle, its expected outcome:
+    refused at load where every shape up to the output is static (host and NPU plans), else refused at run."""
+    header = copy.deepcopy(seed.header)
+    plan = header["plan"]
+    op, attrs = rng.choice(OUTGROWERS)
+    out = plan["outputs"][0]
+    operands = [out, out] if op == "concat" else [out]
+    fresh = plan["num_slots"]
+    plan["num_slots"] += 1
+    plan["instructions"].append({"op": op, "name": f"outgrow_{op}", "in": operands, "out": [fresh], "attrs": attrs})
+    plan["outputs"][0] = fresh
+    static = all(m["backend"] == "npu" for m in header.get("modules", []))
+    return f"{seed.name}: output through {op} {attrs}", seed.pack(header), REFUSED if static else EITHER
+
+
+def classify_signature(data: bytes, job: tuple) -> str:
+    """Never run; where the plan is static, never computed first and refused after (the run's output check)."""
+    import runtime_lite
+
+    inputs, expected = job
+    outcome = hostile._classify(data, inputs)
+    if outcome == "ran":
+        return "FAIL a plan whose output differs from its signature ran"
+    if expected == REFUSED and outcome == "refused at run":
+        try:
+            runtime_lite.load(data, max_memory=hostile.CASE_MAX_MEMORY).run(inputs)
+        except runtime_lite.ExecutionError as e:
+            if "the signature declares" in str(e):  # the output was computed, then refused
+                return f"FAIL a static plan outgrowing its signature was not refused at load: {e}"
+    return outcome
+
+
+hostile.CLASSIFIERS["signature"] = classify_signature
+
+
+def signature_cases(seeds: list[Seed], count: int, rng: random.Random) -> Iterator[tuple[str, bytes, tuple, str]]:
+    for _ in range(count):
+        seed = rng.choice(seeds)
+        what, data, expected = outgrow_signature(rng, seed)
+        yield what, data, (seed.inputs, expected), "signature"
+
+
+# -- device arrays handed to Module.run ------------------------------------------------------------------
+#
+# Objects that claim to be GPU arrays: a lying ``__cuda_array_interface__`` or a DLPack capsule whose
+# struct lies (rank, NULL pointers, dims, dtype, device, version). Every one must end as an InputError
+# (or a run, where the host can read it), never a crash or a foreign exception. What the capsule's
+# pointers point at is the caller's (docs/RELIABILITY.md, the trust boundary of run() inputs): the
+# fakes keep their shape and strides arrays as long as the rank they declare, up to the 64 dims read.
+
+
+class FakeCudaArray:
+    """An object exporting ``__cuda_array_interface__`` with whatever fields a spec says (test double)."""
+
+    def __init__(self, interface: Any):
+        self._interface = interface
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._interface
+
+
+class FakeDLPackArray:
+    """An object whose ``__dlpack__`` returns a capsule built from a spec's struct fields (test double)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self._keep: list = []
+
+    def __dlpack_device__(self):
+        return tuple(self.spec.get("claimed_device", (2, 0)))
+
+    def __dlpack__(self, **_):
+        import ctypes
+
+        from runtime_lite.execution import dlpack
+
+        spec = self.spec
+        shape = spec["shape"]
+        room = max(len(shape), min(max(spec["ndim"], 0), dlpack.MAX_DIMS), 1)
+        shape_array = (ctypes.c_int64 * room)(*shape)
+        strides = spec.get("strides")
+        strides_array = (ctypes.c_int64 * room)(*strides) if isinstance(strides, list) else None
+        managed = dlpack._ManagedVersioned() if spec.get("versioned") else dlpack._Managed()
+        if spec.get("versioned"):
+            managed.version = dlpack._Version(spec.get("major", 1), 0)
+        tensor = managed.dl_tensor
+        tensor.data = spec.get("data", 0x1000)
+        tensor.device = dlpack._Device(*spec.get("device", (2, 0)))
+        tensor.ndim = spec["ndim"]
+        tensor.dtype = dlpack._DataType(*spec.get("dtype", (2, 32, 1)))
+        if spec.get("shape_pointer", True):
+            tensor.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+        if strides_array is not None:
+            tensor.strides = ctypes.cast(strides_array, ctypes.POINTER(ctypes.c_int64))
+        self._keep += [shape_array, strides_array, managed]
+        name = dlpack._VERSIONED if spec.get("versioned") else dlpack._LEGACY
+        return dlpack._new_capsule(ctypes.addressof(managed), name, None)
+
+
+def device_object(spec: dict) -> Any:
+    return FakeCudaArray(spec["interface"]) if spec["kind"] == "cai" else FakeDLPackArray(spec)
+
+
+def _hostile_dims(rng: random.Random, rank: int) -> list:
+    return [rng.choice([0, 1, 3, 8, -1, 2**31, 2**62, 2**63 - 1]) for _ in range(rank)]
+
+
+def device_spec(rng: random.Random, shape: tuple[int, ...]) -> dict:
+    """One lying GPU array for an input of ``shape``, drawn to hurt the readers in runtime_lite/execution."""
+    good = list(shape)
+    if rng.random() < 0.4:
+        interface: dict[str, Any] = {"shape": good, "typestr": "<f4", "data": (0x1000, False), "version": 2}
+        key = rng.choice(["shape", "typestr", "data", "strides", "version", "stream", "missing"])
+        interface[key] = rng.choice({
+            "shape": [["a"], [1.5], None, "1,2", [-1, 3], [2**63] * 2, [1] * 65, _hostile_dims(rng, len(good)),
+                      [True, 3], {"a": 1}],
+            "typestr": ["", "O", "V8", "<f16", "zz", None, 3, "|b1", "<U4", "<c8"],
+            "data": [None, (0, False), (-1, False), (2**64, False), ("x", False), 5, (0x1000,), [0x1000, True]],
+            "strides": [[4], [-4, 4, 4, 4], ["a"], [2**63] * len(good), "x", [0] * len(good)],
+            "version": [3, 1, "3", None],
+            "stream": ["s", 1.5, -1, 2**70, None],
+            "missing": [None],
+        }[key])  # fmt: skip
+        if key == "stream":
+            interface["version"] = 3
+        if key == "missing":
+            interface.pop(rng.choice(["shape", "typestr", "data"]))
+        return {"kind": "cai", "interface": interface, "what": f"__cuda_array_interface__ {key}={interface.get(key)!r}"}
+    spec: dict[str, Any] = {"kind": "dlpack", "ndim": len(good), "shape": good, "versioned": rng.random() < 0.5}
+    key = rng.choice(["ndim", "shape_pointer", "shape", "strides", "data", "dtype", "device", "major", "claimed"])
+    if key == "ndim":
+        spec["ndim"] = rng.choice([2**31 - 1, -1, -(2**31), 65, 1000, 64, 0])
+    elif key == "shape_pointer":
+        spec["shape_pointer"] = False
+    elif key == "shape":
+        spec["shape"] = _hostile_dims(rng, len(good))
+    elif key == "strides":
+        spec["strides"] = [rng.choice([0, -1, 2**62, 1]) for _ in good]
+    elif key == "data":
+        spec["data"] = rng.choice([0, 1, 2**64 - 1])
+    elif key == "dtype":
+        spec["dtype"] = rng.choice([(2, 32, 4), (2, 12, 1), (9, 32, 1), (2, 0, 1), (0, 256 - 8, 1), (4, 16, 1)])
+    elif key == "device":
+        spec["device"] = rng.choice([(1, 0), (3, 0), (99, 0), (2, -1)])
+    elif key == "major":
+        spec["versioned"], spec["major"] = True, rng.choice([0, 2, 2**32 - 1])
+    else:
+        spec["claimed_device"] = rng.choice([(2,), (1, 0), (2, 0, 0), ()])
+    spec["what"] = f"DLPack {key}: {spec.get(key, spec.get('claimed_device'))!r}"
+    return spec
+
+
+def classify_device(data: bytes, job: tuple) -> str:
+    """Run with a lying GPU array: an InputError (or ExecutionError) with one line, or a run; nothing else."""
+    import runtime_lite
+
+    spec, others = job
+    module = runtime_lite.load(data)
+    try:
+        module.run([device_object(spec), *others])
+    except (runtime_lite.InputError, runtime_lite.ExecutionError) as e:
+        return "refused at run" if "\n" not in str(e) else "FAIL a multi-line message"
+    except BaseException as e:  # noqa: BLE001 - every other exception is a finding
+        return f"FAIL run raised {type(e).__name__}: {str(e)[:200]}"
+    return "ran"
+
+
+hostile.CLASSIFIERS["device"] = classify_device
+
+
+def device_cases(seed: Seed, count: int, rng: random.Random) -> Iterator[tuple[str, bytes, tuple, str]]:
+    data = seed.pack(seed.header)
+    first = seed.inputs[0]
+    for _ in range(count):
+        spec = device_spec(rng, first.shape)
+        yield f"{seed.name}: {spec['what']}", data, (spec, seed.inputs[1:]), "device"

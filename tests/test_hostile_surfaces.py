@@ -125,3 +125,123 @@ def test_the_int8_family_never_runs_an_illegal_parameter(int8_seed, harness):
     harness.run(hostile_surfaces.int8_cases(int8_seed, 150, random.Random(40)))
     new = harness.failures[before:]
     assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
+
+
+# -- a plan whose output outgrows its signature ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seeds() -> dict[str, hostile.Seed]:
+    return {seed.name: seed for seed in hostile.seeds()}
+
+
+def _through(seed: hostile.Seed, op: str, attrs: dict) -> bytes:
+    header = copy.deepcopy(seed.header)
+    plan = header["plan"]
+    fresh = plan["num_slots"]
+    plan["num_slots"] += 1
+    plan["instructions"].append(
+        {"op": op, "name": "outgrow", "in": [plan["outputs"][0]], "out": [fresh], "attrs": attrs}
+    )
+    plan["outputs"][0] = fresh
+    return seed.pack(header)
+
+
+@pytest.mark.parametrize("seed_name", ["cnn-host", "cnn-npu"])
+@pytest.mark.parametrize(
+    "op, attrs",
+    [
+        ("tile", {"repeats": [2**14, 2**14]}),
+        ("expand", {"shape": [2**16, 1, 1]}),
+        ("reshape", {"shape": [10, 1], "allowzero": 0}),
+    ],
+)
+def test_a_plan_whose_output_outgrows_its_signature_is_refused_at_load(seeds, seed_name, op, attrs):
+    """The issue's case: a tile to 1.6 GB after the output declared [1, 10] was computed, then refused."""
+    message = _refusal(_through(seeds[seed_name], op, attrs))
+    assert "bundle field 'plan.outputs[0]': the plan makes output 'probs'" in message
+    assert "the signature declares [1,10]" in message
+
+
+def test_the_signature_family_never_runs_an_output_the_signature_does_not_declare(seeds, harness):
+    before = len(harness.failures)
+    harness.run(hostile_surfaces.signature_cases(list(seeds.values()), 60, random.Random(40)))
+    new = harness.failures[before:]
+    assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
+
+
+# -- device arrays passed to Module.run --------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This host as one without cuda-python (the issue's), whatever is installed here."""
+    from runtime_lite.execution import device
+
+    def missing():
+        raise device.CudaUnavailable("device arrays need cuda-python's cuda.bindings, which is not installed")
+
+    monkeypatch.setattr(device, "cudart", missing)
+    monkeypatch.setattr(device, "_cuda_usable", False)
+
+
+@pytest.fixture(scope="module")
+def host_module(seeds):
+    return runtime_lite.load(seeds["cnn-host"].pack(seeds["cnn-host"].header))
+
+
+GOOD_INTERFACE = {"shape": (1, 3, 8, 8), "typestr": "<f4", "data": (0x1000, False), "version": 2}
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (hostile_surfaces.FakeCudaArray(GOOD_INTERFACE), "is a GPU array, but this host cannot read it"),
+        (hostile_surfaces.FakeCudaArray({**GOOD_INTERFACE, "shape": ["a"]}), "shape must hold ints"),
+        (hostile_surfaces.FakeCudaArray({**GOOD_INTERFACE, "typestr": "O"}), "is not a number type"),
+        (hostile_surfaces.FakeCudaArray({**GOOD_INTERFACE, "version": "3"}), "version must be an int"),
+        (hostile_surfaces.FakeDLPackArray({"ndim": 4, "shape": [1, 3, 8, 8]}), "is a GPU array, but this host"),
+        (hostile_surfaces.FakeDLPackArray({"ndim": 4, "shape": [1, 3, 8, 8], "claimed_device": (2,),
+                                           "device": (1, 0)}), "its DLPack export lies on device type 1"),
+    ],
+)  # fmt: skip
+def test_a_device_array_on_a_host_without_cuda_is_an_input_error(host_module, no_cuda, value, match):
+    with pytest.raises(runtime_lite.InputError, match=match) as refused:
+        host_module.run([value])
+    assert "\n" not in str(refused.value)
+
+
+def _run_with(module_bytes: bytes, spec: dict) -> str:
+    try:
+        runtime_lite.load(module_bytes).run([hostile_surfaces.device_object(spec)])
+    except runtime_lite.InputError as e:
+        return f"InputError: {e}"
+    return "ran"
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"ndim": 2**31 - 1, "shape": [1, 3, 8, 8]}, "DLPack tensor of 2147483647 dims"),
+        ({"ndim": -1, "shape": [1, 3, 8, 8]}, "DLPack tensor of -1 dims"),
+        ({"ndim": 4, "shape": [1, 3, 8, 8], "shape_pointer": False}, "has a NULL shape"),
+        ({"ndim": 4, "shape": [1, 3, 8, 8], "data": 0}, "NULL data pointer"),
+        ({"ndim": 2, "shape": [2**62, 2**62]}, "is not a memory size"),
+        ({"ndim": 4, "shape": [1, 3, 8, 8], "versioned": True, "major": 2}, "this reader knows 1.x"),
+        ({"ndim": 4, "shape": [1, 3, 8, 8], "dtype": (2, 32, 4)}, "has no numpy equivalent"),
+    ],
+)
+def test_a_lying_dlpack_capsule_is_refused_before_its_pointers_are_read(seeds, spec, match):
+    """The issue's crashes (ndim 2**31 - 1, a NULL shape): in a child, so a regression fails instead of crashing."""
+    kind, value = hostile.isolated(
+        _run_with, seeds["cnn-host"].pack(seeds["cnn-host"].header), {"kind": "dlpack", **spec}
+    )
+    assert kind == "returned", f"{kind}: {value}"
+    assert value.startswith("InputError") and match in value, value
+
+
+def test_the_device_family_is_always_an_input_error(seeds, harness):
+    before = len(harness.failures)
+    harness.run(hostile_surfaces.device_cases(seeds["cnn-host"], 300, random.Random(40)))
+    new = harness.failures[before:]
+    assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)

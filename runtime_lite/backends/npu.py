@@ -109,6 +109,9 @@ class NpuProgram:
         self.template = template
         self.kernels = self._compile_kernels(nodes)
         self.peak_bytes = self._peak_bytes()
+        shapes = {i: t.shape for i, t in enumerate(template) if t is not None}
+        shapes.update({a.index: a.shape for a in self.args} | {k.index: k.shape for k in self.kernels})
+        self.head_shapes = [shapes[h] for h in self.heads]  # each enforced at run
         positions = {arg.index: i for i, arg in enumerate(self.args)}
         self.parameters = ParameterGuard(parameter_checks(nodes, FIELD), template, positions)
 
@@ -227,6 +230,9 @@ class NpuBackend(Backend):
 
     def execute(self, context: BackendContext, handle: NpuProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return handle.run(inputs, context.trace)
+
+    def output_shapes(self, handle: NpuProgram) -> list[tuple[int, ...]]:
+        return handle.head_shapes
 
     def check_constant_inputs(self, handle: NpuProgram, constants: dict[int, np.ndarray]) -> None:
         handle.parameters.check_constant_inputs(constants)

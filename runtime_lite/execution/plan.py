@@ -387,6 +387,7 @@ class HostPlan:
             defined.add(slot)
         holding_constants = {slot: template[slot] for slot, _ in plan.constants if slot not in self.input_slots}
         self._template = template
+        self._constant_slots = [slot for slot, _ in plan.constants]
         self.instructions: list[Instruction] = []
         self._program: list[_Entry] = []
         # instruction index -> (backend call, backend name), for traced runs
@@ -436,6 +437,10 @@ class HostPlan:
                     f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
 
+    def constant_slots(self) -> dict[int, np.ndarray]:
+        """The plan's constants by slot, as every run starts with them."""
+        return {slot: self._template[slot] for slot in self._constant_slots}
+
     def execute(
         self, inputs: list[np.ndarray], trace: list | None = None, limits: RunLimits | None = None,
         device: bool = False,
@@ -465,11 +470,11 @@ class HostPlan:
         live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
             for index, (step, cost, out, free, entry) in enumerate(self._steps):
-                if device and self._host_only[index]:
-                    _operands_on_host(slots, entry.ins)
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
                 try:
+                    if device and self._host_only[index]:
+                        _operands_on_host(slots, entry.ins)
                     # The one place every kernel's allocation meets the budget, before it is made.
                     if cost is None:  # a backend call: its own plan runs within what is left
                         if live:
