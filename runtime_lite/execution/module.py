@@ -32,6 +32,7 @@ from runtime_lite.execution.device import (
     to_host,
 )
 from runtime_lite.execution.limits import RunLimits
+from runtime_lite.execution.load_budget import loading
 from runtime_lite.execution.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.execution.plan import BoundModule, HostPlan
 from runtime_lite.execution.plan_shapes import check_output_shapes
@@ -61,7 +62,8 @@ class Module:
         self._modules, self._placements = [], []
         bundle = read_bundle(source, verify=verify, map_file=map_file, defer=_tensor_only_blobs)
         try:
-            self._load(bundle, resolved, limits, require)
+            with loading(len(bundle.buffer.view)):  # what the backends may do, by the bundle's size
+                self._load(bundle, resolved, limits, require)
         except BaseException as error:
             self.close()  # engines and device memory of the modules already initialised go back now
             _settle(bundle, error)
