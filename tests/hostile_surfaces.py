@@ -359,3 +359,121 @@ def device_cases(seed: Seed, count: int, rng: random.Random) -> Iterator[tuple[s
     for _ in range(count):
         spec = device_spec(rng, first.shape)
         yield f"{seed.name}: {spec['what']}", data, (spec, seed.inputs[1:]), "device"
+
+
+# -- onnxruntime recipes the footprint must size: Resize's attributes, graph outputs never fetched --------
+
+
+def onnxruntime_relu_seed() -> Seed:
+    """An onnxruntime bundle of one Relu over x[1, 1, 8, 8], whose recipe the cases replace."""
+    import aot
+    from tests.helpers import make_model
+
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}, ["y"])
+    result = aot.build(model, targets=["onnxruntime"], min_region_size=1, log=None)
+    return Seed("relu-onnxruntime", copy.deepcopy(result.header), [bytes(p) for p in result.blobs.payloads], [x])
+
+
+def _recipe(seed: Seed, nodes: list, extra_outputs: list[str], inits: dict, opset: int = 18):
+    """An ONNX model from the seed's input to its output, with ``extra_outputs`` as graph outputs too."""
+    from onnx import TensorProto
+
+    recipe_index = seed.header["modules"][0]["payloads"]["recipe"]
+    import onnx
+
+    original = onnx.load_from_string(seed.payloads[recipe_index])
+    x, y = original.graph.input[0].name, original.graph.output[0].name
+    rename = {"x": x, "y": y}
+    for node in nodes:
+        node.input[:] = [rename.get(n, n) for n in node.input]
+        node.output[:] = [rename.get(n, n) for n in node.output]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in [y, *extra_outputs]]
+    graph = helper.make_graph(
+        nodes, "hostile", [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 1, 8, 8])], outputs,
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9), recipe_index
+
+
+def _graph_output_bytes(model) -> int | None:
+    """What onnxruntime holds at the end of a run at least: every graph output, sized by onnx's own shape
+    inference (independent of runtime_lite's walk); None where it cannot say."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - a model onnx refuses: no oracle
+        return None
+    known = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    total = 0
+    for output in model.graph.output:
+        info = known.get(output.name)
+        dims = info.type.tensor_type.shape.dim if info is not None else []
+        if (
+            info is None
+            or not info.type.tensor_type.HasField("shape")
+            or any(not d.HasField("dim_value") for d in dims)
+        ):
+            return None
+        total += math.prod(d.dim_value for d in dims) * 4
+    return total
+
+
+def ort_shape_case(rng: random.Random, seed: Seed) -> tuple[str, bytes, int | None]:
+    """A Resize with drawn axes, policy, sizes or scales; or Tiles of the input kept as extra graph outputs."""
+    inits: dict[str, np.ndarray] = {}
+    extras: list[str] = []
+    if rng.random() < 0.6:
+        axes = rng.choice([None, [1], [3], [2, 3], [-1], [0, 1, 2, 3], [1, 1], [4]])
+        rank = 4 if axes is None else len(axes)
+        attrs: dict[str, Any] = {"mode": "nearest"}
+        if axes is not None:
+            attrs["axes"] = axes
+        if rng.random() < 0.6:
+            inits["sizes"] = np.array([rng.choice([0, 1, 8, 256, 4096, 2**20, 2**22]) for _ in range(rank)], np.int64)
+            attrs["keep_aspect_ratio_policy"] = rng.choice(["stretch", "not_larger", "not_smaller", "bogus"])
+            node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+        else:
+            inits["scales"] = np.array(
+                [rng.choice([0.5, 1.0, 2.0, 64.0, 1024.0, -1.0]) for _ in range(rank)], np.float32
+            )
+            node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+        nodes, what = [node], f"Resize {attrs} {next(iter(inits.values())).tolist()}"
+    else:
+        count = rng.randint(1, 40)
+        inits["reps"] = np.array([1, 1, rng.choice([1, 16, 64, 128]), rng.choice([1, 16, 64, 128, 256])], np.int64)
+        nodes, previous = [helper.make_node("Relu", ["x"], ["y"])], "x"
+        for i in range(count):
+            source = previous if rng.random() < 0.3 else "x"  # some outputs are read again as well
+            nodes.append(
+                helper.make_node(
+                    "Relu" if source != "x" else "Tile", [source] + ([] if source != "x" else ["reps"]), [f"t{i}"]
+                )
+            )
+            extras.append(f"t{i}")
+            previous = f"t{i}"
+        what = f"{count} extra outputs, Tile {inits['reps'].tolist()}"
+    model, index = _recipe(seed, nodes, extras, inits)
+    payloads = list(seed.payloads)
+    payloads[index] = model.SerializeToString()
+    return f"{seed.name}: {what}", seed.pack(seed.header, payloads), _graph_output_bytes(model)
+
+
+def classify_ort_shape(data: bytes, job: tuple) -> str:
+    """``hostile._classify``; a failure too if the run went through although onnxruntime must have held
+    more than the budget (its graph outputs alone, by onnx's shape inference)."""
+    inputs, held = job
+    outcome = hostile._classify(data, inputs)
+    if outcome == "ran" and held is not None and held > hostile.CASE_MAX_MEMORY:
+        return f"FAIL onnxruntime held at least {held:,} bytes under max_memory = {hostile.CASE_MAX_MEMORY:,}"
+    return outcome
+
+
+hostile.CLASSIFIERS["ortshape"] = classify_ort_shape
+
+
+def ort_shape_cases(seed: Seed, count: int, rng: random.Random) -> Iterator[tuple[str, bytes, tuple, str]]:
+    for _ in range(count):
+        what, data, held = ort_shape_case(rng, seed)
+        yield what, data, (seed.inputs, held), "ortshape"

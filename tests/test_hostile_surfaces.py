@@ -245,3 +245,16 @@ def test_the_device_family_is_always_an_input_error(seeds, harness):
     harness.run(hostile_surfaces.device_cases(seeds["cnn-host"], 300, random.Random(40)))
     new = harness.failures[before:]
     assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
+
+
+# -- onnxruntime recipes the footprint must size ----------------------------------------------------------
+
+
+def test_the_ortshape_family_never_runs_past_the_budget(harness):
+    """A bounded draw of the campaign's ``ortshape`` family (Resize's attributes, graph outputs never fetched)."""
+    pytest.importorskip("onnxruntime")
+    seed = hostile_surfaces.onnxruntime_relu_seed()
+    before = len(harness.failures)
+    harness.run(hostile_surfaces.ort_shape_cases(seed, 80, random.Random(40)))
+    new = harness.failures[before:]
+    assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
