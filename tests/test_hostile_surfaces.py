@@ -258,3 +258,26 @@ def test_the_ortshape_family_never_runs_past_the_budget(harness):
     harness.run(hostile_surfaces.ort_shape_cases(seed, 80, random.Random(40)))
     new = harness.failures[before:]
     assert not new, "\n".join(f"{what}: {outcome}" for what, outcome, _ in new)
+
+
+def test_the_plan_shape_walk_agrees_with_every_kernel_it_follows():
+    """A shape the walk gets wrong would refuse a legitimate bundle at load: on every kernel sample
+    (tests/kernel_samples.py), each op the walk follows must give exactly the shapes the kernel returns."""
+    from runtime_lite.execution.plan_shapes import RULES
+    from runtime_lite.kernels import KERNELS
+    from tests import kernel_samples
+
+    followed = set()
+    for case, (operands, given) in kernel_samples.samples().items():
+        op = kernel_samples.kernel_of(case)
+        if op not in RULES:
+            continue
+        attrs = kernel_samples.attributes(case, given)
+        found = RULES[op]([o.shape for o in operands], [o if o.size <= 64 else None for o in operands], attrs)
+        result = KERNELS[op].fn(*operands, **attrs)
+        results = result if isinstance(result, tuple) else (result,)
+        if found is None:
+            continue
+        followed.add(op)
+        assert [tuple(s) for s in found] == [np.shape(r) for r in results], case
+    assert followed == set(RULES), sorted(set(RULES) - followed)  # every rule proved on its kernel

@@ -42,6 +42,13 @@ def _known(shapes: list, count: int = 1) -> bool:
     return len(shapes) >= count and all(s is not None for s in shapes[:count])
 
 
+def _axis(axis: int, rank: int) -> int:
+    """``axis`` in ``0..rank-1``; ValueError (the walk then leaves the result unknown) where numpy refuses it."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} of rank {rank}")
+    return axis % rank
+
+
 def _same_as_first(shapes, values, attrs):
     return [shapes[0]] if _known(shapes) else None
 
@@ -81,7 +88,7 @@ def _unsqueeze(shapes, values, attrs):
     if not _known(shapes):
         return None
     rank = len(shapes[0]) + len(attrs["axes"])
-    axes = sorted(a % rank for a in attrs["axes"])
+    axes = sorted(_axis(a, rank) for a in attrs["axes"])
     dims = list(shapes[0])
     for a in axes:
         dims.insert(a, 1)
@@ -92,7 +99,7 @@ def _squeeze(shapes, values, attrs):
     if not _known(shapes):
         return None
     x, axes = shapes[0], attrs["axes"]
-    drop = {i for i, d in enumerate(x) if d == 1} if axes is None else {a % len(x) for a in axes}
+    drop = {i for i, d in enumerate(x) if d == 1} if axes is None else {_axis(a, len(x)) for a in axes}
     return [tuple(d for i, d in enumerate(x) if i not in drop)]
 
 
@@ -111,7 +118,7 @@ def _tile(shapes, values, attrs):
 def _concat(shapes, values, attrs):
     if not _known(shapes, len(shapes)):
         return None
-    axis = attrs["axis"] % len(shapes[0])
+    axis = _axis(attrs["axis"], len(shapes[0]))
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
     return [tuple(out)]
@@ -177,7 +184,7 @@ def _reduce(shapes, values, attrs):
     if not _known(shapes):
         return None
     x, axes = shapes[0], attrs["axes"]
-    reduced = set(range(len(x))) if axes is None else {a % len(x) for a in axes}
+    reduced = set(range(len(x))) if axes is None else {_axis(a, len(x)) for a in axes}
     if attrs["keepdims"]:
         return [tuple(1 if i in reduced else d for i, d in enumerate(x))]
     return [tuple(d for i, d in enumerate(x) if i not in reduced)]
@@ -201,7 +208,7 @@ def _conv_transpose(shapes, values, attrs):
 def _gather(shapes, values, attrs):
     if not _known(shapes, 2):
         return None
-    data, axis = shapes[0], attrs["axis"] % len(shapes[0])
+    data, axis = shapes[0], _axis(attrs["axis"], len(shapes[0]))
     return [data[:axis] + shapes[1] + data[axis + 1 :]]
 
 
