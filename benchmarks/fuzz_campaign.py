@@ -21,6 +21,20 @@ to ``--failures`` for replay.
 * ``cache``: an engine cache attacked by someone who can write its directory while a process uses
   it; a failure if anything outside the cache is written, an engine is served under a key it was
   never stored under, or a timing cache is read from outside or unbounded (tests/hostile.py).
+
+Issue 40 added (tests/hostile_surfaces.py, each with its own oracle):
+
+* ``int8``: a calibrated int8 NPU bundle with one scale, zero point, multiplier or shift made hostile; a
+  failure if an illegal value is not refused at load, or a parameter no kernel reads changes the outputs;
+* ``device``: a lying ``__cuda_array_interface__`` or DLPack capsule (rank 2^31-1, NULL pointers, dims,
+  dtype, device, version) passed to ``run``; anything but a one-line InputError/ExecutionError fails;
+* ``signature``: a plan whose output goes through a tile, expand, pad, resize, concat or reshape the
+  signature does not declare; a failure if it runs, or if a static plan is not refused at load;
+* ``ortshape``: onnxruntime recipes with Resize's axes, aspect-ratio policies, sizes and scales, or up to 40
+  graph outputs never fetched; a failure if a run goes through while onnxruntime held more than the
+  budget (its graph outputs alone, sized by onnx's shape inference).
+
+    python benchmarks/fuzz_campaign.py --families int8,device,signature,ortshape --cases 20000
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import machine  # noqa: E402
 
-from tests import hostile  # noqa: E402
+from tests import hostile, hostile_surfaces  # noqa: E402
 
 #: The families of cases: each draws ``count`` cases from the bundle seeds (or, for onnxruntime,
 #: its own seeds: bundles whose one module is an onnxruntime recipe).
@@ -47,6 +61,17 @@ FAMILY_CASES = {
     "onnxruntime": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["onnxruntime"], count, rng),
     "budget": lambda seeds, count, rng: hostile.budget_cases(seeds["bundle"], count, rng),
     "cache": lambda seeds, count, rng: hostile.cache_cases(count, rng),
+    # issue 40's surfaces (tests/hostile_surfaces.py)
+    "int8": lambda seeds, count, rng: hostile_surfaces.int8_cases(seeds["int8"][0], count, rng),
+    "device": lambda seeds, count, rng: hostile_surfaces.device_cases(seeds["bundle"][0], count, rng),
+    "signature": lambda seeds, count, rng: hostile_surfaces.signature_cases(seeds["bundle"], count, rng),
+    "ortshape": lambda seeds, count, rng: hostile_surfaces.ort_shape_cases(seeds["ortshape"][0], count, rng),
+}
+#: Seeds a family needs beyond the bundle seeds, made only when it is drawn.
+EXTRA_SEEDS = {
+    "onnxruntime": lambda: hostile.onnxruntime_seeds(),
+    "int8": lambda: [hostile_surfaces.int8_npu_seed()],
+    "ortshape": lambda: [hostile_surfaces.onnxruntime_relu_seed()],
 }
 
 
@@ -57,9 +82,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
-    parser.add_argument(
-        "--families", default="bundle,budget,cache", help="comma-separated: bundle, onnxruntime, budget, cache"
-    )
+    parser.add_argument("--families", default="bundle,budget,cache", help=f"comma-separated: {', '.join(FAMILY_CASES)}")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop after the batch that passes this many seconds (the summary says so)")  # fmt: skip
     args = parser.parse_args()
@@ -69,8 +92,9 @@ def main() -> int:
         parser.error(f"unknown families {unknown}; choose from {sorted(FAMILY_CASES)}")
 
     seeds = {"bundle": hostile.seeds()}
-    if "onnxruntime" in families:
-        seeds["onnxruntime"] = hostile.onnxruntime_seeds()
+    for family in families:
+        if family in EXTRA_SEEDS:
+            seeds[family] = EXTRA_SEEDS[family]()
     seed_list = [s for group in seeds.values() for s in group]
     rng = random.Random(args.seed)
     harness = hostile.Harness(workers=args.workers)

@@ -211,3 +211,61 @@ def test_a_new_key_file_is_created_private(tmp_path, monkeypatch):
     EngineCache(tmp_path / "cache").put(_key(b"a"), b"engine A", INGREDIENTS)
     assert (tmp_path / "conf" / "k").stat().st_mode & 0o777 == 0o600
     assert os.path.getsize(tmp_path / "conf" / "k") == 32
+
+
+# -- issue 40: the timing cache through a link, a key file in a directory others can write -------------------
+
+
+def test_the_timing_cache_planted_as_a_link_to_a_secret_is_never_opened(tmp_path):
+    """The issue's name exactly; the audit hook sees no open of the secret, only of the link (refused: ELOOP)."""
+    import subprocess
+    import sys
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"SECRET")
+    root = tmp_path / "cache"
+    (root / "timing").mkdir(parents=True)
+    (root / "timing" / "trt10.13.0-sm9.0.cache").symlink_to(secret)
+    child = f"""
+import sys
+opened = []
+sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" else None)
+from runtime_lite.backends.tensorrt.engine_cache import EngineCache
+data = EngineCache({str(root)!r}, key_file={str(tmp_path / "k.key")!r}).read_timing("trt10.13.0-sm9.0.cache")
+print(data == b"" and {str(secret)!r} not in opened)
+"""
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "True", result.stdout + result.stderr
+
+
+def test_a_timing_cache_hard_linked_or_owned_by_another_user_is_not_read(tmp_path, monkeypatch):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"SECRET")
+    root = tmp_path / "cache"
+    (root / "timing").mkdir(parents=True)
+    os.link(secret, root / "timing" / "trt10-sm8.6.cache")  # another name of a file elsewhere
+    cache = EngineCache(root, key_file=tmp_path / "k.key")
+    assert cache.read_timing("trt10-sm8.6.cache") == b""
+    (root / "timing" / "trt10-sm8.6.cache").unlink()
+    (root / "timing" / "trt10-sm8.6.cache").write_bytes(b"timings")
+    assert cache.read_timing("trt10-sm8.6.cache") == b"timings"  # this user's own, single name: read
+    if os.geteuid() == 0:  # root (CI containers) may hand the file to someone else
+        os.chown(root / "timing" / "trt10-sm8.6.cache", 4242, -1)
+    else:  # the file as another user's
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 4242)
+    assert cache.read_timing("trt10-sm8.6.cache") == b""
+
+
+def test_a_key_file_in_a_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    key_file = shared / "engine-cache.key"
+    load_cache_key(key_file)
+    shared.chmod(0o777)  # world-writable, no sticky bit: anyone may swap the key
+    try:
+        with pytest.raises(CacheKeyError, match="writable by others"):
+            load_cache_key(key_file)
+        shared.chmod(0o1777)  # sticky, as /tmp: only the owner may rename it
+        assert len(load_cache_key(key_file)) == 32
+    finally:
+        shared.chmod(0o700)

@@ -326,16 +326,18 @@ def test_run_never_writes_the_callers_arrays_and_outputs_are_fresh(seeds):
 
 
 def test_outputs_are_checked_against_the_signature(seeds):
+    """Shapes the plan makes from static inputs are checked at load (runtime_lite/execution/plan_shapes.py);
+    a dtype, and a shape the walk cannot follow (a symbolic input), at the end of the run."""
     seed = seeds["cnn-host"]
-    for change in (
-        {"dtype": "int64"},
-        {"shape": [2, 10]},
-        {"shape": [1, 10, 1]},
-        {"shape": [10]},
-        {"shape": ["N", 11]},
-    ):
+    for change in ({"shape": [2, 10]}, {"shape": [1, 10, 1]}, {"shape": [10]}, {"shape": ["N", 11]}):
         header = copy.deepcopy(seed.header)
         header["signature"]["outputs"][0].update(change)
+        with pytest.raises(BundleError, match="the plan makes output 'probs' .1, 10. from the signature's inputs"):
+            runtime_lite.load(seed.pack(header))
+    for change, inputs_shape in (({"dtype": "int64"}, [1, 3, 8, 8]), ({"shape": [2, 10]}, ["N", 3, 8, 8])):
+        header = copy.deepcopy(seed.header)
+        header["signature"]["outputs"][0].update(change)
+        header["signature"]["inputs"][0]["shape"] = inputs_shape
         with pytest.raises(ExecutionError, match="output 'probs' is float32.1, 10., the signature declares"):
             runtime_lite.load(seed.pack(header)).run(seed.inputs)
 

@@ -91,6 +91,15 @@ class Backend:
     def close(self, handle: Any) -> None:
         """Release what ``init`` took; called once per module by ``Module.close``."""
 
+    def output_shapes(self, handle: Any) -> list[tuple[int, ...]] | None:
+        """The shapes ``execute`` returns, where the module fixes and enforces them; None where it does not.
+        The load follows them to check the plan's outputs against the signature before any run."""
+        return None
+
+    def check_constant_inputs(self, handle: Any, constants: dict[int, np.ndarray]) -> None:
+        """Refuse (BundleError) a call whose inputs, known at load as the host plan's constants, the module
+        cannot use (``constants`` by input position): so a bundle is refused at load, not at its first run."""
+
     def describe(self, handle: Any) -> Where:
         return Where(self.name)
 

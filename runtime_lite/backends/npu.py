@@ -22,6 +22,7 @@ import numpy as np
 
 from runtime_lite import format as fmt
 from runtime_lite.backends import Backend, BackendContext, register_backend
+from runtime_lite.backends.npu_parameters import ParameterGuard, parameter_checks
 from runtime_lite.errors import BundleError
 from runtime_lite.execution.limits import BudgetExceeded, current_budget
 from runtime_lite.execution.plan import bind_cost, bind_kernel, check_result_count, guarded
@@ -108,6 +109,11 @@ class NpuProgram:
         self.template = template
         self.kernels = self._compile_kernels(nodes)
         self.peak_bytes = self._peak_bytes()
+        shapes = {i: t.shape for i, t in enumerate(template) if t is not None}
+        shapes.update({a.index: a.shape for a in self.args} | {k.index: k.shape for k in self.kernels})
+        self.head_shapes = [shapes[h] for h in self.heads]  # each enforced at run
+        positions = {arg.index: i for i, arg in enumerate(self.args)}
+        self.parameters = ParameterGuard(parameter_checks(nodes, FIELD), template, positions)
 
     def _compile_kernels(self, nodes: tuple) -> tuple[_Kernel, ...]:
         last_use: dict[int, int] = {}
@@ -166,7 +172,10 @@ class NpuProgram:
                 )
             values[arg.index] = x
         log = logger.isEnabledFor(logging.DEBUG)
+        checked = self.parameters.by_node
         for k in self.kernels:
+            if k.index in checked:
+                self.parameters.check_run(k.index, values)
             start = time.perf_counter() if trace is not None else 0.0
             out = k.run([values[i] for i in k.inputs])
             if getattr(out, "shape", None) != k.shape or out.dtype != k.dtype:
@@ -221,6 +230,12 @@ class NpuBackend(Backend):
 
     def execute(self, context: BackendContext, handle: NpuProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return handle.run(inputs, context.trace)
+
+    def output_shapes(self, handle: NpuProgram) -> list[tuple[int, ...]]:
+        return handle.head_shapes
+
+    def check_constant_inputs(self, handle: NpuProgram, constants: dict[int, np.ndarray]) -> None:
+        handle.parameters.check_constant_inputs(constants)
 
 
 BACKEND = register_backend(NpuBackend())

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.errors import InputError
-from runtime_lite.execution.dlpack import CUDA_DEVICES, KDL_CUDA, DLPackView, export_dlpack, import_dlpack
+from runtime_lite.execution.dlpack import CUDA_DEVICES, KDL_CUDA, MAX_DIMS, DLPackView, export_dlpack, import_dlpack
 
 OUTPUTS_ON = ("host", "device")
 #: CUDA's stream handles with a meaning of their own.
@@ -155,12 +156,7 @@ class DeviceInput:
         except Exception:
             pass
         if isinstance(interface, dict):
-            self.shape = tuple(int(d) for d in interface["shape"])
-            self.dtype = np.dtype(interface["typestr"])
-            self.ptr = int(interface["data"][0] or 0)
-            self.byte_strides = tuple(interface["strides"]) if interface.get("strides") else None
-            if interface.get("version", 0) >= 3 and interface.get("stream") is not None:
-                self.producer_stream = int(interface["stream"])
+            self.shape, self.dtype, self.ptr, self.byte_strides, self.producer_stream = _read_interface(interface, name)
             self._dlpack_sync = self.producer_stream is None and hasattr(value, "__dlpack__")
         else:  # DLPack only: the producer orders its work before the legacy default stream
             try:
@@ -171,6 +167,11 @@ class DeviceInput:
             strides = self._view.strides
             self.byte_strides = tuple(s * self.dtype.itemsize for s in strides) if strides is not None else None
             self._dlpack_sync = False
+            if self._view.device[0] not in CUDA_DEVICES:
+                device = self._view.device
+                self.release()
+                raise InputError(f"input '{name}': __dlpack_device__ says CUDA but its DLPack export lies on "
+                                 f"device type {device[0]}; pass it as a numpy array")  # fmt: skip
 
     @property
     def ndim(self) -> int:
@@ -209,6 +210,71 @@ class DeviceInput:
         view, self._view = self._view, None
         if view is not None:
             view.release()
+
+
+def checked_dims(values: Any, what: str, allow_negative: bool = False) -> tuple[int, ...]:
+    """A shape or strides a caller's object declares: a list or tuple of at most MAX_DIMS Python ints."""
+    if not isinstance(values, (tuple, list)) or len(values) > MAX_DIMS:
+        raise InputError(f"{what} must be a tuple of at most {MAX_DIMS} ints, got {type(values).__name__}")
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in values):
+        raise InputError(f"{what} must hold ints, got {[type(d).__name__ for d in values]}")
+    dims = tuple(int(d) for d in values)
+    if not allow_negative and any(d < 0 for d in dims):
+        raise InputError(f"{what} {list(dims)} has a negative dim")
+    return dims
+
+
+def _read_interface(interface: dict, name: str) -> tuple:
+    """``__cuda_array_interface__``'s fields, each checked: (shape, dtype, address, byte strides, stream).
+
+    The object is the caller's: its fields are checked so that a malformed one is an
+    InputError naming the input. Whether its address really holds that memory cannot be
+    checked (docs/RELIABILITY.md, "the trust boundary of run() inputs").
+    """
+    where = f"input '{name}': __cuda_array_interface__"
+    shape = checked_dims(interface.get("shape"), f"{where} shape")
+    try:
+        dtype = np.dtype(interface.get("typestr"))
+    except (TypeError, ValueError):
+        raise InputError(f"{where} typestr {interface.get('typestr')!r} is not a numpy dtype") from None
+    if dtype.kind not in "biufc" or dtype.itemsize == 0:
+        raise InputError(f"{where} typestr {interface.get('typestr')!r} is not a number type")
+    data = interface.get("data")
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or not isinstance(data[0], (int, type(None))):
+        raise InputError(f"{where} data must be (address, read_only), got {type(data).__name__}")
+    ptr = int(data[0] or 0)
+    if not 0 <= ptr < 2**64 or (ptr == 0 and math.prod(shape)):
+        raise InputError(f"{where} data address {ptr:#x} is not a device address")
+    strides = interface.get("strides")
+    byte_strides = checked_dims(strides, f"{where} strides", allow_negative=True) if strides else None
+    if byte_strides is not None and len(byte_strides) != len(shape):
+        raise InputError(f"{where} has {len(byte_strides)} strides for {len(shape)} dims")
+    if math.prod(shape) * dtype.itemsize >= 2**62:
+        raise InputError(f"{where} shape {list(shape)} of {dtype} is larger than any memory")
+    version = interface.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(f"{where} version must be an int, got {type(version).__name__}")
+    stream = interface.get("stream") if version >= 3 else None
+    if stream is not None and (not isinstance(stream, int) or isinstance(stream, bool)):
+        raise InputError(f"{where} stream must be an int, got {type(stream).__name__}")
+    return shape, dtype, ptr, byte_strides, stream
+
+
+_cuda_usable = False
+
+
+def require_cuda(name: str) -> None:
+    """A GPU input needs CUDA on this host: an InputError naming the input where there is none (once per process)."""
+    global _cuda_usable
+    if _cuda_usable:
+        return
+    try:
+        count = check(cudart(), "cudaGetDeviceCount")
+    except (CudaUnavailable, RuntimeError) as e:
+        raise InputError(f"input '{name}' is a GPU array, but this host cannot read it: {e}") from None
+    if not count:
+        raise InputError(f"input '{name}' is a GPU array, but this host has no CUDA device")
+    _cuda_usable = True
 
 
 def wait_for_stream(cuda: Any, waiter: int, producer: int) -> None:

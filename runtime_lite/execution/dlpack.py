@@ -19,6 +19,7 @@ our reference to ``owner``; a capsule nobody consumed calls it from its destruct
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+#: The most dims a DLPack tensor may have here (numpy's own limit).
+MAX_DIMS = 64
 #: DLDeviceType values (dlpack.h).
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 CUDA_DEVICES = (KDL_CUDA, KDL_CUDA_MANAGED)
@@ -139,7 +142,7 @@ def import_dlpack(obj: Any, stream: int | None = None) -> DLPackView:
         capsule = obj.__dlpack__(max_version=(1, 0), **kwargs)
     except TypeError:  # a producer from before DLPack 1.0 knows no max_version
         capsule = obj.__dlpack__(**kwargs)
-    if _is_valid(capsule, _VERSIONED):
+    if _is_valid(capsule, _VERSIONED):  # a valid capsule's pointer is never NULL (PyCapsule_IsValid)
         address = _get_pointer(capsule, _VERSIONED)
         managed = _ManagedVersioned.from_address(address)
         if managed.version.major > 1:
@@ -156,11 +159,21 @@ def import_dlpack(obj: Any, stream: int | None = None) -> DLPackView:
     tensor = managed.dl_tensor
     view = DLPackView(0, (), np.dtype("u1"), None, (0, 0), readonly, address, managed.deleter or 0)
     ndim = tensor.ndim
+    # What the struct says is checked before anything is read through its pointers: the rank
+    # bounds how far shape and strides are read, and neither may be NULL where it is read.
+    if not 0 <= ndim <= MAX_DIMS:
+        raise DLPackError(f"DLPack tensor of {ndim} dims (at most {MAX_DIMS})")
+    if ndim and not tensor.shape:
+        raise DLPackError(f"DLPack tensor of {ndim} dims has a NULL shape")
+    view.dtype = numpy_dtype(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
     view.shape = tuple(tensor.shape[i] for i in range(ndim))
+    if any(d < 0 for d in view.shape) or math.prod(view.shape) * view.dtype.itemsize >= 2**62:
+        raise DLPackError(f"DLPack tensor shape {list(view.shape)} of {view.dtype} is not a memory size")
     view.strides = tuple(tensor.strides[i] for i in range(ndim)) if tensor.strides else None
     view.device = (tensor.device.device_type, tensor.device.device_id)
     view.ptr = (tensor.data or 0) + tensor.byte_offset
-    view.dtype = numpy_dtype(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    if not view.ptr and math.prod(view.shape):
+        raise DLPackError(f"DLPack tensor of {math.prod(view.shape)} elements has a NULL data pointer")
     return view
 
 

@@ -26,16 +26,20 @@ from runtime_lite.execution.device import (
     activate,
     deactivate,
     is_device_array,
+    require_cuda,
     stream_handle,
     to_device,
     to_host,
 )
 from runtime_lite.execution.limits import RunLimits
+from runtime_lite.execution.load_budget import loading
 from runtime_lite.execution.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.execution.plan import BoundModule, HostPlan
+from runtime_lite.execution.plan_shapes import check_output_shapes
 from runtime_lite.execution.profile import Profile
 from runtime_lite.format.fields import expect, expect_index, expect_key
 from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
+from runtime_lite.format.records import Instruction
 from runtime_lite.format.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
 
 
@@ -58,7 +62,8 @@ class Module:
         self._modules, self._placements = [], []
         bundle = read_bundle(source, verify=verify, map_file=map_file, defer=_tensor_only_blobs)
         try:
-            self._load(bundle, resolved, limits, require)
+            with loading(len(bundle.buffer.view)):  # what the backends may do, by the bundle's size
+                self._load(bundle, resolved, limits, require)
         except BaseException as error:
             self.close()  # engines and device memory of the modules already initialised go back now
             _settle(bundle, error)
@@ -153,6 +158,9 @@ class Module:
                 raise InputError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
             run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
             values = [_device_input(v, s.name) for v, s in zip(values, self.inputs)]
+            for value, spec in zip(values, self.inputs):
+                if isinstance(value, DeviceInput):
+                    require_cuda(spec.name)
         arrays, dims = bind(self.inputs, values)
         if run is None:
             outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
@@ -276,6 +284,14 @@ class _Header:
         plan = HostPlan(self.plan, bundle.constants, modules)
         if len(plan.input_slots) != len(self.inputs) or len(plan.output_slots) != len(self.outputs):
             raise BundleError("bundle field 'plan': its inputs/outputs do not match the signature")
+
+        def module_shapes(ins: Instruction) -> list | None:
+            module = modules[ins.attrs["module"]]
+            declared = getattr(module.backend, "output_shapes", None)
+            return None if declared is None or module.handle is None else declared(module.handle)
+
+        check_output_shapes(plan.instructions, plan.input_slots, plan.output_slots, plan.constant_slots(),
+                            (self.inputs, self.outputs), module_shapes)  # fmt: skip
         return plan
 
 

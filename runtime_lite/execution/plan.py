@@ -92,9 +92,18 @@ def _parse_instruction_naming_the_field(record: Any, index: int, num_slots: int,
 CALL_MODULE = "call_module"
 
 
-def _bind_module_call(ins: Instruction, field: str, modules: list[BoundModule]) -> Callable:
+def _bind_module_call(
+    ins: Instruction, field: str, modules: list[BoundModule], constants: dict[int, np.ndarray]
+) -> Callable:
+    """The backend call; ``constants``: the plan's constants by slot, which the module may check now."""
     index = expect_index(ins.attrs.get("module"), len(modules), f"{field}.attrs.module")
     module = modules[index]
+    check = getattr(module.backend, "check_constant_inputs", None)
+    if check is not None and module.handle is not None:
+        try:
+            check(module.handle, {k: constants[s] for k, s in enumerate(ins.inputs) if s in constants})
+        except BundleError as e:
+            raise BundleError(f"bundle module {module.id!r}: {e}") from None
     expected = len(ins.outputs)
     execute, handle, context = module.backend.execute, module.handle, module.context
 
@@ -376,7 +385,9 @@ class HostPlan:
             expect_index(slot, num_slots, f"{where}[0]")
             template[slot] = constants[expect_index(constant, len(constants), f"{where}[1]")]
             defined.add(slot)
+        holding_constants = {slot: template[slot] for slot, _ in plan.constants if slot not in self.input_slots}
         self._template = template
+        self._constant_slots = [slot for slot, _ in plan.constants]
         self.instructions: list[Instruction] = []
         self._program: list[_Entry] = []
         # instruction index -> (backend call, backend name), for traced runs
@@ -398,7 +409,7 @@ class HostPlan:
             view_source = -1
             cost = None
             if ins.op == CALL_MODULE:
-                fn = _bind_module_call(ins, field, modules)
+                fn = _bind_module_call(ins, field, modules, holding_constants)
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
@@ -406,6 +417,8 @@ class HostPlan:
                 if KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)
+            for slot in ins.outputs:
+                holding_constants.pop(slot, None)
             self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost))
         # What the run loop unpacks per instruction: (step, its cost or None for a backend call,
         # the single non-view output or -1, free, entry)
@@ -423,6 +436,10 @@ class HostPlan:
                 raise BundleError(
                     f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
+
+    def constant_slots(self) -> dict[int, np.ndarray]:
+        """The plan's constants by slot, as every run starts with them."""
+        return {slot: self._template[slot] for slot in self._constant_slots}
 
     def execute(
         self, inputs: list[np.ndarray], trace: list | None = None, limits: RunLimits | None = None,
@@ -453,11 +470,11 @@ class HostPlan:
         live, limit, deadline = 0, budget.max_memory, budget.deadline
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
             for index, (step, cost, out, free, entry) in enumerate(self._steps):
-                if device and self._host_only[index]:
-                    _operands_on_host(slots, entry.ins)
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
                 try:
+                    if device and self._host_only[index]:
+                        _operands_on_host(slots, entry.ins)
                     # The one place every kernel's allocation meets the budget, before it is made.
                     if cost is None:  # a backend call: its own plan runs within what is left
                         if live:

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from runtime_lite.execution.limits import current_budget
 from runtime_lite.kernels import gemm_policy
 
 #: Below the policy's ``min_parallel_macs`` a product runs on the calling thread alone:
@@ -58,6 +59,11 @@ MAX_FALLBACK_SECONDS = 60.0
 #: workers; numpy 1.x keeps it per thread, so there a worker is given the caller's settings itself
 #: (else a run's silenced overflow warns, or a caller's ``over="raise"`` is lost, on every other block).
 ERRSTATE_PER_THREAD = np.lib.NumpyVersion(np.__version__) < "2.0.0"
+#: Under a deadline, products above this many multiply-adds run in pieces this size (10-100 ms on one
+#: core of a current CPU), the deadline checked between them.
+DEADLINE_PIECE_MACS = 1 << 28
+#: ... and one estimated to need more than this many times the time left is refused before it starts.
+REFUSE_FACTOR = 8.0
 
 
 class _BlasThreads:
@@ -298,9 +304,13 @@ def _blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> list
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``numpy.matmul(a, b)`` for operands of rank 2 or more, spread over the BLAS threads."""
-    host = _pool()
-    if host is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
+    """``numpy.matmul(a, b)`` for operands of rank 2 or more, spread over the BLAS threads.
+
+    Under a run's deadline (``max_run_seconds``) a large product runs in pieces with the
+    deadline checked between them, and one that cannot finish in the time left at this
+    machine's measured rate is refused before it starts (``_within_deadline``).
+    """
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
         return np.matmul(a, b)
     # np.broadcast_shapes costs ~4 us, as much as a small product: only where both are stacked
     batch = (
@@ -308,6 +318,13 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     )
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     macs = math.prod(batch) * m * n * k
+    host = _pool()
+    if macs > DEADLINE_PIECE_MACS:
+        deadline = current_budget().deadline
+        if deadline is not None:
+            return _within_deadline(a, b, batch, macs, deadline, host)
+    if host is None:
+        return np.matmul(a, b)
     blas_now = host.blas_threads_now()
     if macs < host.parallel_macs(blas_now):
         with host.blas:
@@ -320,3 +337,82 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(batch + (m, n), a.dtype)
     _run_blocks(_blocks(a, b, out, host.blas.threads), host.blas, host.workers)
     return out
+
+
+def _within_deadline(
+    a: np.ndarray, b: np.ndarray, batch: tuple[int, ...], macs: int, deadline: float, host: _Host | None
+) -> np.ndarray:
+    """``a @ b`` in pieces of about DEADLINE_PIECE_MACS, the deadline checked before each (TimeoutError).
+
+    A kernel is not interrupted, so without this one 6144^3 product outran a 0.5 s
+    deadline by 20 s. A product whose estimated time, at the rate this machine measured
+    for its GEMM policy (one thread's rate times the threads), exceeds REFUSE_FACTOR times
+    the time left is refused at once; the factor keeps a loaded machine from refusing a
+    product that would have fitted. Otherwise the overshoot is at most one piece.
+    """
+    left = deadline - time.monotonic()
+    rate = measured_rate(host)
+    if rate > 0 and macs / rate > REFUSE_FACTOR * max(left, 0.0):
+        raise TimeoutError(
+            f"a {macs:,}-MAC product needs about {macs / rate:.3g} s at this machine's measured rate; "
+            f"the run's max_run_seconds leaves {max(left, 0.0):.3g} s"
+        )
+    m, n = a.shape[-2], b.shape[-1]
+    out = np.empty(batch + (m, n), a.dtype)
+    a_all, b_all = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    pieces = _pieces(a_all, b_all, out, -(-macs // DEADLINE_PIECE_MACS), host)
+    for done, piece in enumerate(pieces):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the run passed its max_run_seconds in a product, after {done} of {len(pieces)} pieces")
+        piece()
+    return out
+
+
+def measured_rate(host: _Host | None) -> float:
+    """Multiply-adds per second this machine's GEMM policy measured, on all its threads (0: not measured)."""
+    return host.policy.single_macs_per_s * host.blas.threads if host is not None else 0.0
+
+
+def _pieces(a: np.ndarray, b: np.ndarray, out: np.ndarray, wanted: int, host: _Host | None) -> list[Callable[[], None]]:
+    """``out = a @ b`` (batch dims equal) as about ``wanted`` pieces: runs of whole matrices where there are
+    that many, else row (or column) blocks of each; every piece runs on the pool's threads where there is one."""
+    batch = out.shape[:-2]
+    indices = list(np.ndindex(batch))
+
+    def on_threads(blocks: list[Callable[[], None]]) -> None:
+        if host is None:
+            for block in blocks:
+                block()
+        else:
+            _run_blocks(blocks, host.blas, host.workers)
+
+    def product(x: np.ndarray, y: np.ndarray, target: np.ndarray) -> None:
+        if host is None:
+            np.matmul(x, y, out=target)
+        else:
+            on_threads(_blocks(x, y, target, host.blas.threads))
+
+    if len(indices) >= wanted:
+        per = len(indices) // wanted
+        groups = [indices[i : i + per] for i in range(0, len(indices), per)]
+        return [
+            lambda group=group: on_threads([lambda i=i: np.matmul(a[i], b[i], out=out[i]) for i in group])
+            for group in groups
+        ]
+    per_matrix = -(-wanted // len(indices))
+    m, n = out.shape[-2:]
+    pieces: list[Callable[[], None]] = []
+    for index in indices:
+        x, y, target = a[index], b[index], out[index]
+        if m >= n:
+            step = -(-m // per_matrix)
+            pieces += [
+                lambda x=x[i : i + step], y=y, t=target[i : i + step]: product(x, y, t) for i in range(0, m, step)
+            ]
+        else:
+            columns = -(-n // per_matrix)
+            step = -(-columns // COLUMN_ALIGN) * COLUMN_ALIGN
+            pieces += [
+                lambda x=x, y=y[:, j : j + step], t=target[:, j : j + step]: product(x, y, t) for j in range(0, n, step)
+            ]
+    return pieces

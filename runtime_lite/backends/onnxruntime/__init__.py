@@ -146,8 +146,9 @@ def recipe_session(
         return Session(bytes(recipe), weights, input_names, output_names, settings)
     if facts.unverified is not None:
         raise OnnxRuntimeUnavailable(f"the recipe check could not verify its geometry ({facts.unverified})")
+    alive = [*output_names, *facts.outputs]  # onnxruntime keeps every graph output to the end, fetched or not
     footprint = Footprint(
-        facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, input_names, output_names, facts.shapes
+        facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, input_names, alive, facts.shapes
     )
     if footprint.unbounded is not None:
         raise OnnxRuntimeUnavailable(f"the recipe check could not bound its memory ({footprint.unbounded})")

@@ -52,8 +52,11 @@ def _output_type(node: Node, types: dict[str, int]) -> int | None:
         return BOOL
     if op in ("ArgMax", "ArgMin"):
         return INT64
-    if op == "QuantizeLinear":
-        return of(2) if len(node.inputs) > 2 and node.inputs[2] else 2  # uint8 without a zero point
+    if op == "QuantizeLinear":  # opset 21's output_dtype, else the zero point's type, else uint8
+        declared = node.attrs.get("output_dtype")
+        if isinstance(declared, int) and declared:
+            return declared
+        return of(2) if len(node.inputs) > 2 and node.inputs[2] else 2
     if op in ("DequantizeLinear", "Where"):
         return of(1)
     return of(0)
@@ -88,18 +91,20 @@ class Footprint:
         self._initializers, self._operands, self._nodes = initializers, operands, list(nodes)
         self._input_names = list(input_names)
         self._types = _element_types(types, self._nodes)
-        kept = set(output_names)
         last_use: dict[str, int] = {}
         for index, node in enumerate(self._nodes):
             for name in node.inputs:
                 if name:
                     last_use[name] = index
         producer = {name: index for index, node in enumerate(self._nodes) for name in node.outputs if name}
-        #: Per node: the activations freed once it ran (its operands read for the last time, its unread outputs).
+        # Alive to the end: every graph output (``output_names``: onnxruntime keeps each one, fetched or not)
+        # and every value no node reads (an output a recipe does not declare: counted the same, an upper bound).
+        kept = set(output_names) | {name for name in producer if name not in last_use}
+        #: Per node: the activations freed once it ran (its operands read for the last time).
         self._frees: list[list[str]] = [[] for _ in self._nodes]
-        for name, index in producer.items():
-            if name not in kept:  # never read: freed right after the node that made it
-                self._frees[max(index, last_use.get(name, index))].append(name)
+        for name in producer:
+            if name not in kept:
+                self._frees[last_use[name]].append(name)
         if shapes is None:
             shapes, _ = walk(graph_inputs, initializers, operands, self._nodes)
         #: Why no run of this recipe can be bounded (the first activation the walk lost), or None.

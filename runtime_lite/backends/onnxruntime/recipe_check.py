@@ -18,7 +18,8 @@ has seen that it holds:
 * no external data, except on initializers the caller supplies itself, whose
   location is the fixed placeholder :data:`PLACEHOLDER` and whose dtype and
   dims match the array the caller hands onnxruntime;
-* at most :data:`MAX_NODES` nodes, :data:`MAX_RECIPE_BYTES` bytes;
+* at most :data:`MAX_NODES` nodes, :data:`MAX_RECIPE_BYTES` bytes, and no more nodes than the
+  bundle's load budget has left (``runtime_lite/execution/load_budget.py``: by the bundle's size);
 * convolutions and pools whose kernel fits their input, following the shapes
   onnxruntime will infer (``shapes.py``: onnxruntime aborts the process on one that
   does not); where the walk cannot follow a shape, ``RecipeFacts.unverified`` says
@@ -38,6 +39,7 @@ import numpy as np
 
 from runtime_lite.backends.onnxruntime.shapes import BadGeometry, Node, walk
 from runtime_lite.errors import BundleError
+from runtime_lite.execution.load_budget import current_load_budget, refusal
 
 #: The location an external-data initializer must name: a placeholder for the bundle's own blob,
 #: handed to onnxruntime by ``SessionOptions.add_external_initializers``; never a path.
@@ -139,6 +141,8 @@ class RecipeFacts:
     #: Every value's shape the walk followed from the declared inputs (a symbolic dim is None).
     shapes: dict = field(default_factory=dict, repr=False)
     nodes: list = field(default_factory=list, repr=False)
+    #: The graph's outputs by name: onnxruntime keeps every one alive to the end of a run, fetched or not.
+    outputs: list = field(default_factory=list, repr=False)
 
 
 class _Refused(Exception):
@@ -380,12 +384,14 @@ def _input_shape(data: memoryview, facts: RecipeFacts) -> None:
         facts.types[name] = elem_type
 
 
-def _check_graph(data: memoryview, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
+def _check_graph(
+    data: memoryview, supplied: Mapping[str, np.ndarray], facts: RecipeFacts, max_nodes: int = MAX_NODES
+) -> None:
     nodes = initializers = 0
     for key, _, value in _fields(data, "GraphProto", GRAPH_FIELDS):
         if key == "node":
-            if nodes >= MAX_NODES:
-                raise _Refused(f"graph has more than {MAX_NODES} nodes")
+            if nodes >= max_nodes:
+                raise _Refused(f"graph has more than {max_nodes:,} nodes")
             _check_node(value, f"graph.node[{nodes}]", supplied, facts)
             nodes += 1
         elif key == "initializer":
@@ -393,6 +399,10 @@ def _check_graph(data: memoryview, supplied: Mapping[str, np.ndarray], facts: Re
             initializers += 1
         elif key == "input":
             _input_shape(value, facts)
+        elif key == "output":
+            for field_key, _, field_value in _fields(value, "ValueInfoProto", VALUE_INFO_FIELDS):
+                if field_key == "name":
+                    facts.outputs.append(_text(field_value, "graph.output.name"))
 
 
 def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray], where: str) -> RecipeFacts:
@@ -403,6 +413,8 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
     """
     data = memoryview(recipe).cast("B")
     facts = RecipeFacts()
+    budget = current_load_budget()  # the bundle's: its recipes together may hand onnxruntime so many nodes
+    max_nodes = MAX_NODES if budget is None else min(MAX_NODES, budget.left())
     try:
         if len(data) > MAX_RECIPE_BYTES:
             raise _Refused(f"{len(data)} bytes, past the {MAX_RECIPE_BYTES} a recipe may have")
@@ -419,7 +431,12 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
                 graphs += 1
                 if graphs > 1:
                     raise _Refused("ModelProto has more than one graph")
-                _check_graph(value, supplied, facts)
+                try:
+                    _check_graph(value, supplied, facts, max_nodes)
+                except _Refused:
+                    if budget is None or len(facts.nodes) < max_nodes or max_nodes == MAX_NODES:
+                        raise  # not the budget: the graph itself
+                    raise BundleError(refusal(where, budget.limit, budget.bundle_bytes)) from None
         if not 1 <= facts.ir_version <= MAX_IR_VERSION:
             raise _Refused(f"IR version {facts.ir_version} is outside 1..{MAX_IR_VERSION}")
         if graphs != 1:
@@ -429,6 +446,8 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
         facts.opset = opsets[0][1]
         if facts.opset not in OPSETS:
             raise _Refused(f"opset {facts.opset} is outside {OPSETS.start}..{OPSETS.stop - 1}")
+        if budget is not None:
+            budget.charge(len(facts.nodes), where)
         missing = sorted(set(supplied) - set(facts.external))
         if missing:
             raise _Refused(f"the bundle supplies weight {missing[0]!r}, which no initializer of the recipe holds")

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime_lite.kernels.pool import pooled_extent
+
 Shape = tuple  # of int | None
 
 #: Ops whose output has the shape of their first input.
@@ -117,8 +119,8 @@ def _window(node: Node, x: Shape, w: Shape | None) -> Shape:
                 raise BadGeometry(
                     f"{node.where}: kernel extent {extent} is wider than the padded input {size}+{p0}+{p1}"
                 )
-            rounding = math.ceil if a.get("ceil_mode") else math.floor
-            dim = None if size is None else rounding((size + p0 + p1 - extent) / s) + 1
+            ceil_mode = 1 if a.get("ceil_mode") and node.op_type != "Conv" else 0
+            dim = None if size is None else pooled_extent(size, k, s, d, p0, p1, ceil_mode)
         if dim is not None and dim < 1:
             raise BadGeometry(f"{node.where}: output dim {dim}")
         out.append(dim)
@@ -141,6 +143,41 @@ def _matmul(a: Shape, b: Shape) -> Shape:
     if len(a) < 2 or len(b) < 2:  # 1-d operands: numpy's promotion, rare in recipes
         raise LookupError("1-d MatMul operand")
     return (*_broadcast([a[:-2], b[:-2]]), a[-2], b[-1])
+
+
+def _resize(node: Node, x: Shape, scales: list | None, sizes: list | None) -> Shape:
+    """Resize's output (opset 18): ``sizes`` or ``scales`` for the dims ``axes`` names (all by default), the
+    others kept; with ``keep_aspect_ratio_policy`` not_larger / not_smaller one scale, the smallest / largest of
+    ``sizes / x`` over those axes, applied to each of them and rounded (half away from zero, as onnxruntime)."""
+    a = node.attrs
+    axes = [_axis(v, len(x)) for v in a.get("axes", range(len(x)))]
+    if len(set(axes)) != len(axes):
+        raise BadGeometry(f"{node.where}: Resize axes {a.get('axes')} repeat an axis")
+    policy = a.get("keep_aspect_ratio_policy", "stretch")
+    out = list(x)
+    if len(node.inputs) > 3 and node.inputs[3]:
+        if sizes is None:
+            raise LookupError("Resize sizes not read")
+        if len(sizes) != len(axes) or any(v < 0 for v in sizes):
+            raise BadGeometry(f"{node.where}: Resize sizes {sizes} for axes {axes}")
+        if policy == "stretch":
+            for axis, size in zip(axes, sizes):
+                out[axis] = size
+            return tuple(out)
+        if policy not in ("not_larger", "not_smaller") or any(x[axis] is None for axis in axes):
+            raise LookupError(f"Resize keep_aspect_ratio_policy {policy!r}")
+        ratios = [size / x[axis] for axis, size in zip(axes, sizes) if x[axis]]
+        scale = (min if policy == "not_larger" else max)(ratios) if ratios else 1.0
+        for axis in axes:
+            out[axis] = math.floor(x[axis] * scale + 0.5)
+        return tuple(out)
+    if scales is None or len(scales) != len(axes):
+        raise LookupError("Resize scales not read")
+    for axis, factor in zip(axes, scales):
+        if not math.isfinite(factor) or factor <= 0:
+            raise BadGeometry(f"{node.where}: Resize scale {factor}")
+        out[axis] = None if x[axis] is None else math.floor(x[axis] * float(factor))
+    return tuple(out)
 
 
 def _reduce(x: Shape, axes: list[int] | None, keepdims: int) -> Shape:
@@ -233,11 +270,7 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
                 out[axis] = len(range(*slice(start, end, step).indices(out[axis])))
         return [tuple(out)]
     if op == "Resize":
-        sizes, scales = operand(3), operand(2)
-        if len(node.inputs) > 3 and node.inputs[3] and sizes is not None:
-            return [tuple(sizes)]
-        if (len(node.inputs) < 4 or not node.inputs[3]) and scales is not None and len(scales) == len(x):
-            return [tuple(None if d is None else math.floor(d * float(f)) for d, f in zip(x, scales))]
+        return [_resize(node, x, operand(2), operand(3))]
     if op == "Split" and operand(1) is not None:
         axis = _axis(a.get("axis", 0), len(x))
         return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]

@@ -121,6 +121,7 @@ def load_cache_key(path: Path, cache_root: Path | None = None) -> bytes:
     someone else, writable by group or others, readable by others, or inside the cache.
     """
     path = Path(os.path.abspath(path))
+    _check_key_directories(path)
     if cache_root is not None:
         root = os.path.realpath(cache_root)
         if os.path.realpath(path) == root or os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep):
@@ -146,7 +147,7 @@ def load_cache_key(path: Path, cache_root: Path | None = None) -> bytes:
         problem = None
         if not stat.S_ISREG(info.st_mode):
             problem = "it is not a regular file"
-        elif hasattr(os, "geteuid") and info.st_uid not in (os.geteuid(), 0):
+        elif not _owned_here(info):
             problem = "it is owned by another user"
         elif info.st_mode & 0o026:
             problem = f"its mode {stat.S_IMODE(info.st_mode):o} lets others write or read it (chmod 600)"
@@ -158,6 +159,36 @@ def load_cache_key(path: Path, cache_root: Path | None = None) -> bytes:
     if len(key) != KEY_BYTES:
         raise CacheKeyError(errno.EINVAL, f"the cache key file must hold {KEY_BYTES} bytes", str(path))
     return key
+
+
+def _owned_here(info: os.stat_result) -> bool:
+    """Owned by this process's user or by root (platforms without uids: always)."""
+    return not hasattr(os, "geteuid") or info.st_uid in (os.geteuid(), 0)
+
+
+def _check_key_directories(path: Path) -> None:
+    """Refuse a key file whose directory, or any above it, another user could rename it in or out of.
+
+    As ssh does for ``~/.ssh``: a directory writable by others without the sticky bit
+    (``/tmp`` has it), at any level, or a parent owned by another user (root aside), lets
+    its writer replace the key between processes, and with it the cache's authentication.
+    A missing directory is created 0700 later.
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    for depth, directory in enumerate(path.parents):
+        try:
+            info = os.stat(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise CacheKeyError(e.errno, f"cannot check the key file's directory {directory} ({e.strerror})",
+                                str(path)) from None  # fmt: skip
+        writable_by_others = info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX
+        if writable_by_others or (depth == 0 and not _owned_here(info)):
+            why = "is writable by others (no sticky bit)" if writable_by_others else "is owned by another user"
+            raise CacheKeyError(errno.EPERM, f"the cache key file is not safe: its directory {directory} {why}",
+                                str(path))  # fmt: skip
 
 
 try:
@@ -219,13 +250,20 @@ class Directory:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def read(self, name: str, max_bytes: int) -> bytes:
-        """A regular file's bytes (never through a symlink, never more than ``max_bytes``); OSError otherwise."""
+    def read(self, name: str, max_bytes: int, own: bool = False) -> bytes:
+        """A regular file's bytes (never through a symlink, never more than ``max_bytes``); OSError otherwise.
+
+        ``own``: only a file this user (or root) owns, with no other name (a hard link planted
+        in the cache to a file elsewhere is another name of that file): for content that no
+        authentication covers (the timing cache).
+        """
         fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", str(self.path / name))
+            if own and (info.st_nlink != 1 or not _owned_here(info)):
+                raise OSError(errno.EPERM, "not a file of this user's with a single name", str(self.path / name))
             if info.st_size > max_bytes:  # refused before a byte is read (a sparse file costs nothing)
                 raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(self.path / name))
             chunks, left = [], max_bytes + 1
@@ -570,7 +608,7 @@ class EngineCache:
         """TensorRT's timing cache ``name`` under ``<root>/timing`` (b"" if absent or unusable)."""
         try:
             with Directory(self.root, (TIMING,), create=False) as directory:
-                return directory.read(name, MAX_TIMING_CACHE_BYTES)
+                return directory.read(name, MAX_TIMING_CACHE_BYTES, own=True)
         except FileNotFoundError:
             return b""
         except OSError as e:
