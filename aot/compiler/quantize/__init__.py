@@ -66,7 +66,9 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                    log: TextIO | None = sys.stderr) -> Quantization:  # fmt: skip
     """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
     plan = plan_quantization(graph, rules)
-    samples = load_samples(config.calibration, graph.inputs, config.max_samples) if config.calibration else []
+    samples = (
+        load_samples(config.calibration, graph.inputs, config.max_samples) if config.calibration is not None else []
+    )
     calibrated = len(samples) - math.floor(len(samples) * config.holdout) if samples else 0
     if config.holdout and samples and calibrated == len(samples) and len(samples) > 1:
         calibrated -= 1  # a held-back share asked for gets at least one sample

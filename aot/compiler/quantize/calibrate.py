@@ -39,23 +39,27 @@ class RangeObserver:
         x = np.asarray(x, np.float32).ravel()
         if x.size == 0:
             return
-        finite = x[np.isfinite(x)] if not np.isfinite(x).all() else x
-        if finite.size == 0:
-            return
-        self.min = min(self.min, float(finite.min()))
-        self.max = max(self.max, float(finite.max()))
-        magnitude = np.abs(finite)
-        peak = float(magnitude.max())
+        low, high = float(x.min()), float(x.max())  # a NaN or an infinity shows here: only then filter
+        if not (np.isfinite(low) and np.isfinite(high)):
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            low, high = float(x.min()), float(x.max())
+        self.min = min(self.min, low)
+        self.max = max(self.max, high)
+        peak = max(-low, high)
         if self.top == 0.0:
             self.top = peak if peak > 0 else 0.0
         while peak > self.top > 0:  # double the range: bin pairs merge
             self.hist = np.concatenate([self.hist.reshape(-1, 2).sum(axis=1), np.zeros(BINS // 2, np.int64)])
             self.top *= 2
         if self.top == 0.0:
-            self.hist[0] += magnitude.size
+            self.hist[0] += x.size
             return
-        index = np.minimum((magnitude * (BINS / self.top)).astype(np.int64), BINS - 1)
-        self.hist += np.bincount(index, minlength=BINS)
+        scaled = np.abs(x)  # a new array, scaled in place from here on
+        np.multiply(scaled, np.float32(BINS / self.top), out=scaled)
+        np.minimum(scaled, np.float32(BINS - 1), out=scaled)
+        self.hist += np.bincount(scaled.astype(np.intp), minlength=BINS)
 
     def range(self, method: str, percentile: float) -> TensorRange:
         if not np.isfinite(self.min):

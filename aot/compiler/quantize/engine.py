@@ -205,6 +205,7 @@ def _onnxruntime_session(probe: Graph):
         value.type.tensor_type.ClearField("shape")
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # a shared build machine's cores
     # Basic optimizations (constant folding, no fusions): Q/DQ stay float ops, computed as written,
     # not fused into onnxruntime's integer kernels, which rescale in their own way.
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC

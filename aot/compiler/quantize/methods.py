@@ -12,12 +12,12 @@ calibration pass collected, so trying all of them costs no further run of the mo
   each level's count evenly over the bins that held data).
 - ``mse``: the bound minimizing the expected squared quantization error over the
   histogram, values taken uniform within a bin: rounding error inside the bound, clipping
-  error past it (as NVIDIA's ``_compute_amax_mse``, with the error per bin integrated
-  instead of taken at the bin centre, which aliases when a bin is wider than a step).
+  error past it (as NVIDIA's ``_compute_amax_mse``, in closed form for every bin edge at
+  once instead of quantizing the bin centres for a hundred candidates).
 
-Candidate bounds are bin edges; entropy tries 512 evenly spaced ones and mse, whose error
-is smoother in the bound, 128, then every edge around the best of those: a few
-milliseconds a tensor (the divergence is noisy in the bound: fewer tries miss its minimum).
+Candidate bounds are bin edges. mse tries every one; entropy tries 256 evenly spaced ones,
+then every edge around the best of those: a few milliseconds a tensor (the divergence is
+noisy in the bound: fewer tries miss its minimum).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def percentile_amax(hist: np.ndarray, top: float, percentile: float) -> float:
     return (bin_index + 1) * top / len(hist)
 
 
-def entropy_amax(hist: np.ndarray, top: float) -> float:
+def entropy_amax(hist: np.ndarray, top: float, coarse: int = 256) -> float:
     """The bound (a bin edge) of least KL divergence between the clipped reference and its 128-level copy."""
     bins = hist.astype(np.float64)
     if len(bins) > 1:
@@ -61,51 +61,62 @@ def entropy_amax(hist: np.ndarray, top: float) -> float:
     total = len(bins)
     if total <= QUANTIZED_BINS or bins.sum() == 0:
         return top
+    tail = np.append(np.cumsum(bins[::-1])[::-1], 0.0)  # tail[i] = sum of bins[i:]
+    held = bins > 0
 
     def divergence(i: int) -> float:
-        reference = bins[:i].copy()
-        reference[-1] += bins[i:].sum()
         level = (np.arange(i) * QUANTIZED_BINS) // i  # which of the 128 levels each bin falls in
-        held = bins[:i] > 0
         per_level = np.bincount(level, weights=bins[:i], minlength=QUANTIZED_BINS)
-        occupied = np.bincount(level, weights=held, minlength=QUANTIZED_BINS)
-        candidate = np.where(held, per_level[level] / np.maximum(occupied[level], 1), 0.0)
+        occupied = np.bincount(level, weights=held[:i], minlength=QUANTIZED_BINS)
+        candidate = np.where(held[:i], (per_level / np.maximum(occupied, 1))[level], 0.0)
+        reference = bins[:i].copy()
+        reference[-1] += tail[i]  # values past the bound clip to it
         p, q = reference / reference.sum(), candidate / max(candidate.sum(), 1e-300)
         mask = p > 0
-        if np.any(q[mask] == 0):
+        if not q[mask].all():
             return np.inf  # the candidate has no mass where the data has
-        return float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
+        return float(np.dot(p[mask], np.log(p[mask] / q[mask])))
 
-    i = _search(lambda bounds: np.array([divergence(int(b)) for b in bounds]), QUANTIZED_BINS, total, 512)
+    i = _search(lambda bounds: np.array([divergence(int(b)) for b in bounds]), QUANTIZED_BINS, total, coarse)
     return i * top / total
 
 
-def _rounding_integral(t: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """F(t) = integral from 0 to t of (u - step * round(u / step))**2 du (round half up)."""
-    k = np.floor(t / step + 0.5)
-    v = t - step * k
-    cube = step**3
-    return k * cube / 12 + (v**3 + cube / 8) / 3 - cube / 24
-
-
 def mse_amax(hist: np.ndarray, top: float) -> float:
-    """The bound (a bin edge) of least expected squared error: rounding inside it, clipping past it."""
+    """The bound (a bin edge) of least expected squared error: rounding inside it, clipping past it.
+
+    Values are uniform within a bin. Past the bound the error is (x - amax)**2, integrated
+    per bin; below half a step x rounds to 0 and the error is x**2; elsewhere inside it is
+    step**2 / 12 (uniform rounding error). Moments summed from either end give every
+    bound's error at once.
+    """
     counts = hist.astype(np.float64)
     total = len(counts)
-    held = np.flatnonzero(counts)  # only bins that hold data contribute
-    if held.size == 0:
+    if counts.sum() == 0:
         return top
     width = top / total
-    lower, upper, weight = held * width, (held + 1) * width, counts[held] / width
+    lower = np.arange(total) * width
+    upper = lower + width
+    density = counts / width
+    # per bin, the integrals of 1, x and x**2 over the bin's values
+    count = density * (upper - lower)
+    first = density * (upper**2 - lower**2) / 2
+    second = density * (upper**3 - lower**3) / 3
 
-    def error(bounds: np.ndarray) -> np.ndarray:
-        amax = bounds[:, None] * width
-        step = amax / INT8_MAX
-        rounding = _rounding_integral(upper, step) - _rounding_integral(lower, step)
-        clipping = ((upper - amax) ** 3 - (lower - amax) ** 3) / 3
-        return np.where(held[None, :] < bounds[:, None], rounding, clipping) @ weight
+    def suffix(m: np.ndarray) -> np.ndarray:  # suffix[b] = sum of m[b:], for b in 0..total
+        return np.append(np.cumsum(m[::-1])[::-1], 0.0)
 
-    return _search(error, 1, total, 128) * width
+    def prefix(m: np.ndarray) -> np.ndarray:  # prefix[b] = sum of m[:b]
+        return np.append(0.0, np.cumsum(m))
+
+    bounds = np.arange(1, total + 1)
+    amax = bounds * width
+    step = amax / INT8_MAX
+    past0, past1, past2 = suffix(count)[bounds], suffix(first)[bounds], suffix(second)[bounds]
+    clipping = past2 - 2 * amax * past1 + amax**2 * past0  # integral of (x - amax)**2 past the bound
+    to_zero = np.minimum(np.floor(step / 2 / width).astype(np.int64), bounds)  # bins that round to 0
+    below0, below2 = prefix(count), prefix(second)
+    rounding = below2[to_zero] + (below0[bounds] - below0[to_zero]) * step**2 / 12
+    return float(amax[_last_argmin(clipping + rounding)])
 
 
 def choose_amax(method: str, hist: np.ndarray, top: float, peak: float, percentile: float) -> float:
