@@ -303,6 +303,26 @@ def test_a_batch_pinned_by_a_reshape_runs_one_sample_at_a_time():
         np.testing.assert_allclose(y, sample["x"].reshape(1, 64) @ w, rtol=1e-4, atol=1e-4)
 
 
+class FailingSessionStandIn:
+    """A test double for an onnxruntime session whose run fails (an op kernel that errors at run time)."""
+
+    def run(self, names, feeds):
+        raise RuntimeError("kernel failed at run time")
+
+
+def test_a_session_that_fails_at_run_time_hands_over_to_the_host_plan(outliers, caplog):
+    path, samples = outliers
+    graph = from_onnx(onnx.load(path))
+    runner = GraphRunner(graph, engine="auto")
+    runner._session = FailingSessionStandIn()
+    outputs = runner.run(samples[:3])
+    expected = GraphRunner(graph, engine="host").run(samples[:3])
+    assert runner.engine == "host plan" and "onnxruntime failed: kernel failed at run time" in runner.why
+    assert runner.describe().startswith("host plan (onnxruntime failed")
+    for x, y in zip(outputs, expected):
+        np.testing.assert_array_equal(x[0], y[0])
+
+
 def test_calibrating_on_the_host_plan_gives_the_ranges_onnxruntime_gives(digits):  # noqa: F811
     on_ort = aot.build(digits["path"], targets=["npu"], quantize=_config(digits, method="minmax", report=False),
                        log=None).quantization.table  # fmt: skip

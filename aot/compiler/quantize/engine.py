@@ -82,6 +82,7 @@ class GraphRunner:
                 k += 1
         self.extra_index = index
         self.why = ""
+        self._probe = probe
         self._session = None
         self._plan: HostPlan | None = None
         if engine in ("auto", "onnxruntime"):
@@ -93,17 +94,28 @@ class GraphRunner:
                     raise
                 self.why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if self._session is None:
-            lowered = lower_to_host_plan(probe)
-            self._plan = HostPlan(lowered.plan, lowered.constants)
-            self.engine = "host plan"
+            self._use_host_plan()
         self._batching: _Batching | None = None
         if like is not None and like._batching is not None and self._session is not None:
             axes = like._batching.axes
             self._batching = _Batching(None if axes is None else axes[: self.own_outputs], like._batching.size)
 
-    def _run_one(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
+    def _use_host_plan(self) -> None:
+        lowered = lower_to_host_plan(self._probe)
+        self._plan = HostPlan(lowered.plan, lowered.constants)
+        self._session = None
+        self.engine = "host plan"
+
+    def _run_one(self, feeds: list[np.ndarray], stacked: bool = False) -> list[np.ndarray]:
         if self._session is not None:
-            return self._session.run(self._names, dict(zip(self.input_names, feeds)))
+            try:
+                return self._session.run(self._names, dict(zip(self.input_names, feeds)))
+            except Exception as e:
+                if stacked:
+                    raise  # the batching check: a model that refuses a stacked batch runs one by one
+                self.why = f"onnxruntime failed: {str(e).strip().splitlines()[0][:200] if str(e).strip() else e}"
+                log.warning("calibration: %s; the host plan runs the rest", self.why)
+                self._use_host_plan()
         return [np.array(r) for r in self._plan.execute(feeds)]
 
     def _decide_batching(self, samples: list[Sample]) -> _Batching:
@@ -115,7 +127,7 @@ class GraphRunner:
             return _Batching(None)
         one, two = self._run_one(a), self._run_one(b)
         try:
-            both = self._run_one([np.concatenate([x, y]) for x, y in zip(a, b)])
+            both = self._run_one([np.concatenate([x, y]) for x, y in zip(a, b)], stacked=True)
         except Exception:  # a reshape or a shape check that pins the batch: onnxruntime says so
             return _Batching(None)
         axes = []
@@ -136,14 +148,14 @@ class GraphRunner:
         if self._batching is None and len(samples) >= 2:
             self._batching = self._decide_batching(samples)
         batching = self._batching or _Batching(None)
-        step = batching.size if batching.axes is not None else 1
         i = 0
         while i < len(samples):
+            step = batching.size if batching.axes is not None and self._session is not None else 1
             chunk = samples[i : i + step]
             if len({tuple(s[n].shape for n in self.input_names) for s in chunk}) > 1:
                 chunk = chunk[:1]  # samples of other shapes run alone
             feeds = [np.concatenate([s[n] for s in chunk]) if len(chunk) > 1 else chunk[0][n] for n in self.input_names]
-            results = self._run_one(feeds)
+            results = self._run_one(feeds, stacked=len(chunk) > 1)
             if len(chunk) == 1:
                 per_sample = [[np.asarray(r) for r in results[: self.own_outputs]]]
             else:

@@ -150,11 +150,11 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
         measured[k] = judge.measure(table, order[:k])[1]
     if k == len(order) or measured[k].loss > budget + 1e-12:
         best = min(measured[j].loss for j in measured if j < len(order))
+        allow = f"allow --accuracy-budget {budget_text(ceil_points(best))}, or " if best < 1 else ""
         raise BuildError(
             f"accuracy budget {budget_text(budget)} cannot be met in int8: quantized it loses {points(base.loss)} on "
             f"{on}, and only keeping all {len(order)} int8 layers float (the float model) meets it; the least loss "
-            f"with any layer in int8 was {points(best)}: allow --accuracy-budget {budget_text(ceil_points(best))}, "
-            "or build in float"
+            f"with any layer in int8 was {points(best)}: {allow}build in float"
         )
     named = ", ".join(
         f"{c.op} {c.name!r} (alone: +{(c.alone.task - base.task) * 100:.3g} points, relative L2 "
