@@ -21,13 +21,17 @@ from onnx import helper, numpy_helper
 
 import aot
 from aot.cli.build import parse_budget
+from aot.compiler.backends.npu.patterns import int8_reason
 from aot.compiler.quantize import QuantizeConfig
 from aot.compiler.quantize.calibrate import RangeObserver
 from aot.compiler.quantize.engine import GraphRunner
+from aot.compiler.quantize.insert import insert_qdq, plan_quantization
 from aot.compiler.quantize.methods import entropy_amax, mse_amax
 from aot.compiler.quantize.report import compare, score, unreadable_reason, verdict
+from aot.compiler.quantize.tuning import restrict
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
+from aot.passes import optimize
 from tests.test_quantization import _config, _digits_onnx, _train_digits, digits  # noqa: F401
 
 STEPS, FEATURES, CLASSES = 64, 32, 12
@@ -263,6 +267,19 @@ def test_onnxruntime_batches_and_computes_what_the_host_plan_computes(outliers):
     for x, y in zip(a, b):
         assert x[0].shape == (1, STEPS, CLASSES)
         np.testing.assert_allclose(x[0], y[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_quantized_graph_on_onnxruntime_computes_the_host_plans_q_dq(digits):  # noqa: F811
+    """Q/DQ run as written on onnxruntime (no fusion into its integer kernels): within one 8-bit step of the host."""
+    built = aot.build(digits["path"], targets=["npu"], quantize=_config(digits, report=False), log=None)
+    graph = from_onnx(onnx.load(digits["path"]))
+    optimize(graph)
+    insert_qdq(graph, restrict(plan_quantization(graph, {"npu": int8_reason}), []), built.quantization.table)
+    step = built.quantization.table.tensors["logits"].amax / 127
+    on_ort = GraphRunner(graph, engine="onnxruntime").run(digits["calibration"][:20])
+    on_host = GraphRunner(graph, engine="host").run(digits["calibration"][:20])
+    for x, y in zip(on_ort, on_host):
+        assert np.abs(x[0] - y[0]).max() <= step * 1.001
 
 
 def test_a_time_major_output_stacks_along_its_batch_axis(tmp_path):

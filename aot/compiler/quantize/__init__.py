@@ -62,31 +62,34 @@ class Quantization:
         return [a.line() for a in self.accuracy] + [verdict(self.accuracy, self.budget)]
 
 
+def held_back_split(samples: int, holdout: float) -> int:
+    """How many of ``samples`` calibrate (the first ones); a held-back share asked for gets at least one."""
+    calibrated = samples - math.floor(samples * holdout) if samples else 0
+    if holdout and calibrated == samples and samples > 1:
+        calibrated -= 1
+    return calibrated
+
+
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                    log: TextIO | None = sys.stderr) -> Quantization:  # fmt: skip
     """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
     plan = plan_quantization(graph, rules)
-    samples = (
-        load_samples(config.calibration, graph.inputs, config.max_samples) if config.calibration is not None else []
-    )
-    calibrated = len(samples) - math.floor(len(samples) * config.holdout) if samples else 0
-    if config.holdout and samples and calibrated == len(samples) and len(samples) > 1:
-        calibrated -= 1  # a held-back share asked for gets at least one sample
+    samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
+    calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
     floats: list[list[np.ndarray]] = []
     runner = None
-    measuring = config.report or config.accuracy_budget is not None or config.method == "auto"
     if config.table is not None:
         tables = {"table": CalibrationTable.load(config.table)}
         calibrated = 0  # the table came from other data: every sample is held back
-        if samples and measuring:
+        if samples and (config.report or config.accuracy_budget is not None):
             _, floats, runner = run_float(graph, [], samples, 0, log, config.engine)
     else:
         observers, floats, runner = run_float(graph, plan.tensors, samples, calibrated, log, config.engine)
         digest = data_digest(samples[:calibrated])
         methods = HISTOGRAM_METHODS if config.method == "auto" else (config.method,)
         tables = {m: make_table(observers, m, config.percentile, calibrated, digest) for m in methods}
-    notes = plan.notes()
+    lines: list[str] = []
     judge = None
     if samples and floats:
         held = calibrated < len(samples)
@@ -94,24 +97,26 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                       floats[calibrated:] if held else floats, "held-back" if held else "calibration",
                       config.engine, runner)  # fmt: skip
         if not held and len(tables) > 1:
-            notes.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
+            lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
     if len(tables) > 1:
-        table, lines = choose_method(judge, tables, log)
-        notes.extend(lines)
+        table, chose = choose_method(judge, tables, log)
+        lines.extend(chose)
     else:
         (table,) = tables.values()
     kept: list[str] = []
     if config.accuracy_budget is not None:
         if judge is None:
             raise BuildError("an accuracy budget needs samples to measure it on: --calibration DIR")
-        kept, lines = fit_budget(judge, table, config.accuracy_budget, log)
-        notes.extend(lines)
+        kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
+        lines.extend(fitted)
     final = restrict(plan, kept)
     insert_qdq(graph, final, table)
     graph.metadata["calibration"] = table.digest
-    if kept:
-        notes[: len(plan.notes())] = final.notes()
-    notes.append(f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)")
+    notes = [
+        *final.notes(),
+        *lines,
+        f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
+    ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET
     if config.report and samples:  # written now: partitioning rewrites the graph after this stage
