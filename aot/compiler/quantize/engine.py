@@ -27,6 +27,7 @@ from aot.compiler.host_plan import lower_to_host_plan
 from aot.compiler.quantize.samples import Sample
 from aot.errors import BuildError
 from aot.ir.graph import Graph, Value
+from aot.testing import relative_l2
 from runtime_lite.execution.plan import HostPlan
 
 log = logging.getLogger("aot.quantize")
@@ -196,8 +197,7 @@ def _close(expected: np.ndarray, got: np.ndarray) -> bool:
         return False
     if expected.dtype.kind not in "fc":
         return bool(np.array_equal(expected, got))
-    diff = np.linalg.norm((got - expected).astype(np.float64).ravel())
-    return bool(diff <= BATCH_TOLERANCE * max(np.linalg.norm(expected.astype(np.float64).ravel()), 1e-30))
+    return relative_l2(got, expected) <= BATCH_TOLERANCE
 
 
 def _onnxruntime_session(probe: Graph):
