@@ -423,3 +423,23 @@ def test_aot_build_says_which_method_won_and_the_verdict(digits, tmp_path):  # n
     assert "Traceback" not in bad.stderr
     no_data = subprocess.run([*command[:-4], "--accuracy-budget", "1%"], capture_output=True, text=True)
     assert no_data.returncode != 0 and "Traceback" not in no_data.stderr
+
+
+def test_with_nothing_held_back_auto_judges_on_the_calibration_samples_and_says_so(outliers):
+    path, samples = outliers
+    built = aot.build(path, targets=["npu"], quantize=QuantizeConfig(samples[:40], holdout=0.0), log=None)
+    notes = built.notes
+    assert "int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on" in notes
+    assert any(
+        n.startswith("int8: calibration method auto chose ") and " on 40 calibration samples (" in n for n in notes
+    )
+    assert [a.split for a in built.quantization.accuracy] == ["calibration"]
+    assert any(n.startswith("int8 verdict: ") and "on 40 calibration samples" in n for n in notes)
+
+
+def test_a_table_with_samples_measures_the_budget_on_every_sample(outliers, tmp_path):
+    path, samples = outliers
+    table = tmp_path / "t.json"
+    _build(path, samples, method="minmax", report=False).quantization.table.save(table)
+    with pytest.raises(BuildError, match=r"accuracy budget 1% cannot be met in int8: .* on 80 held-back samples"):
+        aot.build(path, targets=["npu"], quantize=QuantizeConfig(samples, table=table, accuracy_budget=0.01), log=None)
