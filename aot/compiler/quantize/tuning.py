@@ -150,10 +150,11 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
         measured[k] = judge.measure(table, order[:k])[1]
     if k == len(order) or measured[k].loss > budget + 1e-12:
         best = min(measured[j].loss for j in measured if j < len(order))
+        every = "its one int8 layer" if len(order) == 1 else f"all {len(order)} int8 layers"
         allow = f"allow --accuracy-budget {budget_text(ceil_points(best))}, or " if best < 1 else ""
         raise BuildError(
             f"accuracy budget {budget_text(budget)} cannot be met in int8: quantized it loses {points(base.loss)} on "
-            f"{on}, and only keeping all {len(order)} int8 layers float (the float model) meets it; the least loss "
+            f"{on}, and only keeping {every} float (the float model) meets it; the least loss "
             f"with any layer in int8 was {points(best)}: {allow}build in float"
         )
     named = ", ".join(
@@ -164,7 +165,7 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
     lines = [
         f"int8: accuracy budget {budget_text(budget)}: int8 everywhere loses {points(base.loss)} on {on}; "
         f"{k} of {len(order)} layers kept float, the costliest: {named}",
-        f"int8: with them float it loses {points(measured[k].loss)} ({measured[k].text()}); "
+        f"int8: with {'it' if k == 1 else 'them'} float it loses {points(measured[k].loss)} ({measured[k].text()}); "
         f"measured {len(layers)} layers' costs in {time.perf_counter() - start:.1f} s",
     ]
     return order[:k], lines
