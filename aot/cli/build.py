@@ -11,7 +11,7 @@ import click
 
 from aot.compiler.backends import CompilerBackend, available_compiler_backends, get_compiler_backend
 from aot.compiler.build import BuildResult, build, parse_input_shapes
-from aot.compiler.quantize import QuantizeConfig
+from aot.compiler.quantize import METHODS, QuantizeConfig
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import format_size
 from aot.quiet import show_third_party_warnings
@@ -71,6 +71,19 @@ def _regions_line(result: BuildResult) -> str:
 def calibration_table_path(bundle: str) -> str:
     """Where the calibration table is kept: beside the bundle, ``model.aotb`` -> ``model.calibration.json``."""
     return os.path.splitext(bundle)[0] + ".calibration.json"
+
+
+def parse_budget(text: str | None) -> float | None:
+    """``--accuracy-budget``: ``1%`` or ``0.01`` -> 0.01; anything else is a one-line error."""
+    if text is None:
+        return None
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise BuildError(f"--accuracy-budget {text!r}: write a percentage (1%) or a fraction (0.01)") from None
+    if not 0.0 <= value < 1.0:
+        raise BuildError(f"--accuracy-budget {text!r}: a budget lies in [0%, 100%): e.g. 1% or 0.01")
+    return value
 
 
 def _check_output(model: str, output: str) -> None:
@@ -233,10 +246,17 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option(
     "--calibration-method",
-    type=click.Choice(["percentile", "minmax"]),
-    default="percentile",
+    type=click.Choice(list(METHODS)),
+    default="auto",
     show_default=True,
-    help="How a tensor's range is taken: 99.99th percentile of |x|, or min-max.",
+    help="How a tensor's range is taken: auto tries minmax, percentile (99.99th of |x|), entropy (least KL "
+    "divergence) and mse (least quantization error) on the held-back samples and keeps the best by task agreement.",
+)
+@click.option(
+    "--accuracy-budget",
+    metavar="PERCENT",
+    help="Task agreement int8 may lose, e.g. 1% (or 0.01); past it the layers whose quantization costs most "
+    "stay float, the fewest that meet it. Without it the report's verdict is given against 1%.",
 )
 @click.option(
     "--holdout",
@@ -256,7 +276,7 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
     model, output, targets, inputs, min_region_size, backend_assignments, calibration, calibration_table,
-    calibration_method, holdout, print_graph, quiet, debug, verbose, **aliases_given,
+    calibration_method, accuracy_budget, holdout, print_graph, quiet, debug, verbose, **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
@@ -272,7 +292,10 @@ def main(
         shapes = parse_input_shapes(inputs)
         quantize = None
         if calibration or calibration_table:
-            quantize = QuantizeConfig(calibration, calibration_method, table=calibration_table, holdout=holdout)
+            quantize = QuantizeConfig(calibration, calibration_method, table=calibration_table, holdout=holdout,
+                                      accuracy_budget=parse_budget(accuracy_budget))  # fmt: skip
+        elif accuracy_budget is not None:
+            raise BuildError("--accuracy-budget applies to an int8 build: add --calibration DIR")
         result = build(
             model,
             targets=targets or ("host",),

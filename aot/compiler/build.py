@@ -7,7 +7,6 @@ callback so a CLI can show progress on large models.
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import sys
 import time
@@ -15,14 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import numpy as np
-
 from aot.compiler.backends import get_compiler_backend
 from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
-from aot.compiler.quantize import Quantization, QuantizeConfig, accuracy_report, quantize_graph
+from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
 from aot.compiler.targets import check_targets
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
@@ -105,7 +102,7 @@ def build(
     objects or command-line text), or its own options object
     (``{"tensorrt": TensorRTOptions(...)}``, ``{"npu": DeviceProfile(...)}``).
     ``log`` is where backends write progress of long work (engine builds); None is quiet.
-    ``quantize`` calibrates on the host plan and computes in int8 where the targets can
+    ``quantize`` calibrates (on onnxruntime where installed, else the host plan) and computes in int8 where the targets can
     (docs/quantization.md); it turns ``precision`` to int8 on every target with an int8 path.
     """
     report = progress or (lambda stage, seconds: None)
@@ -156,8 +153,8 @@ def build(
             reports[name] = backend.report(configured[name])
     result = BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned, reports, quantization)
     if quantization is not None and quantization.samples:
-        stage("accuracy", lambda: _accuracy(result, quantization, log))
-        notes.extend(a.line() for a in quantization.accuracy)
+        stage("accuracy", lambda: quantization.measure(log))
+        notes.extend(quantization.report_lines())
     return result
 
 
@@ -196,29 +193,6 @@ def _int8_options(
             f"quantizing needs a target that computes in int8 (npu, tensorrt); targets: {', '.join(offload) or 'host'}"
         )
     return options, int8_targets
-
-
-def _accuracy(result: BuildResult, quantization: Quantization, log: TextIO | None) -> None:
-    """Run the built bundle (its npu regions in integers) on every sample and compare with the float outputs."""
-    import runtime_lite
-    from aot.compiler.quantize.calibrate import progress_bar
-
-    placement = logging.getLogger("runtime_lite.placement")
-    level = placement.level
-    placement.setLevel(logging.ERROR)  # a TensorRT region on its host plan here is expected, not news
-    try:
-        module = runtime_lite.load(result.to_bytes())
-    finally:
-        placement.setLevel(level)
-    tick = progress_bar(log, "accuracy", len(quantization.samples))
-    tick(0)
-    quantized = []
-    for i, sample in enumerate(quantization.samples):
-        quantized.append([np.array(a) for a in module.run(sample)])
-        tick(i + 1)
-    quantization.accuracy = accuracy_report(
-        quantization.output_names, quantization.float_outputs, quantized, quantization.calibrated
-    )
 
 
 def _configure(offload: list[str], given: Mapping[str, Any], log: TextIO | None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Quantize at build time: calibrate on the host plan, insert Q/DQ where int8 targets compute in int8.
+"""Quantize at build time: calibrate, choose the method and the float layers by measurement, insert Q/DQ.
 
 ``quantize_graph`` is the build's "quantize" stage (``aot.build(..., quantize=QuantizeConfig(...))``,
-``aot-build --precision int8 --calibration DIR``); docs/quantization.md tells the whole story.
+``aot-build --precision int8 --calibration DIR``); ``Quantization.measure`` is its "accuracy"
+stage. docs/quantization.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from typing import TextIO
 
 import numpy as np
 
-from aot.compiler.quantize.calibrate import make_table, run_float
+from aot.compiler.quantize.calibrate import make_table, progress_bar, run_float
 from aot.compiler.quantize.config import METHODS, QuantizeConfig
+from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.insert import Rule, insert_qdq, plan_quantization
-from aot.compiler.quantize.report import OutputAccuracy, accuracy_report
+from aot.compiler.quantize.methods import HISTOGRAM_METHODS
+from aot.compiler.quantize.report import DEFAULT_BUDGET, OutputAccuracy, accuracy_report, verdict
 from aot.compiler.quantize.samples import data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
+from aot.compiler.quantize.tuning import Judge, choose_method, fit_budget, restrict
+from aot.errors import BuildError
 from aot.ir.graph import Graph
 
 
@@ -34,31 +39,89 @@ class Quantization:
     calibrated: int = 0
     output_names: list[str] = field(default_factory=list)
     accuracy: list[OutputAccuracy] = field(default_factory=list)
+    #: The layers (node names) kept float under the accuracy budget.
+    kept_float: list[str] = field(default_factory=list)
+    #: The budget the verdict is given against.
+    budget: float = DEFAULT_BUDGET
+    #: Runs the quantized graph as built (Q/DQ in float) for the report.
+    runner: GraphRunner | None = None
+
+    def measure(self, log: TextIO | None = sys.stderr) -> None:
+        """The accuracy stage: the quantized graph on every sample against the float outputs."""
+        if self.runner is None or not self.samples:
+            return
+        tick = progress_bar(log, "accuracy", len(self.samples))
+        tick(0)
+        quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
+        self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated)
+
+    def report_lines(self) -> list[str]:
+        """The report's lines: one per output and split, then the verdict."""
+        if not self.accuracy:
+            return []
+        return [a.line() for a in self.accuracy] + [verdict(self.accuracy, self.budget)]
+
+
+def held_back_split(samples: int, holdout: float) -> int:
+    """How many of ``samples`` calibrate (the first ones); a held-back share asked for gets at least one."""
+    calibrated = samples - math.floor(samples * holdout) if samples else 0
+    if holdout and calibrated == samples and samples > 1:
+        calibrated -= 1
+    return calibrated
 
 
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                    log: TextIO | None = sys.stderr) -> Quantization:  # fmt: skip
-    """Calibrate (or read the table), then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
+    """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
     plan = plan_quantization(graph, rules)
-    samples = load_samples(config.calibration, graph.inputs, config.max_samples) if config.calibration else []
-    calibrated = len(samples) - math.floor(len(samples) * config.holdout) if samples else 0
-    if config.holdout and samples and calibrated == len(samples) and len(samples) > 1:
-        calibrated -= 1  # a held-back share asked for gets at least one sample
+    samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
+    calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
     floats: list[list[np.ndarray]] = []
+    runner = None
     if config.table is not None:
-        table = CalibrationTable.load(config.table)
+        tables = {"table": CalibrationTable.load(config.table)}
         calibrated = 0  # the table came from other data: every sample is held back
-        if samples and config.report:
-            _, floats = run_float(graph, [], samples, 0, log)
+        if samples and (config.report or config.accuracy_budget is not None):
+            _, floats, runner = run_float(graph, [], samples, 0, log, config.engine)
     else:
-        observers, floats = run_float(graph, plan.tensors, samples, calibrated, log)
-        table = make_table(observers, config.method, config.percentile, calibrated, data_digest(samples[:calibrated]))
-    insert_qdq(graph, plan, table)
+        observers, floats, runner = run_float(graph, plan.tensors, samples, calibrated, log, config.engine)
+        digest = data_digest(samples[:calibrated])
+        methods = HISTOGRAM_METHODS if config.method == "auto" else (config.method,)
+        tables = {m: make_table(observers, m, config.percentile, calibrated, digest) for m in methods}
+    lines: list[str] = []
+    judge = None
+    if samples and floats:
+        held = calibrated < len(samples)
+        judge = Judge(graph, plan, names, samples[calibrated:] if held else samples,
+                      floats[calibrated:] if held else floats, "held-back" if held else "calibration",
+                      config.engine, runner)  # fmt: skip
+        if not held and len(tables) > 1:
+            lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
+    if len(tables) > 1:
+        table, chose = choose_method(judge, tables, log)
+        lines.extend(chose)
+    else:
+        (table,) = tables.values()
+    kept: list[str] = []
+    if config.accuracy_budget is not None:
+        if judge is None:
+            raise BuildError("an accuracy budget needs samples to measure it on: --calibration DIR")
+        kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
+        lines.extend(fitted)
+    final = restrict(plan, kept)
+    insert_qdq(graph, final, table)
     graph.metadata["calibration"] = table.digest
-    notes = plan.notes()
-    notes.append(f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)")
-    return Quantization(table, notes, samples if config.report else [], floats, calibrated, names)
+    notes = [
+        *final.notes(),
+        *lines,
+        f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
+    ]
+    result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
+    result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET
+    if config.report and samples:  # written now: partitioning rewrites the graph after this stage
+        result.runner = GraphRunner(graph, engine=config.engine, like=runner)
+    return result
 
 
 __all__ = [

@@ -1,25 +1,27 @@
-"""Run the float graph on the host plan over the calibration samples and observe tensor ranges.
+"""Run the float graph over the calibration samples once and observe tensor ranges.
 
 The graph is copied (its weights shared, not copied) with every tensor to observe
-made an output, lowered to a host plan and run by runtime_lite, the same kernels
-a deployed bundle uses. Percentiles come from a histogram of |x| per tensor whose
-range doubles (merging bin pairs) when a sample exceeds it, so memory stays at a
-few KiB per tensor whatever the number of samples.
+made an output and run by engine.py (onnxruntime, batched, where installed; the
+host plan otherwise). Each tensor keeps min, max and a histogram of |x| whose range
+doubles (merging bin pairs) when a sample exceeds it, so memory stays at a few KiB
+per tensor whatever the number of samples; every method of methods.py chooses its
+bound from that one histogram.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
 
-from aot.compiler.host_plan import lower_to_host_plan
+from aot.compiler.quantize.engine import GraphRunner
+from aot.compiler.quantize.methods import choose_amax
 from aot.compiler.quantize.samples import Sample
 from aot.compiler.quantize.table import CalibrationTable, TensorRange
 from aot.ir.graph import Graph, Node, Value
-from runtime_lite.execution.plan import HostPlan
 
 BINS = 2048
 
@@ -37,34 +39,34 @@ class RangeObserver:
         x = np.asarray(x, np.float32).ravel()
         if x.size == 0:
             return
-        finite = x[np.isfinite(x)] if not np.isfinite(x).all() else x
-        if finite.size == 0:
-            return
-        self.min = min(self.min, float(finite.min()))
-        self.max = max(self.max, float(finite.max()))
-        magnitude = np.abs(finite)
-        peak = float(magnitude.max())
+        low, high = float(x.min()), float(x.max())  # a NaN or an infinity shows here: only then filter
+        if not (np.isfinite(low) and np.isfinite(high)):
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            low, high = float(x.min()), float(x.max())
+        self.min = min(self.min, low)
+        self.max = max(self.max, high)
+        peak = max(-low, high)
         if self.top == 0.0:
             self.top = peak if peak > 0 else 0.0
         while peak > self.top > 0:  # double the range: bin pairs merge
             self.hist = np.concatenate([self.hist.reshape(-1, 2).sum(axis=1), np.zeros(BINS // 2, np.int64)])
             self.top *= 2
         if self.top == 0.0:
-            self.hist[0] += magnitude.size
+            self.hist[0] += x.size
             return
-        index = np.minimum((magnitude * (BINS / self.top)).astype(np.int64), BINS - 1)
-        self.hist += np.bincount(index, minlength=BINS)
+        scaled = np.abs(x)  # a new array, scaled in place: five passes over x in all, it is most of calibration
+        np.multiply(scaled, np.float32(BINS / self.top), out=scaled)
+        counts = np.bincount(scaled.astype(np.intp), minlength=BINS + 1)  # |x| == top lands in bin BINS
+        self.hist += counts[:BINS]
+        self.hist[-1] += counts[BINS:].sum()
 
     def range(self, method: str, percentile: float) -> TensorRange:
         if not np.isfinite(self.min):
             return TensorRange(0.0, 0.0, 0.0)
         peak = max(abs(self.min), abs(self.max))
-        if method == "minmax" or self.top == 0.0:
-            return TensorRange(self.min, self.max, peak)
-        cumulative = np.cumsum(self.hist)
-        bin_index = int(np.searchsorted(cumulative, cumulative[-1] * percentile / 100.0))
-        amax = min(peak, (bin_index + 1) * self.top / BINS)
-        return TensorRange(self.min, self.max, amax)
+        return TensorRange(self.min, self.max, choose_amax(method, self.hist, self.top, peak, percentile))
 
 
 def clone(graph: Graph) -> tuple[Graph, dict[int, Value]]:
@@ -93,50 +95,45 @@ def clone(graph: Graph) -> tuple[Graph, dict[int, Value]]:
     return copy, mapping
 
 
-def probe_plan(graph: Graph, tensors: list[Value]) -> HostPlan:
-    """A host plan of ``graph`` whose outputs are the graph's own, then ``tensors`` (the graph is not changed)."""
-    probe, mapping = clone(graph)
-    probe.outputs = list(probe.outputs) + [mapping[id(v)] for v in tensors]
-    lowered = lower_to_host_plan(probe)
-    return HostPlan(lowered.plan, lowered.constants)
-
-
-def progress_bar(stream: TextIO | None, label: str, total: int) -> Callable[[int], None]:
-    """``tick(done)`` redraws ``label [#####.....] done/total`` on one stderr line (nothing when stream is None)."""
+def progress_bar(stream: TextIO | None, label: str, total: int) -> Callable[..., None]:
+    """``tick(done, detail="")`` redraws ``label [#####.....] done/total`` on one stderr line (nothing when
+    stream is None); the finished bar adds the seconds it took and ``detail`` (where it ran)."""
     if stream is None:
-        return lambda done: None
+        return lambda done, detail="": None
     interactive = getattr(stream, "isatty", lambda: False)()
+    start = time.perf_counter()
 
-    def tick(done: int) -> None:
+    def tick(done: int, detail: str = "") -> None:
         if not interactive and done != total:
             return  # a log file gets the finished bar only
         filled = 30 * done // max(total, 1)
-        end = "\n" if done == total else ""
+        end = ""
+        if done == total:
+            end = f" in {time.perf_counter() - start:.2f} s" + (f" ({detail})" if detail else "") + "\n"
         stream.write(f"\r  {label:<10}[{'#' * filled}{'.' * (30 - filled)}] {done}/{total}{end}")
         stream.flush()
 
     return tick
 
 
-def run_float(
-    graph: Graph, tensors: list[Value], samples: list[Sample], observe: int, stream: TextIO | None = sys.stderr
-) -> tuple[dict[str, RangeObserver], list[list[np.ndarray]]]:
-    """Observe ``tensors`` on the first ``observe`` samples; return the observers and every sample's float outputs."""
-    plan = probe_plan(graph, tensors)
-    names = [v.name for v in graph.inputs]
+def run_float(graph: Graph, tensors: list[Value], samples: list[Sample], observe: int,
+              stream: TextIO | None = sys.stderr, engine: str = "auto",
+              ) -> tuple[dict[str, RangeObserver], list[list[np.ndarray]], GraphRunner]:  # fmt: skip
+    """Observe ``tensors`` on the first ``observe`` samples; return the observers, every sample's float
+    outputs and the runner (whose batching the quantized variants reuse)."""
+    runner = GraphRunner(graph, tensors, engine)
     observers = {v.name: RangeObserver() for v in tensors}
-    outputs = []
-    n_out = len(graph.outputs)
+    outputs: list[list[np.ndarray]] = []
     tick = progress_bar(stream, "calibrate", len(samples))
     tick(0)
-    for i, sample in enumerate(samples):
-        results = plan.execute([sample[n] for n in names])
-        outputs.append([np.array(r) for r in results[:n_out]])
-        if i < observe:
-            for value, array in zip(tensors, results[n_out:]):
-                observers[value.name].observe(array)
-        tick(i + 1)
-    return observers, outputs
+    for part, observing in ((samples[:observe], True), (samples[observe:], False)):
+        for _, per_sample, results in runner.batches(part):
+            outputs.extend(per_sample)
+            if observing:
+                for value, k in zip(tensors, runner.extra_index):
+                    observers[value.name].observe(results[k])
+            tick(len(outputs), runner.describe())
+    return observers, outputs, runner
 
 
 def make_table(observers: dict[str, RangeObserver], method: str, percentile: float, samples: int,

@@ -1,4 +1,4 @@
-"""How a build quantizes: the calibration data, the range method and the held-back share."""
+"""How a build quantizes: the calibration data, the range method, the held-back share and the accuracy budget."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aot.compiler.quantize.methods import HISTOGRAM_METHODS
 from aot.errors import BuildError
 
-METHODS = ("minmax", "percentile")
+#: ``auto`` tries every histogram method on the held-back samples and keeps the best.
+METHODS = ("auto", *HISTOGRAM_METHODS)
+ENGINES = ("auto", "onnxruntime", "host")
 
 
 @dataclass
@@ -22,19 +25,29 @@ class QuantizeConfig:
     ``{input name: array}`` dicts. ``table``: a calibration table written by an
     earlier build (``--calibration-table``); with it no calibration runs, and
     ``calibration`` (optional then) only feeds the accuracy report.
-    ``method``: ``"minmax"`` or ``"percentile"`` (of |x|, ``percentile`` per cent).
-    ``holdout``: the share of the samples kept out of calibration and used only to
-    measure accuracy. ``max_samples`` caps how many samples are read.
+    ``method``: ``"auto"`` (each of the others, judged on the held-back samples by
+    the task agreement of report.py; the best is kept), ``"minmax"``, ``"percentile"``
+    (of |x|, ``percentile`` per cent), ``"entropy"`` (least KL divergence, TensorRT's
+    default) or ``"mse"`` (least quantization error). ``holdout``: the share of the
+    samples kept out of calibration and used only to measure accuracy. ``max_samples``
+    caps how many samples are read. ``accuracy_budget``: the task agreement (a
+    fraction: 0.01 is one point) the build may lose; past it the layers whose
+    quantization costs most stay float, the fewest that meet it. Without it the
+    report's verdict is given against one point. ``engine``: what runs calibration
+    and the accuracy measurements: onnxruntime where installed (``"auto"``), or the
+    host plan.
     """
 
     calibration: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | None = None
-    method: str = "percentile"
+    method: str = "auto"
     percentile: float = 99.99
     holdout: float = 0.1
     table: str | os.PathLike[str] | None = None
     max_samples: int | None = None
     #: Run the accuracy report at the end of the build (float vs quantized on every sample).
     report: bool = True
+    accuracy_budget: float | None = None
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -45,5 +58,12 @@ class QuantizeConfig:
             raise BuildError(f"calibration holdout must lie in [0, 1), got {self.holdout}")
         if self.calibration is None and self.table is None:
             raise BuildError("int8 needs calibration data (--calibration DIR) or a calibration table")
+        if self.accuracy_budget is not None and not 0.0 <= self.accuracy_budget < 1.0:
+            raise BuildError(
+                f"accuracy budget must lie in [0, 1) (a fraction of task agreement: 0.01 is one point), "
+                f"got {self.accuracy_budget}"
+            )
+        if self.engine not in ENGINES:
+            raise BuildError(f"calibration engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.max_samples is not None and self.max_samples < 1:
             raise BuildError(f"max_samples must be positive, got {self.max_samples}")

@@ -1,17 +1,35 @@
-"""The accuracy report: the quantized bundle against the float graph, per output, on every sample.
+"""The accuracy report: the quantized graph against the float graph, per output, in the task's own terms.
 
-Calibration samples and held-back samples (never used for ranges) are reported
-apart: a gap between the two says the ranges fit the calibration data too
-closely. For each output: relative L2 error (||q - f|| / ||f|| over all samples),
-the largest absolute difference, and, for a classifier's scores (rank 2, more
-than one class), how often the top-1 class agrees.
+A bare error norm does not tell a good int8 build from a bad one: on a CTC text
+recognizer the calibration with the smaller relative L2 lost four times the
+exact-string accuracy. So each output is read the way its task reads it, where its
+shape says what the task is, and the relative L2 stands beside:
+
+- **(batch, classes)**, a classifier: top-1 agreement, the share of rows whose argmax
+  int8 leaves unchanged;
+- **(batch, time, classes)** or **(time, batch, classes)**, a sequence (CTC, a tagger):
+  top-1 agreement per position, and **exact-sequence agreement**, the share of samples
+  whose every position agrees (what exact-string accuracy sees);
+- anything else (one value per row, integer outputs, feature maps of rank 4 or more):
+  one line saying the task metric cannot read it; relative L2 judges it.
+
+The **task agreement** of an output is its exact-sequence agreement for a sequence,
+its top-1 agreement for a classifier. A build is scored by the mean task agreement of
+the outputs that have one, ties broken by the mean top-1 agreement, then by the
+relative L2 (``Score.key``); the verdict compares the loss (1 - task agreement) with
+the accuracy budget. Calibration and held-back samples (never used for ranges) are
+reported apart: a gap between them says the ranges fit the calibration data too closely.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+#: The budget a verdict is given against when the build sets none: one point of agreement.
+DEFAULT_BUDGET = 0.01
 
 
 @dataclass(frozen=True)
@@ -21,31 +39,65 @@ class OutputAccuracy:
     samples: int
     relative_l2: float
     max_abs: float
+    #: Share of positions (rows of a classifier) whose argmax over the last axis agrees.
     top1_agreement: float | None
+    #: For a sequence: share of samples whose every position agrees.
+    exact_agreement: float | None = None
+    #: Positions the top-1 agreement counted, over all samples of the split.
+    positions: int = 0
+    #: Why the task metric cannot read this output (None when it can).
+    unreadable: str | None = None
+
+    @property
+    def task_agreement(self) -> float | None:
+        return self.exact_agreement if self.exact_agreement is not None else self.top1_agreement
 
     def line(self) -> str:
-        top1 = f", top-1 agreement {self.top1_agreement * 100:.1f}%" if self.top1_agreement is not None else ""
-        return (
+        head = (
             f"accuracy {self.output} ({self.split}, {self.samples} samples): relative L2 {self.relative_l2:.4f}, "
-            f"max abs {self.max_abs:.4g}{top1}"
+            f"max abs {self.max_abs:.4g}"
         )
+        if self.unreadable is not None:
+            return f"{head}; judged by relative L2 alone: the task metric cannot read {self.unreadable}"
+        if self.exact_agreement is not None:
+            return (
+                f"{head}, top-1 agreement {self.top1_agreement * 100:.1f}% of {self.positions} positions, "
+                f"exact-sequence agreement {self.exact_agreement * 100:.1f}%"
+            )
+        return f"{head}, top-1 agreement {self.top1_agreement * 100:.1f}%"
 
 
-def _is_classifier(array: np.ndarray) -> bool:
-    return array.ndim == 2 and array.shape[-1] > 1 and np.issubdtype(array.dtype, np.floating)
+def unreadable_reason(array: np.ndarray) -> str | None:
+    """Why an output of this shape and dtype has no task agreement, or None when it has one."""
+    shape = list(array.shape)
+    if not np.issubdtype(array.dtype, np.floating):
+        return f"a {array.dtype} output (shape {shape}): it holds decisions, not scores"
+    if array.ndim < 2 or array.shape[-1] < 2:
+        return f"a single value per row (shape {shape}): no classes to take the top-1 of"
+    if array.ndim > 3:
+        return (
+            f"a rank-{array.ndim} output (shape {shape}): it reads (batch, classes) and sequences "
+            "(batch, time, classes) or (time, batch, classes)"
+        )
+    return None
 
 
 def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.ndarray]) -> OutputAccuracy:
+    """One output over one split; ``floats[i]`` and ``quantized[i]`` are sample i's arrays."""
     f = np.concatenate([np.asarray(a, np.float64).ravel() for a in floats])
     q = np.concatenate([np.asarray(a, np.float64).ravel() for a in quantized])
     norm = np.linalg.norm(f)
     diff = q - f
     rel = float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
-    top1 = None
-    if _is_classifier(floats[0]):
-        agree = [np.mean(np.argmax(a, -1) == np.argmax(b, -1)) for a, b in zip(floats, quantized)]
-        top1 = float(np.mean(agree))
-    return OutputAccuracy(name, split, len(floats), rel, float(np.abs(diff).max(initial=0.0)), top1)
+    max_abs = float(np.abs(diff).max(initial=0.0))
+    why = unreadable_reason(np.asarray(floats[0]))
+    if why is not None:
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why)
+    agree = [np.argmax(a, -1) == np.argmax(b, -1) for a, b in zip(floats, quantized)]
+    positions = sum(a.size for a in agree)
+    top1 = float(sum(int(a.sum()) for a in agree) / positions)
+    exact = float(np.mean([a.all() for a in agree])) if np.asarray(floats[0]).ndim == 3 else None
+    return OutputAccuracy(name, split, len(floats), rel, max_abs, top1, exact, positions)
 
 
 def accuracy_report(
@@ -60,3 +112,85 @@ def accuracy_report(
         for j, name in enumerate(names):
             report.append(compare(name, split, [s[j] for s in f], [s[j] for s in q]))
     return report
+
+
+@dataclass(frozen=True)
+class Score:
+    """One build's accuracy on one split, as one comparable value (``key``: larger is better)."""
+
+    #: Mean task agreement over the outputs that have one (None: no output has).
+    task: float | None
+    top1: float | None
+    relative_l2: float
+    samples: int
+
+    def key(self) -> tuple[float, float, float]:
+        return (self.task if self.task is not None else 0.0, self.top1 if self.top1 is not None else 0.0,
+                -self.relative_l2)  # fmt: skip
+
+    @property
+    def loss(self) -> float | None:
+        """Points of task agreement lost (as a fraction), or None where no output has a task metric."""
+        return None if self.task is None else 1.0 - self.task
+
+    def text(self) -> str:
+        rel = f"relative L2 {self.relative_l2:.4f}"
+        return rel if self.task is None else f"agreement {self.task * 100:.1f}%, {rel}"
+
+
+def score(accuracy: list[OutputAccuracy]) -> Score:
+    """The score of one split's rows (every output of one split)."""
+    tasks = [a.task_agreement for a in accuracy if a.task_agreement is not None]
+    tops = [a.top1_agreement for a in accuracy if a.top1_agreement is not None]
+    return Score(
+        float(np.mean(tasks)) if tasks else None,
+        float(np.mean(tops)) if tops else None,
+        float(np.mean([a.relative_l2 for a in accuracy])),
+        accuracy[0].samples if accuracy else 0,
+    )
+
+
+def judged_split(accuracy: list[OutputAccuracy]) -> list[OutputAccuracy]:
+    """The rows a verdict reads: the held-back samples', or the calibration samples' when none were held back."""
+    held = [a for a in accuracy if a.split == "held-back"]
+    return held or [a for a in accuracy if a.split == "calibration"]
+
+
+def points(fraction: float) -> str:
+    return f"{fraction * 100:.3g} point{'s' if round(fraction * 100, 3) != 1 else ''}"
+
+
+def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> str:
+    """One line: is the int8 build within ``budget`` (a fraction of task agreement) of the float model?"""
+    rows = judged_split(accuracy)
+    if not rows:
+        return "int8 verdict: no samples to judge by"
+    split = f"{rows[0].samples} {rows[0].split} samples"
+    result = score(rows)
+    if result.loss is None:
+        return (
+            f"int8 verdict: no output the task metric reads; relative L2 {result.relative_l2:.4f} on {split} "
+            f"(the {points(budget)} budget cannot be checked)"
+        )
+    word = "agreement" if len(rows) == 1 else "mean task agreement"
+    within = result.loss <= budget + 1e-12
+    line = (
+        f"int8 verdict: {'within' if within else 'OVER'} the {points(budget)} budget: {word} "
+        f"{result.task * 100:.1f}% on {split} (loses {points(result.loss)})"
+    )
+    coarsest = min((a.samples if a.exact_agreement is not None else a.positions) for a in rows if a.unreadable is None)
+    if 1.0 / coarsest > budget:
+        line += f"; one disagreement in {coarsest} is {points(1.0 / coarsest)}: hold back more samples to resolve it"
+    if not within:
+        line += "; --accuracy-budget keeps the costliest layers float"
+    return line
+
+
+def budget_text(fraction: float) -> str:
+    """0.01 -> '1%'."""
+    return f"{fraction * 100:.3g}%"
+
+
+def ceil_points(fraction: float) -> float:
+    """A loss rounded up to the next tenth of a point, as a fraction (what a budget would have to allow)."""
+    return math.ceil(fraction * 1000 - 1e-9) / 1000

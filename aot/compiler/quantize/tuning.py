@@ -1,0 +1,171 @@
+"""Choosing by measurement: the calibration method (``auto``) and the layers kept float (``accuracy_budget``).
+
+Both judge a quantized *variant* of the float graph (a copy with Q/DQ inserted for a
+given table and set of float layers) by the task agreement of report.py on the
+held-back samples, against the float outputs the calibration pass already computed:
+
+- ``choose_method``: one variant per method, each from the same histograms; the best
+  ``Score.key`` wins (task agreement, then top-1, then relative L2).
+- ``fit_budget``: when the chosen build loses more than the budget, each quantized layer
+  is kept float alone to measure what its quantization costs (per-layer sensitivity,
+  as accuracy-aware tuning does); the costliest are kept float, the fewest that meet
+  the budget (a bisection over the ranking, re-measured as a whole).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from aot.compiler.quantize.calibrate import clone, progress_bar
+from aot.compiler.quantize.engine import GraphRunner
+from aot.compiler.quantize.insert import QuantizationPlan, QuantizedOp, insert_qdq
+from aot.compiler.quantize.report import (
+    OutputAccuracy,
+    Score,
+    budget_text,
+    ceil_points,
+    compare,
+    points,
+    score,
+)
+from aot.compiler.quantize.samples import Sample
+from aot.compiler.quantize.table import CalibrationTable
+from aot.errors import BuildError
+from aot.ir.graph import Graph, Value
+
+
+def restrict(plan: QuantizationPlan, keep_float: Iterable[str], mapping: dict[int, Value] | None = None
+             ) -> QuantizationPlan:  # fmt: skip
+    """``plan`` without the ops named in ``keep_float``, mapped onto a clone's values when ``mapping`` is given."""
+    keep_float = set(keep_float)
+
+    def v(value: Value) -> Value:
+        return mapping[id(value)] if mapping is not None else value
+
+    ops, tensors = [], {}
+    for op in plan.ops:
+        if op.node.name in keep_float:
+            continue
+        node = v(op.node.outputs[0]).producer
+        activation = v(op.activation.outputs[0]).producer if op.activation is not None else None
+        ops.append(QuantizedOp(node, v(op.output), activation))
+        tensors.setdefault(id(node.inputs[0]), node.inputs[0])
+        tensors.setdefault(id(ops[-1].output), ops[-1].output)
+    floats = {k: c.copy() for k, c in plan.floats.items()}
+    for op in plan.ops:
+        if op.node.name in keep_float:
+            floats.setdefault(op.node.op, collections.Counter())["kept float under the accuracy budget"] += 1
+    return QuantizationPlan(ops, list(tensors.values()), floats)
+
+
+@dataclass
+class Judge:
+    """Measures quantized variants of ``graph`` on ``samples`` against their float outputs ``floats``."""
+
+    graph: Graph
+    plan: QuantizationPlan
+    names: list[str]
+    samples: list[Sample]
+    floats: list[list[np.ndarray]]
+    split: str
+    engine: str = "auto"
+    like: GraphRunner | None = None  # a runner whose batching the variants reuse
+
+    def variant(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> Graph:
+        copy, mapping = clone(self.graph)
+        insert_qdq(copy, restrict(self.plan, keep_float, mapping), table)
+        return copy
+
+    def measure(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> tuple[list[OutputAccuracy], Score]:
+        runner = GraphRunner(self.variant(table, keep_float), engine=self.engine, like=self.like)
+        quantized = runner.run(self.samples)
+        rows = [
+            compare(name, self.split, [s[j] for s in self.floats], [s[j] for s in quantized])
+            for j, name in enumerate(self.names)
+        ]
+        return rows, score(rows)
+
+
+def choose_method(judge: Judge, tables: dict[str, CalibrationTable], stream: TextIO | None
+                  ) -> tuple[CalibrationTable, list[str]]:  # fmt: skip
+    """The table whose variant scores best, and the lines that say each method's score and which won."""
+    tick = progress_bar(stream, "methods", len(tables))
+    tick(0)
+    scores: dict[str, Score] = {}
+    for i, (method, table) in enumerate(tables.items()):
+        scores[method] = judge.measure(table)[1]
+        tick(i + 1)
+    best = max(scores, key=lambda m: scores[m].key())  # the first of equals: the order of METHODS
+    each = "; ".join(f"{m} {s.text()}" for m, s in scores.items())
+    line = f"int8: calibration method auto chose {best} on {len(judge.samples)} {judge.split} samples ({each})"
+    return tables[best], [line]
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    name: str
+    op: str
+    #: The score with this layer alone kept float.
+    alone: Score
+
+
+def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: TextIO | None
+               ) -> tuple[list[str], list[str]]:  # fmt: skip
+    """The fewest layers to keep float so the loss stays within ``budget``, and the report's lines about it."""
+    rows, base = judge.measure(table)
+    on = f"{len(judge.samples)} {judge.split} samples"
+    if base.loss is None:
+        why = "; ".join(f"{a.output}: {a.unreadable}" for a in rows)
+        raise BuildError(f"--accuracy-budget needs an output the task metric reads; {why}")
+    if base.loss <= budget + 1e-12:
+        return [], [f"int8: accuracy budget {budget_text(budget)} met with every layer in int8 "
+                    f"(loses {points(base.loss)} on {on})"]  # fmt: skip
+    layers = [(op.node.name, op.node.op) for op in judge.plan.ops]
+    start = time.perf_counter()
+    tick = progress_bar(stream, "layers", len(layers))
+    tick(0)
+    costs = []
+    for i, (name, op) in enumerate(layers):
+        costs.append(LayerCost(name, op, judge.measure(table, [name])[1]))
+        tick(i + 1)
+    costs.sort(key=lambda c: c.alone.key(), reverse=True)  # the layer whose float copy helps most first
+    order = [c.name for c in costs]
+    measured: dict[int, Score] = {0: base}
+    lo, hi = 1, len(order)
+    while lo < hi:  # the smallest k whose k costliest layers kept float meet the budget
+        mid = (lo + hi) // 2
+        measured[mid] = judge.measure(table, order[:mid])[1]
+        if measured[mid].loss <= budget + 1e-12:
+            hi = mid
+        else:
+            lo = mid + 1
+    k = lo
+    if k not in measured:
+        measured[k] = judge.measure(table, order[:k])[1]
+    if k == len(order) or measured[k].loss > budget + 1e-12:
+        best = min(measured[j].loss for j in measured if j < len(order))
+        every = "its one int8 layer" if len(order) == 1 else f"all {len(order)} int8 layers"
+        allow = f"allow --accuracy-budget {budget_text(ceil_points(best))}, or " if best < 1 else ""
+        raise BuildError(
+            f"accuracy budget {budget_text(budget)} cannot be met in int8: quantized it loses {points(base.loss)} on "
+            f"{on}, and only keeping {every} float (the float model) meets it; the least loss "
+            f"with any layer in int8 was {points(best)}: {allow}build in float"
+        )
+    named = ", ".join(
+        f"{c.op} {c.name!r} (alone: +{(c.alone.task - base.task) * 100:.3g} points, relative L2 "
+        f"{c.alone.relative_l2:.4f})"
+        for c in costs[:k]
+    )
+    lines = [
+        f"int8: accuracy budget {budget_text(budget)}: int8 everywhere loses {points(base.loss)} on {on}; "
+        f"{k} of {len(order)} layers kept float, the costliest: {named}",
+        f"int8: with {'it' if k == 1 else 'them'} float it loses {points(measured[k].loss)} ({measured[k].text()}); "
+        f"measured {len(layers)} layers' costs in {time.perf_counter() - start:.1f} s",
+    ]
+    return order[:k], lines
