@@ -6,10 +6,16 @@ import collections
 
 from aot.inspect.bundle_view import BundleView
 from aot.words import counted
+from runtime_lite.format.signature import DimSpec
 
 
 def _spec(spec: dict) -> str:
     return f"{spec['name']}: {spec['dtype']}[{','.join(str(d) for d in spec['shape'])}]"
+
+
+def describe_dims(dims: dict) -> list[str]:
+    """One line per symbolic dim of a signature: its name, its bounds if declared, where it came from."""
+    return [str(DimSpec(name, d.get("from", ""), d.get("min"), d.get("max"))) for name, d in dims.items()]
 
 
 def format_size(n: int) -> str:
@@ -36,6 +42,7 @@ def summarize_bundle(view: BundleView) -> str:
         + (f" ({model['frontend']} opset {model['opset']})" if "opset" in model else ""),
         *(f"input     {_spec(s)}" for s in header["signature"]["inputs"]),
         *(f"output    {_spec(s)}" for s in header["signature"]["outputs"]),
+        *(f"dim       {line}" for line in describe_dims(header["signature"].get("dims", {}))),
         f"features  {', '.join(header.get('required_features', []))}",
         f"plan      {counted(len(plan['instructions']), 'instruction')} ({counted(view.host_ops, 'host op')}, "
         f"{counted(calls, 'backend call')}), {counted(len(header.get('constants', [])), 'constant')}",

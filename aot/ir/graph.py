@@ -64,6 +64,8 @@ class Graph:
         self._unknown_dims = itertools.count()
         #: Facts about where the graph came from (frontend, opset, node count), for summaries.
         self.metadata: dict[str, Any] = {}
+        #: The inputs' symbolic dims by name: where each came from and its bounds (aot/ir/dims.py).
+        self.dims: dict[str, Any] = {}
 
     # -- naming -------------------------------------------------------------------------
     def unique_name(self, base: str, kind: str = "value") -> str:

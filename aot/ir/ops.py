@@ -583,6 +583,17 @@ def _concat(ctx: InferContext) -> list[TensorType]:
     return [TensorType(shape, first.dtype)]
 
 
+def _recurrent(ctx: InferContext) -> list[TensorType]:
+    """RNN/GRU/LSTM over x [seq, batch, input]: y [seq, dirs, batch, hidden], y_h (and y_c) [dirs, batch, hidden]."""
+    x, hidden = ctx.types[0], ctx.attrs["hidden_size"]
+    dirs = 2 if ctx.attrs["direction"] == "bidirectional" else 1
+    if x.rank != 3:
+        raise ctx.fail("recurrent", f"x must be [seq, batch, input], got {x}")
+    seq, batch = x.shape[:2]
+    state = TensorType((dirs, batch, hidden), x.dtype)
+    return [TensorType((seq, dirs, batch, hidden), x.dtype), state] + ([state] if ctx.attrs["kind"] == "lstm" else [])
+
+
 def _split(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
     axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "split")
@@ -643,6 +654,25 @@ def _pad(ctx: InferContext) -> list[TensorType]:
     if ctx.attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
         raise ctx.fail("pad", f"unsupported mode {ctx.attrs['mode']!r}")
     shape = [dim_math(ctx, lambda d, i=i: d + pads[i] + pads[i + x.rank], d) for i, d in enumerate(x.shape)]
+    return [TensorType(shape, x.dtype)]
+
+
+def _same_pad(ctx: InferContext) -> list[TensorType]:
+    """Each trailing spatial dim padded as auto_pad SAME does: computed where the size is known."""
+    from runtime_lite.kernels.geometry import same_pads
+
+    x, kernel_shape = ctx.types[0], ctx.attrs["kernel_shape"]
+    nd = len(kernel_shape)
+    if x.rank < nd or not (len(ctx.attrs["strides"]) == len(ctx.attrs["dilations"]) == nd):
+        raise ctx.fail("same_pad", f"kernel_shape, strides and dilations must each give {nd} values for {x}")
+    shape = list(x.shape)
+    for i, d in enumerate(shape[x.rank - nd :]):
+        if isinstance(d, int):
+            one = same_pads([d], kernel_shape[i : i + 1], ctx.attrs["strides"][i : i + 1],
+                            ctx.attrs["dilations"][i : i + 1], bool(ctx.attrs["lower"]))  # fmt: skip
+            shape[x.rank - nd + i] = d + sum(one)
+        else:
+            shape[x.rank - nd + i] = ctx.fresh_dim()
     return [TensorType(shape, x.dtype)]
 
 
@@ -777,9 +807,15 @@ register_op("expand", "x shape?", _expand, shape=None)
 register_op("tile", "x", _tile, repeats=REQUIRED)
 register_op("concat", "xs*", _concat, axis=REQUIRED)
 register_op("split", "x", _split, axis=REQUIRED, sizes=REQUIRED)
+register_op(
+    "recurrent", "x w r b states*", _recurrent, kind=REQUIRED, hidden_size=REQUIRED, direction="forward",
+    activations=REQUIRED, clip=None, linear_before_reset=0, initial_h=0, initial_c=0, peepholes=0,
+)  # fmt: skip
 register_op("slice", "x", _slice, starts=REQUIRED, ends=REQUIRED, axes=REQUIRED, steps=REQUIRED)
 register_op("dynamic_slice", "x starts ends", _dynamic_slice, axes=REQUIRED, steps=REQUIRED)
 register_op("pad", "x", _pad, pads=REQUIRED, mode="constant", value=0.0)
+register_op("same_pad", "x", _same_pad, kernel_shape=REQUIRED, strides=REQUIRED, dilations=REQUIRED, lower=0,
+            value=0.0)  # fmt: skip
 register_op("gather", "data indices", _gather, axis=0)
 register_op("gather_elements", "data indices", lambda c: [c.types[1].with_dtype(c.types[0].dtype)], axis=0)
 register_op("shape", "x", _shape, start=0, end=None)

@@ -9,6 +9,7 @@ import numpy as np
 
 from aot.compiler.host_plan import LoweredPlan
 from aot.errors import BuildError
+from aot.ir.dims import dims_record
 from aot.ir.graph import Graph, Value
 from aot.packager.writer import BlobTable
 from runtime_lite import format as fmt
@@ -43,6 +44,19 @@ def producer_versions() -> dict[str, str]:
     return versions
 
 
+def _signature(graph: Graph) -> dict[str, Any]:
+    """Inputs and outputs; ``dims`` (where each symbolic input dim's name came from, its bounds) when any."""
+    signature: dict[str, Any] = {
+        "inputs": [tensor_spec(v) for v in graph.inputs],
+        "outputs": [tensor_spec(v) for v in graph.outputs],
+    }
+    used = {d for v in graph.inputs for d in v.type.shape if isinstance(d, str)}
+    dims = dims_record(graph.dims, used)
+    if dims:
+        signature["dims"] = dims
+    return signature
+
+
 def make_header(
     graph: Graph, plan: LoweredPlan, blobs: BlobTable, modules: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -57,10 +71,7 @@ def make_header(
         "required_features": features,
         "producer": producer_versions(),
         "model": {"name": graph.name, **{k: v for k, v in graph.metadata.items() if isinstance(v, (str, int))}},
-        "signature": {
-            "inputs": [tensor_spec(v) for v in graph.inputs],
-            "outputs": [tensor_spec(v) for v in graph.outputs],
-        },
+        "signature": _signature(graph),
         "constants": constants,
         "modules": modules or [],
         "plan": plan.record,

@@ -36,7 +36,17 @@ from runtime_lite.execution.plan import BoundModule, HostPlan
 from runtime_lite.execution.profile import Profile
 from runtime_lite.format.fields import expect, expect_index, expect_key
 from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
-from runtime_lite.format.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
+from runtime_lite.format.signature import (
+    DimSpec,
+    TensorSpec,
+    bind,
+    bounded_axes,
+    check_bounds,
+    check_outputs,
+    ordered_values,
+    parse_dims,
+    parse_specs,
+)
 
 
 class Module:
@@ -77,6 +87,9 @@ class Module:
         header = _Header.parse(bundle)
         self.inputs: tuple[TensorSpec, ...] = header.inputs
         self.outputs: tuple[TensorSpec, ...] = header.outputs
+        #: The signature's symbolic dims: where each name came from, and its bounds where declared.
+        self.dims: dict[str, DimSpec] = header.dims
+        self._bounded = bounded_axes(self.inputs, self.dims)
         self.producer: dict[str, str] = header.producer
         self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
@@ -154,6 +167,8 @@ class Module:
             run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
             values = [_device_input(v, s.name) for v, s in zip(values, self.inputs)]
         arrays, dims = bind(self.inputs, values)
+        if self._bounded:
+            check_bounds(self._bounded, arrays)
         if run is None:
             outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
         else:
@@ -247,6 +262,7 @@ class _Header:
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    dims: dict[str, DimSpec]
     producer: dict[str, str]
     model_name: str
     modules: list[_ModuleRecord]
@@ -256,9 +272,11 @@ class _Header:
     def parse(cls, bundle: Bundle) -> _Header:
         header = bundle.header
         signature = expect_key(header, "signature", dict, "header")
+        inputs = parse_specs(expect_key(signature, "inputs", list, "signature"), "signature.inputs")
         return cls(
-            inputs=parse_specs(expect_key(signature, "inputs", list, "signature"), "signature.inputs"),
+            inputs=inputs,
             outputs=parse_specs(expect_key(signature, "outputs", list, "signature"), "signature.outputs"),
+            dims=parse_dims(signature.get("dims", {}), inputs),
             producer=_producer(header.get("producer", {})),
             model_name=expect(
                 expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"

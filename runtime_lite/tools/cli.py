@@ -130,6 +130,8 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  input  {spec}")
     for spec in module.outputs:
         print(f"  output {spec}")
+    for dim in module.dims.values():
+        print(f"  dim    {dim}")
     for module_id, placed in module.placement.items():
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
     return 0

@@ -1,0 +1,171 @@
+"""Images of any size from one bundle: the dims exporters leave unknown, kept symbolic.
+
+The models are what other exporters than torch's write (paddle2onnx types an input
+``[-1, 3, "?", "?"]``; tf2onnx converts SAME padding to ``auto_pad=SAME_UPPER``), built
+with ``onnx.helper``, and checked against onnxruntime on the same file at several sizes,
+some not divisible by the network's stride, on the host plan and ``--target onnxruntime``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import aot
+import runtime_lite
+from tests.helpers import onnxruntime_outputs, rand
+
+#: Height x width, with odd sizes a stride-2 network does not divide.
+SIZES = [(48, 192), (37, 101), (64, 64), (5, 7)]
+TARGETS = [["host"], ["onnxruntime"]]
+
+
+def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-30))
+
+
+def paddle_style_detector(batch_dim=-1) -> onnx.ModelProto:
+    """``[-1, 3, "?", "?"]`` in, a 2x2 stride-1 SAME_UPPER conv (its padding independent of the size), a
+    stride-2 SAME_UPPER conv and SAME max-pool (their padding depends on the size), then an upsample by 2
+    and a reshape computed from the input's shape."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[2, 2], auto_pad="SAME_UPPER"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+        helper.make_node("MaxPool", ["c2"], ["p"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+        helper.make_node("Resize", ["p", "", "scales"], ["up"], mode="nearest"),
+        helper.make_node("Shape", ["up"], ["shape"]),
+        helper.make_node("Slice", ["shape", "zero", "two", "zero"], ["lead"]),
+        helper.make_node("Concat", ["lead", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["up", "target"], ["y"]),
+    ]
+    inits = {
+        "w1": rand(6, 3, 2, 2, seed=1),
+        "b1": rand(6, seed=2),
+        "w2": rand(4, 6, 3, 3, seed=3),
+        "scales": np.array([1, 1, 2, 2], np.float32),
+        "zero": np.array([0], np.int64),
+        "two": np.array([2], np.int64),
+        "minus_one": np.array([-1], np.int64),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "paddle_style",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch_dim, 3, "?", "?"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", 13)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def check_sizes(module: runtime_lite.Module, model: onnx.ModelProto, sizes, batch: int = 1) -> None:
+    for h, w in sizes:
+        x = rand(batch, 3, h, w, seed=h * w)
+        (expected,) = onnxruntime_outputs(model, {"x": x})
+        (actual,) = module.run({"x": x})
+        assert actual.shape == expected.shape, (h, w)
+        assert rel_l2(actual, expected) <= 1e-5, (h, w, rel_l2(actual, expected))
+
+
+@pytest.mark.parametrize("targets", TARGETS, ids=lambda t: t[0])
+def test_each_question_mark_is_its_own_dim_and_every_size_runs(targets):
+    model = paddle_style_detector()
+    result = aot.build(model, targets=targets, log=None)
+    module = runtime_lite.load(result.to_bytes())
+    assert module.inputs[0].shape == ("N", 3, "h", "w"), module.inputs[0].shape
+    assert "the model wrote '?'" in module.dims["h"].origin and "dim 2" in module.dims["h"].origin
+    assert "dim 3" in module.dims["w"].origin and "no name" in module.dims["N"].origin
+    check_sizes(module, model, SIZES)
+    check_sizes(module, model, [(33, 17)], batch=2)
+
+
+def test_exporter_bookkeeping_names_become_readable_and_a_repeated_name_is_one_dim():
+    """``p2o.DynamicDimension.0`` on both inputs is one dim (the model says so); ``unk__3`` and ``?198`` are not."""
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("ReduceSum", ["s"], ["y"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "names",
+        [
+            helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, ["p2o.DynamicDimension.0", "unk__3"]),
+            helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, ["p2o.DynamicDimension.0", "?198"]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    (a, b) = module.inputs
+    assert a.shape == ("batch", "dim1") and b.shape == ("batch", "dim1_2"), (a.shape, b.shape)
+    assert "'p2o.DynamicDimension.0'" in module.dims["batch"].origin
+    x, y = rand(3, 1, seed=1), rand(3, 4, seed=2)
+    np.testing.assert_allclose(module.run({"a": x, "b": y})[0], (x + y).sum(axis=1), rtol=1e-6)
+    with pytest.raises(runtime_lite.InputError, match="'batch'"):
+        module.run({"a": rand(2, 1), "b": rand(3, 4)})
+
+
+def test_a_strided_same_average_pool_that_excludes_the_pad_is_refused_with_the_reason():
+    nodes = [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], auto_pad="SAME_UPPER")]
+    graph = helper.make_graph(
+        nodes,
+        "avg",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "?", "?"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(aot.errors.UnsupportedOpsError, match="AveragePool.*excludes the pad"):
+        aot.build(model, log=None)
+    module = runtime_lite.load(aot.build(model, input_shapes={"x": (1, 3, 9, 10)}, log=None).to_bytes())
+    x = rand(1, 3, 9, 10)
+    np.testing.assert_allclose(module.run([x])[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_bounds_from_the_command_line_are_recorded_shown_and_enforced(tmp_path):
+    model_file = tmp_path / "detector.onnx"
+    model = paddle_style_detector()
+    onnx.save(model, model_file)
+    bundle = tmp_path / "bounded.aotb"
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aot.cli.build",
+            str(model_file),
+            "-o",
+            str(bundle),
+            "--input",
+            "x:1x3x32..1280x32..1280",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    assert "h in 32..1280" in built.stdout + built.stderr, built.stdout + built.stderr
+    module = runtime_lite.load(bundle)
+    assert module.inputs[0].shape == (1, 3, "h", "w")
+    assert (module.dims["h"].min, module.dims["h"].max) == (32, 1280)
+    check_sizes(module, model, [(32, 32), (37, 101), (48, 192)])
+    with pytest.raises(runtime_lite.InputError) as refused:
+        module.run({"x": rand(1, 3, 31, 40)})
+    message = str(refused.value)
+    assert "input 'x'" in message and "dim 2 ('h')" in message and "minimum 32" in message, message
+    assert "\n" not in message
+    info = subprocess.run([sys.executable, "-m", "runtime_lite", "info", str(bundle)], capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    assert "h in 32..1280 (from --input x dim 2" in info.stdout, info.stdout
+
+
+def test_bounds_as_tuples_in_the_api():
+    model = paddle_style_detector()
+    result = aot.build(model, input_shapes={"x": (1, 3, (16, 64), (16, 64))}, log=None)
+    module = runtime_lite.load(result.to_bytes())
+    assert (module.dims["w"].min, module.dims["w"].max) == (16, 64)
+    with pytest.raises(runtime_lite.InputError, match="'w'.*above its maximum 64"):
+        module.run({"x": rand(1, 3, 16, 65)})
