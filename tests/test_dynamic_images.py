@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import onnx
@@ -18,6 +19,7 @@ from onnx import helper, numpy_helper
 
 import aot
 import runtime_lite
+from runtime_lite.kernels.cost import FIXED_OVERHEAD
 from tests.helpers import onnxruntime_outputs, rand
 
 #: Height x width, with odd sizes a stride-2 network does not divide.
@@ -169,3 +171,27 @@ def test_bounds_as_tuples_in_the_api():
     assert (module.dims["w"].min, module.dims["w"].max) == (16, 64)
     with pytest.raises(runtime_lite.InputError, match="'w'.*above its maximum 64"):
         module.run({"x": rand(1, 3, 16, 65)})
+
+
+def test_the_worst_case_activation_memory_is_the_static_plan_at_the_upper_bounds():
+    model = paddle_style_detector()
+    bounded = aot.build(model, input_shapes={"x": (2, 3, (16, 96), (16, 80))}, log=None)
+    at_the_bounds = aot.build(model, input_shapes={"x": (2, 3, 96, 80)}, log=None)
+    module = runtime_lite.load(bounded.to_bytes())
+    worst = module.worst_case_activation_bytes
+    assert worst >= at_the_bounds.plan.memory.peak_bytes > 2 * 3 * 96 * 80 * 4, worst
+    x = rand(2, 3, 96, 80)
+    module.run([x])
+    tracemalloc.start()
+    try:
+        module.run([x])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the activations alone leave out the kernels' scratch; the budget figure bounds everything
+    assert worst < peak <= module.worst_case_budget_bytes + FIXED_OVERHEAD, (peak, worst)
+    budgeted = runtime_lite.load(bounded.to_bytes(), max_memory=module.worst_case_budget_bytes)
+    np.testing.assert_array_equal(budgeted.run([x])[0], module.run([x])[0])
+    assert bounded.graph.inputs[0].type.shape == (2, 3, "h", "w"), "the symbolic types are put back"
+    unbounded = runtime_lite.load(aot.build(model, input_shapes={"x": (2, 3, (16, 96), "w")}, log=None).to_bytes())
+    assert unbounded.worst_case_activation_bytes is None

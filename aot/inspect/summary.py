@@ -18,6 +18,15 @@ def describe_dims(dims: dict) -> list[str]:
     return [str(DimSpec(name, d.get("from", ""), d.get("min"), d.get("max"))) for name, d in dims.items()]
 
 
+def describe_worst_case(signature: dict) -> list[str]:
+    """The bundle's stated worst-case activation memory (every dim bounded), as one line; none without it."""
+    worst, budget = signature.get("worst_case_activation_bytes"), signature.get("worst_case_budget_bytes")
+    if worst is None:
+        return []
+    line = f"{format_size(worst)} of activations with every dim at its maximum"
+    return [line + (f" (a max_memory budget admits it from {format_size(budget)})" if budget else "")]
+
+
 def format_size(n: int) -> str:
     """Bytes for a person: MB from 100 kB up, kB below (a 23.7 kB bundle is not "0.0 MB")."""
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
@@ -43,6 +52,7 @@ def summarize_bundle(view: BundleView) -> str:
         *(f"input     {_spec(s)}" for s in header["signature"]["inputs"]),
         *(f"output    {_spec(s)}" for s in header["signature"]["outputs"]),
         *(f"dim       {line}" for line in describe_dims(header["signature"].get("dims", {}))),
+        *(f"worst     {line}" for line in describe_worst_case(header["signature"])),
         f"features  {', '.join(header.get('required_features', []))}",
         f"plan      {counted(len(plan['instructions']), 'instruction')} ({counted(view.host_ops, 'host op')}, "
         f"{counted(calls, 'backend call')}), {counted(len(header.get('constants', [])), 'constant')}",

@@ -146,7 +146,7 @@ class DimNamer:
             self._record(given, DimInfo(f"{where} (given as '{given}')"))
             return given
         name = given.name or self._fresh(conventional_name(rank, axis, dtype))
-        info = DimInfo(f"{where} (given as {given})", given.min, given.max)
+        info = DimInfo(where, given.min, given.max)
         previous = self.dims.get(name)
         if previous is not None and previous.min is not None and (previous.min, previous.max) != (info.min, info.max):
             raise ShapeError(f"dim '{name}' is given two bounds: {previous.bounds_text()} and {info.bounds_text()}")

@@ -90,6 +90,10 @@ class Module:
         #: The signature's symbolic dims: where each name came from, and its bounds where declared.
         self.dims: dict[str, DimSpec] = header.dims
         self._bounded = bounded_axes(self.inputs, self.dims)
+        #: Peak bytes of host activations at the dims' upper bounds, as the build computed it (None: unbounded),
+        #: and the ``max_memory`` that admits a run there (the kernels' declared costs counted, as a budget does).
+        self.worst_case_activation_bytes: int | None = header.worst_case[0]
+        self.worst_case_budget_bytes: int | None = header.worst_case[1]
         self.producer: dict[str, str] = header.producer
         self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
@@ -239,6 +243,13 @@ def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
     return placed
 
 
+def _worst_case(signature: dict, what: str) -> int | None:
+    value = signature.get(f"worst_case_{what}_bytes")
+    if value is not None and (type(value) is not int or value < 0):
+        raise BundleError(f"bundle field 'signature.worst_case_{what}_bytes' must be a non-negative int, got {value!r}")
+    return value
+
+
 def _producer(record: Any) -> dict[str, str]:
     """Who wrote the bundle: a flat map of strings (tools print it; nothing nested reaches them)."""
     expect(record, dict, "header.producer")
@@ -263,6 +274,7 @@ class _Header:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     dims: dict[str, DimSpec]
+    worst_case: tuple[int | None, int | None]
     producer: dict[str, str]
     model_name: str
     modules: list[_ModuleRecord]
@@ -277,6 +289,7 @@ class _Header:
             inputs=inputs,
             outputs=parse_specs(expect_key(signature, "outputs", list, "signature"), "signature.outputs"),
             dims=parse_dims(signature.get("dims", {}), inputs),
+            worst_case=(_worst_case(signature, "activation"), _worst_case(signature, "budget")),
             producer=_producer(header.get("producer", {})),
             model_name=expect(
                 expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"

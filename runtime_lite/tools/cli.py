@@ -132,6 +132,10 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  output {spec}")
     for dim in module.dims.values():
         print(f"  dim    {dim}")
+    if module.worst_case_activation_bytes is not None:
+        budget = module.worst_case_budget_bytes
+        print(f"  worst  {module.worst_case_activation_bytes / 1e6:.1f} MB of activations with every dim at its maximum"
+              + (f" (a max_memory budget admits it from {budget / 1e6:.1f} MB)" if budget else ""))  # fmt: skip
     for module_id, placed in module.placement.items():
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
     return 0

@@ -1102,15 +1102,21 @@ def _mode_pad(ctx):
     return _pad(ctx)
 
 
-def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int], list[float | None]]:
-    """The output's spatial sizes and the scale factors torch maps coordinates with (None: in / out)."""
+def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int] | None, list[float | None]]:
+    """The output's spatial sizes and the scale factors torch maps coordinates with (None: in / out).
+
+    Over spatial dims known only at run time the sizes are None: the factors alone say it all
+    (torch's output is floor(size * factor), as a resize by scales computes per run)."""
     spatial = x.type.shape[2:]
-    if not all(isinstance(d, int) for d in spatial):
-        raise ctx.unsupported("upsampling over spatial dims known only at run time (fix them with input_shapes)")
     factors = ctx.get("scale_factors")
     if factors is None:
         factors = [ctx.args.get(k) for k in ("scales_d", "scales_h", "scales_w") if k in ctx.args]
         factors = factors[-len(spatial) :] if factors else [None] * len(spatial)
+    if not all(isinstance(d, int) for d in spatial):
+        if not all(isinstance(f, (int, float)) and f > 0 for f in factors):
+            raise ctx.unsupported("upsampling to an output size over spatial dims known only at run time "
+                                  "(give scale factors, or fix the dims with input_shapes)")  # fmt: skip
+        return None, [float(f) for f in factors]
     sizes = ctx.get("output_size")
     if sizes is None:
         sizes = [int(math.floor(d * f)) for d, f in zip(spatial, factors)]
@@ -1124,6 +1130,12 @@ def _upsample_nearest(ctx):
     """torch's nearest (not ONNX's): source index floor(dst * float32(in / out)), computed here as constants."""
     x = ctx.args.get("input", ctx.args.get("self"))
     sizes, factors = _upsampled_sizes(ctx, x)
+    if sizes is None:  # sizes known at run time: ONNX's asymmetric floor is torch's nearest for whole factors
+        if not all(float(f).is_integer() for f in factors):
+            raise ctx.unsupported(f"nearest upsampling by {factors} over spatial dims known only at run time "
+                                  "(whole factors are supported)")  # fmt: skip
+        return ctx.emit("resize", x, scales=[1.0, 1.0, *factors], mode="nearest",
+                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")  # fmt: skip
     for axis, (size_in, size_out, factor) in enumerate(zip(x.type.shape[2:], sizes, factors), start=2):
         if size_in == size_out:
             continue
@@ -1140,6 +1152,10 @@ def _upsample_nearest(ctx):
 def _upsample_linear(ctx):
     x = ctx.args.get("input", ctx.args.get("self"))
     sizes, factors = _upsampled_sizes(ctx, x)
+    if sizes is None:
+        mode = "align_corners" if ctx.get("align_corners", False) else "half_pixel"
+        return ctx.emit("resize", x, scales=[1.0, 1.0, *factors], mode="linear",
+                        coordinate_transformation_mode=mode, nearest_mode="floor")  # fmt: skip
     if ctx.get("align_corners", False):
         return ctx.emit("resize", x, sizes=[*x.type.shape[:2], *sizes], mode="linear",
                         coordinate_transformation_mode="align_corners", nearest_mode="floor")  # fmt: skip
