@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 import aot
 import runtime_lite
+from aot.ir.dims import DimRange
 from runtime_lite.kernels.cost import FIXED_OVERHEAD
 from tests.helpers import onnxruntime_outputs, rand
 
@@ -162,6 +163,34 @@ def test_bounds_from_the_command_line_are_recorded_shown_and_enforced(tmp_path):
     info = subprocess.run([sys.executable, "-m", "runtime_lite", "info", str(bundle)], capture_output=True, text=True)
     assert info.returncode == 0, info.stderr
     assert "h in 32..1280 (from --input x dim 2" in info.stdout, info.stdout
+    assert "worst" in info.stdout and "of activations with every dim at its maximum" in info.stdout, info.stdout
+    bench = subprocess.run(  # random inputs take each bounded dim's minimum, not 1
+        [sys.executable, "-m", "runtime_lite", "bench", str(bundle), "--iterations", "2", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert bench.returncode == 0, bench.stderr
+
+
+def test_named_bounds_and_a_paddle_bundle_benchmarked_with_random_inputs(tmp_path):
+    """``h=32..1280`` names the dim; unbounded ``?`` dims take 1 in random inputs, which must run too."""
+    from aot.ir.types import parse_shape
+
+    assert parse_shape("1x3xheight=32..1280x32..64")[2:] == (DimRange(32, 1280, "height"), DimRange(32, 64))
+    with pytest.raises(ValueError, match="bad bounds"):
+        parse_shape("1x3x32..x5")
+    model = paddle_style_detector()
+    onnx.save(model, tmp_path / "m.onnx")
+    module = runtime_lite.load(aot.build(tmp_path / "m.onnx", log=None).to_bytes())
+    check_sizes(module, model, [(1, 1), (2, 3)])
+    bundle = tmp_path / "m.aotb"
+    aot.build(tmp_path / "m.onnx", log=None).save(bundle)
+    bench = subprocess.run(
+        [sys.executable, "-m", "runtime_lite", "bench", str(bundle), "--iterations", "2", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert bench.returncode == 0, bench.stderr
 
 
 def test_bounds_as_tuples_in_the_api():
@@ -195,3 +224,31 @@ def test_the_worst_case_activation_memory_is_the_static_plan_at_the_upper_bounds
     assert bounded.graph.inputs[0].type.shape == (2, 3, "h", "w"), "the symbolic types are put back"
     unbounded = runtime_lite.load(aot.build(model, input_shapes={"x": (2, 3, (16, 96), "w")}, log=None).to_bytes())
     assert unbounded.worst_case_activation_bytes is None
+
+
+def test_a_residual_block_over_run_time_sizes_plans_as_many_in_place_writes_as_at_a_fixed_size():
+    """Both branches of a strided residual block compute one size from one input: one symbol, one shape,
+    so the add writes in place as it does when the size is fixed."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "wd"], ["d"], kernel_shape=[1, 1], strides=[2, 2]),
+        helper.make_node("Add", ["b", "d"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    inits = {"w1": rand(8, 3, 3, 3, seed=1), "w2": rand(8, 8, 3, 3, seed=2), "wd": rand(8, 3, 1, 1, seed=3)}
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "?", "?"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    dynamic = aot.build(model, log=None)
+    fixed = aot.build(model, input_shapes={"x": (1, 3, 33, 47)}, log=None)
+    assert dynamic.plan.memory.inplace_count == fixed.plan.memory.inplace_count >= 2
+    (add,) = [n for n in dynamic.graph.nodes if n.op == "add"]
+    assert add.inputs[0].type.shape == add.inputs[1].type.shape
+    check_sizes(runtime_lite.load(dynamic.to_bytes()), model, [(33, 47), (8, 9), (64, 31)])

@@ -8,6 +8,7 @@ bundle always records every attribute explicitly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,24 @@ class InferContext:
 
     def fail(self, op: str, message: str) -> ShapeError:
         return ShapeError(f"{op} '{self.node}': {message}")
+
+    def derived_dim(self, key: tuple) -> str:
+        """The symbol of a dim derived as ``key`` says: the same one each time (``Graph.fresh_dim``)."""
+        try:
+            return self.fresh_dim(key)
+        except TypeError:  # a fresh_dim that takes no key: every derived dim is new
+            return self.fresh_dim()
+
+
+def window_dim(ctx: InferContext, size: Dim, offset: Any, stride: int, extent: Callable[[int], int]) -> Dim:
+    """A sliding window's output size, ``extent(size)``; over a symbol it is the symbol itself where the
+    window keeps the size (stride 1, ``offset`` = pads - span = -1), else the same derived symbol for the
+    same (size, offset, stride), whichever op computes it."""
+    if isinstance(size, int):
+        return extent(size)
+    if stride == 1 and offset == -1:
+        return size
+    return ctx.derived_dim(("window", size, offset, stride))
 
 
 @dataclass(frozen=True)
@@ -218,6 +237,20 @@ def _spatial_dims(ctx: InferContext, x: TensorType, w: TensorType, nd: int, exte
     return [dim_math(ctx, lambda s, k, i=i: extent(i, s, k), x.shape[2 + i], w.shape[2 + i]) for i in range(nd)]
 
 
+def _conv_dims(ctx: InferContext, x: TensorType, w: TensorType, nd: int) -> list[Dim]:
+    """floor((size + pads - dilation * (k - 1) - 1) / stride) + 1 per spatial axis."""
+    a, dims = ctx.attrs, []
+    for i in range(nd):
+        k = w.shape[2 + i]
+        if not isinstance(k, int):
+            dims.append(ctx.fresh_dim())
+            continue
+        offset = a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1
+        stride = a["strides"][i]
+        dims.append(window_dim(ctx, x.shape[2 + i], offset, stride, lambda s, o=offset, t=stride: (s + o) // t + 1))
+    return dims
+
+
 def _conv(nd: int):
     op = f"conv{nd}d"
 
@@ -233,15 +266,7 @@ def _conv(nd: int):
             raise ctx.fail(op, f"input has {c} channels but weight expects {w.shape[1]} x {groups} groups")
         if len(ctx.types) > 2 and ctx.types[2].shape not in ((w.shape[0],),):
             raise ctx.fail(op, f"bias must have shape [{w.shape[0]}], got {ctx.types[2]}")
-        spatial = _spatial_dims(
-            ctx,
-            x,
-            w,
-            nd,
-            lambda i, s, k: (
-                (s + a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1) // a["strides"][i] + 1
-            ),
-        )
+        spatial = _conv_dims(ctx, x, w, nd)
         if any(isinstance(d, int) and d <= 0 for d in spatial):
             raise ctx.fail(op, f"output would be empty: input {x}, kernel {list(w.shape[2:])}")
         return [TensorType((x.shape[0], w.shape[0], *spatial), x.dtype)]
@@ -284,22 +309,15 @@ def _pool(nd: int, kind: str):
 
         x = _spatial_check(ctx, op, nd)
         a = ctx.attrs
-        spatial = [
-            dim_math(
-                ctx,
-                lambda s, i=i: pooled_extent(
-                    s,
-                    a["kernel_shape"][i],
-                    a["strides"][i],
-                    a["dilations"][i],
-                    a["pads"][i],
-                    a["pads"][i + nd],
-                    a["ceil_mode"],
-                ),
-                x.shape[2 + i],
-            )
-            for i in range(nd)
-        ]
+        spatial = []
+        for i in range(nd):
+            k, stride, begin, end = a["kernel_shape"][i], a["strides"][i], a["pads"][i], a["pads"][i + nd]
+            offset = begin + end - a["dilations"][i] * (k - 1) - 1
+            if a["ceil_mode"] and not (stride == 1 and offset == -1):
+                offset = ("ceil", begin, offset)  # rounds up, and the last window's start matters: its own key
+            extent = functools.partial(pooled_extent, k=k, stride=stride, dilation=a["dilations"][i],
+                                       pad_begin=begin, pad_end=end, ceil_mode=a["ceil_mode"])  # fmt: skip
+            spatial.append(window_dim(ctx, x.shape[2 + i], offset, stride, extent))
         if any(isinstance(d, int) and d <= 0 for d in spatial):
             raise ctx.fail(op, f"output would be empty: input {x}, kernel {a['kernel_shape']}")
         return [TensorType((*x.shape[:2], *spatial), x.dtype)]
@@ -672,7 +690,15 @@ def _same_pad(ctx: InferContext) -> list[TensorType]:
                             ctx.attrs["dilations"][i : i + 1], bool(ctx.attrs["lower"]))  # fmt: skip
             shape[x.rank - nd + i] = d + sum(one)
         else:
-            shape[x.rank - nd + i] = ctx.fresh_dim()
+            key = (
+                "same_pad",
+                d,
+                kernel_shape[i],
+                ctx.attrs["strides"][i],
+                ctx.attrs["dilations"][i],
+                ctx.attrs["lower"],
+            )
+            shape[x.rank - nd + i] = ctx.derived_dim(key)
     return [TensorType(shape, x.dtype)]
 
 
