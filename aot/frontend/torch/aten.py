@@ -511,6 +511,28 @@ def _batch_norm(ctx):
     return y if ctx.op_name.startswith("aten.batch_norm") else [y]
 
 
+@aten("_native_batch_norm_legit")
+def _batch_norm_batch_statistics(ctx):
+    """Batch norm over the batch's own statistics (``.no_stats``: no running ones; how torch.export writes
+    ``F.instance_norm``, on x reshaped to [1, N*C, ...]): (y, mean, 1 / std) per channel, as torch returns."""
+    x = ctx["input"]
+    if not ctx.get("training", True):
+        return _batch_norm(ctx)  # running statistics: the inference form
+    rank, dtype = x.type.rank, x.type.dtype
+    axes, per_channel = [0, *range(2, rank)], [-1] + [1] * (rank - 2)  # channels: N*C at run time for an instance norm
+    mean = ctx.emit("reduce_mean", x, axes=axes, keepdims=1)
+    centered = ctx.emit("subtract", x, mean)
+    variance = ctx.emit("reduce_mean", ctx.emit("multiply", centered, centered), axes=axes, keepdims=1)
+    eps = ctx.constant(float(ctx["eps"]), dtype)
+    inverse = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", variance, eps)))
+    y = ctx.emit("multiply", centered, inverse)
+    if ctx.get("weight") is not None:
+        y = ctx.emit("multiply", y, ctx.emit("reshape", ctx["weight"], shape=per_channel))
+    if ctx.get("bias") is not None:
+        y = ctx.emit("add", y, ctx.emit("reshape", ctx["bias"], shape=per_channel))
+    return [y, ctx.emit("reshape", mean, shape=[-1]), ctx.emit("reshape", inverse, shape=[-1])]
+
+
 @aten("layer_norm", "native_layer_norm")
 def _layer_norm(ctx):
     x = ctx["input"]
@@ -1019,6 +1041,9 @@ def _topk(ctx):
 @aten("repeat")
 def _repeat(ctx):
     x = ctx["self"]
+    if any(isinstance(r, SymbolicSize) for r in ctx["repeats"]):
+        raise ctx.unsupported("repeats known only at run time (an affine instance norm over a dynamic batch: "
+                              "fix the batch with input_shapes)")  # fmt: skip
     repeats = [int(r) for r in ctx["repeats"]]
     if len(repeats) > x.type.rank:
         x = ctx.emit("unsqueeze", x, axes=list(range(len(repeats) - x.type.rank)))
