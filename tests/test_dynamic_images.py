@@ -252,3 +252,39 @@ def test_a_residual_block_over_run_time_sizes_plans_as_many_in_place_writes_as_a
     (add,) = [n for n in dynamic.graph.nodes if n.op == "add"]
     assert add.inputs[0].type.shape == add.inputs[1].type.shape
     check_sizes(runtime_lite.load(dynamic.to_bytes()), model, [(33, 47), (8, 9), (64, 31)])
+
+
+def test_shape_arithmetic_is_replayed_per_signature_and_never_mixes_two():
+    """The detector's Shape -> Slice -> Concat -> Reshape is computed on the first run at a size and
+    replayed after; sizes alternate and every output still matches onnxruntime."""
+    model = paddle_style_detector()
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    signatures = module._plan._signatures  # white box: the plan's per-signature cache
+    assert signatures is not None
+    for h, w in [(37, 101), (48, 192), (37, 101), (48, 192), (5, 7)]:
+        check_sizes(module, model, [(h, w)])
+    assert len(signatures._known) == 3
+
+
+def test_a_large_value_derived_from_a_shape_is_data_and_not_remembered():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "step"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "rf"], ["y"]),
+    ]
+    inits = {"one": np.array(1, np.int64), "zero": np.array(0, np.int64), "step": np.array(1, np.int64)}
+    graph = helper.make_graph(
+        nodes,
+        "ramp",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, "?"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    for n in (3, 200, 3, 200):
+        x = rand(2, n, seed=n)
+        np.testing.assert_allclose(module.run([x])[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-6)
+    assert len(module._plan._signatures._known) == 1, "only the small ramp is remembered"

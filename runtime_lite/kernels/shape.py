@@ -241,8 +241,15 @@ def _same_pad_cost(x, *, kernel_shape, strides, dilations, lower, value) -> int:
 @kernel("same_pad", check=check_same_pad_attrs, cost=_same_pad_cost)
 def same_pad(x, *, kernel_shape, strides, dilations, lower, value):
     """Pad the trailing spatial axes as auto_pad SAME does for this input's size, so a VALID window op
-    after it computes the SAME result: the padding of a size known only at run time, for a stride above 1."""
-    return pad(x, pads=_same_pad_widths(x, kernel_shape, strides, dilations, lower), mode="constant", value=value)
+    after it computes the SAME result: the padding of a size known only at run time, for a stride above 1.
+    A filled array with the input assigned into it (np.pad's per-call overhead is most of a small map's time)."""
+    widths = _same_pad_widths(x, kernel_shape, strides, dilations, lower)
+    rank = x.ndim
+    shape = [d + b + e for d, b, e in zip(x.shape, widths[:rank], widths[rank:])]
+    check_allocation(shape, x.dtype, "same_pad output")
+    padded = np.full(shape, np.asarray(value, x.dtype), x.dtype)
+    padded[tuple(slice(b, b + d) for b, d in zip(widths[:rank], x.shape))] = x
+    return padded
 
 
 @kernel("gather", cost=_gather_cost)
