@@ -164,6 +164,10 @@ def test_bounds_from_the_command_line_are_recorded_shown_and_enforced(tmp_path):
     assert info.returncode == 0, info.stderr
     assert "h in 32..1280 (from --input x dim 2" in info.stdout, info.stdout
     assert "worst" in info.stdout and "of activations with every dim at its maximum" in info.stdout, info.stdout
+    inspected = subprocess.run([sys.executable, "-m", "aot.cli.inspect", str(bundle)], capture_output=True, text=True)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "dim       h in 32..1280 (from --input x dim 2)" in inspected.stdout, inspected.stdout
+    assert "worst     " in inspected.stdout, inspected.stdout
     bench = subprocess.run(  # random inputs take each bounded dim's minimum, not 1
         [sys.executable, "-m", "runtime_lite", "bench", str(bundle), "--iterations", "2", "--warmup", "0"],
         capture_output=True,

@@ -139,3 +139,32 @@ def test_a_torch_exported_lstm_with_a_dynamic_time_axis(tmp_path):
             (expected,) = onnxruntime_outputs(model, {"x": x})
             (actual,) = module.run({"x": x})
             assert np.linalg.norm(actual - expected) / np.linalg.norm(expected) <= 1e-5, (targets, steps)
+
+
+def test_batch_first_layout_over_a_run_time_length():
+    """``layout=1``: x [batch, seq, input], y [batch, seq, dirs, hidden], the states [batch, dirs, hidden].
+    onnxruntime refuses layout=1, so the reference is its layout=0 run on the transposed input."""
+    hidden, features = 5, 3
+    inits = {"W": rand(2, 4 * hidden, features, seed=1), "R": rand(2, 4 * hidden, hidden, seed=2)}
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y", "y_h", "y_c"], hidden_size=hidden,
+                            direction="bidirectional", layout=1)  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "batch_first",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "T", features])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    del reference.graph.node[0].attribute[-1]  # layout
+    assert all(a.name != "layout" for a in reference.graph.node[0].attribute)
+    reference.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["T", "batch", 3]))
+    for steps in LENGTHS:
+        x = rand(2, steps, features, seed=steps)
+        y, y_h, y_c = onnxruntime_outputs(reference, {"x": x.transpose(1, 0, 2).copy()})
+        expected = [y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2), y_c.transpose(1, 0, 2)]
+        for a, e in zip(module.run([x]), expected):
+            assert a.shape == e.shape and np.linalg.norm(a - e) / np.linalg.norm(e) <= 1e-5, steps
