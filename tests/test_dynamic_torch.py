@@ -83,3 +83,26 @@ def test_torch_onnx_export_with_dynamic_axes_matches_onnxruntime(tmp_path, targe
         x = rand(batch, 3, height, width, seed=width)
         for actual, want in zip(module.run({"x": x}), onnxruntime_outputs(model, {"x": x})):
             assert actual.shape == want.shape and rel_l2(actual, want) <= 1e-5, (height, width)
+
+
+@pytest.mark.parametrize("arch", ["mobilenet_v3_small", "resnet18"])
+def test_a_torchvision_classifier_exported_with_dynamic_height_and_width(tmp_path, arch):
+    """One bundle, every input size (odd ones the stride of 32 does not divide), host plan and onnxruntime."""
+    from tests.torchvision_compat import import_torchvision
+
+    torchvision = import_torchvision()
+    if torchvision is None:
+        pytest.skip("torchvision is not installed")
+    torch.manual_seed(0)
+    net = getattr(torchvision.models, arch)().eval()
+    path = tmp_path / f"{arch}.onnx"
+    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(path), input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {2: "H", 3: "W"}}, dynamo=False, opset_version=17)  # fmt: skip
+    model = onnx.load(str(path))
+    for targets in (["host"], ["onnxruntime"]):
+        module = runtime_lite.load(aot.build(model, targets=targets, log=None).to_bytes())
+        for height, width in ((224, 224), (97, 301), (61, 45)):
+            x = rand(1, 3, height, width, seed=height)
+            (expected,) = onnxruntime_outputs(model, {"x": x})
+            (actual,) = module.run({"x": x})
+            assert rel_l2(actual, expected) <= 1e-4, (targets, height, width, rel_l2(actual, expected))
