@@ -106,3 +106,26 @@ def test_a_torchvision_classifier_exported_with_dynamic_height_and_width(tmp_pat
             (expected,) = onnxruntime_outputs(model, {"x": x})
             (actual,) = module.run({"x": x})
             assert rel_l2(actual, expected) <= 1e-4, (targets, height, width, rel_l2(actual, expected))
+
+
+def test_a_reloaded_pt2_gets_readable_names_for_torchs_symbols_and_keeps_the_bounds(tmp_path):
+    """A program saved and loaded again has lost the Dims' names (``s77``): the signature still reads
+    ``[N,3,h,w]``, says which symbol each was, and keeps the ranges torch kept."""
+    dims = {
+        0: torch.export.Dim("b", max=8),
+        2: torch.export.Dim("h", min=32, max=1280),
+        3: torch.export.Dim("w", min=32),
+    }
+    program = torch.export.export(Segmenter().eval(), (torch.zeros(2, 3, 64, 64),), dynamic_shapes={"x": dims})
+    path = tmp_path / "segmenter.pt2"
+    torch.export.save(program, str(path))
+    module = runtime_lite.load(aot.build(str(path), log=None).to_bytes())
+    assert module.inputs[0].shape == ("N", 3, "h", "w")
+    assert "torch's symbol 's" in module.dims["h"].origin
+    assert (module.dims["h"].min, module.dims["h"].max) == (32, 1280) and module.dims["w"].max is None
+    assert module.dims["N"].max == 8
+    x = rand(3, 3, 40, 50)
+    with torch.no_grad():
+        expected = program.module()(torch.from_numpy(x))[0].numpy()
+    actual = module.run([x])[0]
+    assert actual.shape == expected.shape and rel_l2(actual, expected) <= 1e-5
