@@ -292,3 +292,17 @@ def test_a_large_value_derived_from_a_shape_is_data_and_not_remembered():
         x = rand(2, n, seed=n)
         np.testing.assert_allclose(module.run([x])[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-6)
     assert len(module._plan._signatures._known) == 1, "only the small ramp is remembered"
+
+
+@pytest.mark.parametrize(
+    "target, reason", [("npu", "static shapes"), ("tensorrt", "only the batch dim may be symbolic")]
+)
+def test_npu_and_tensorrt_leave_run_time_sizes_on_the_host_with_the_reason_once(target, reason):
+    """The NPU plans static shapes; TensorRT profiles here span a symbolic batch only: both builds say why
+    the regions stay on the host (once, not per op), and the bundle runs every size."""
+    model = paddle_style_detector()
+    result = aot.build(model, targets=[target], input_shapes={"x": (1, 3, (16, 256), (16, 256))}, log=None)
+    assert any(reason in n for n in result.notes), result.notes
+    assert len([n for n in result.notes if target in n]) <= 2, result.notes  # said once, not per op
+    assert result.regions.get(target, 0) == 0, result.regions
+    check_sizes(runtime_lite.load(result.to_bytes()), model, [(16, 16), (37, 101), (256, 255)])
