@@ -82,9 +82,14 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     cases["tile"] = ([x[:, :4]], {"repeats": [1, 4, 1, 1]})
     cases["concat"] = ([x, x, x], {"axis": 1})
     cases["split"] = ([x], {"axis": 1, "sizes": [4, 12]})
+    sequence = _f(40, 2, 96)
+    cases["recurrent"] = ([sequence, _f(2, 128, 96), _f(2, 128, 32), _f(2, 256), _f(2, 2, 32), _f(2, 2, 32)],
+                          {"kind": "lstm", "hidden_size": 32, "direction": "bidirectional",
+                           "activations": ["sigmoid", "tanh", "tanh"] * 2, "initial_h": 1, "initial_c": 1})  # fmt: skip
     cases["slice"] = ([x], {"starts": [1], "ends": [80], "axes": [2], "steps": [2]})
     cases["dynamic_slice"] = ([x, np.array([1]), np.array([80])], {"axes": [2], "steps": [1]})
     cases["pad"] = ([x], {"pads": [0, 0, 2, 2, 0, 0, 2, 2]})
+    cases["same_pad"] = ([x], {"kernel_shape": [3, 3], "strides": [2, 2], "dilations": [1, 1]})
     cases["gather"] = ([x, np.array([[0, 3], [5, 5]], np.int64)], {"axis": 1})
     cases["gather_elements"] = ([x, _rng.integers(-96, 96, X)], {"axis": 3})
     cases["gather_nd"] = ([x, _rng.integers(0, 2, (20, 2))], {})

@@ -13,7 +13,7 @@ from aot.compiler.backends import CompilerBackend, available_compiler_backends, 
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.quantize import METHODS, QuantizeConfig
 from aot.errors import AotError, BuildError
-from aot.inspect.summary import format_size
+from aot.inspect.summary import describe_dims, describe_worst_case, format_size
 from aot.quiet import show_third_party_warnings
 from aot.words import counted
 from runtime_lite.backends.options import Option, split_assignments
@@ -54,6 +54,8 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
         f"{counted(len(result.blobs.payloads), 'blob')})",
         "  inputs   " + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs),
         "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
+        *(f"  dim      {line}" for line in describe_dims(result.header["signature"].get("dims", {}))),
+        *(f"  worst    {line}" for line in describe_worst_case(result.header["signature"])),
     ]
     return lines + [f"  note: {note}" for note in result.notes]
 

@@ -21,6 +21,7 @@ from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
 from aot.compiler.targets import check_targets
+from aot.compiler.worst_case import worst_case_activation_bytes
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
@@ -134,6 +135,7 @@ def build(
             configured[t] = get_compiler_backend(t).configure(
                 {**given[t], "calibration": quantization.table.digest}, log
             )
+    worst_case = worst_case_activation_bytes(graph)  # before regions are outlined: every node re-infers
     blobs = BlobTable()
     partitioned, modules = None, []
     if partitioner is not None:
@@ -145,7 +147,7 @@ def build(
         modules = stage("codegen", lambda: _codegen(partitioned, blobs, configured, log, notes))
         outline_regions(partitioned)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
-    header = stage("package", lambda: make_header(graph, plan, blobs, modules))
+    header = stage("package", lambda: make_header(graph, plan, blobs, modules, worst_case))
     reports = {}
     for name in sorted({m["backend"] for m in modules}):
         backend = get_compiler_backend(name)

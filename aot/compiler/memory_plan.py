@@ -17,6 +17,7 @@ value in its group has.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aot.ir.graph import Graph, Node, Value
@@ -60,7 +61,9 @@ def _can_write_into(node: Node, k: int, out_type: TensorType) -> bool:
     return all(_broadcasts_into(v.type.shape, out_type.shape) for i, v in enumerate(node.inputs) if i != k)
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
+def plan_memory(graph: Graph, call_bytes: Callable[[Node], int] | None = None) -> MemoryPlan:
+    """Slots, in-place writes and frees; the peak of live activations, where ``call_bytes`` (what a node's
+    kernel allocates, outputs and scratch) counts each node's own allocation on top of what is live before it."""
     nodes = graph.nodes
     end = len(nodes)
     last_use: dict[int, int] = {}
@@ -104,10 +107,10 @@ def plan_memory(graph: Graph) -> MemoryPlan:
             for o in node.outputs:
                 join(o, id(o))
 
-    return _assign_slots(graph, last_use, inplace, root, group_last)
+    return _assign_slots(graph, last_use, inplace, root, group_last, call_bytes)
 
 
-def _assign_slots(graph, last_use, inplace, root, group_last) -> MemoryPlan:
+def _assign_slots(graph, last_use, inplace, root, group_last, call_bytes=None) -> MemoryPlan:
     slot_of: dict[int, int] = {}
     pool: list[int] = []
     num_slots = 0
@@ -151,6 +154,8 @@ def _assign_slots(graph, last_use, inplace, root, group_last) -> MemoryPlan:
         frees[id(node)] = [s for s in dying if s not in reused_now]
 
         # Bookkeeping for the peak: fresh buffers are born at their producer, die with their group.
+        if call_bytes is not None:
+            peak = max(peak, sum(live_bytes.values()) + call_bytes(node))
         for o in node.outputs:
             if root[id(o)] == id(o) and o.type.nbytes is not None:
                 live_bytes[id(o)] = o.type.nbytes

@@ -6,10 +6,25 @@ import collections
 
 from aot.inspect.bundle_view import BundleView
 from aot.words import counted
+from runtime_lite.format.signature import DimSpec
 
 
 def _spec(spec: dict) -> str:
     return f"{spec['name']}: {spec['dtype']}[{','.join(str(d) for d in spec['shape'])}]"
+
+
+def describe_dims(dims: dict) -> list[str]:
+    """One line per symbolic dim of a signature: its name, its bounds if declared, where it came from."""
+    return [str(DimSpec(name, d.get("from", ""), d.get("min"), d.get("max"))) for name, d in dims.items()]
+
+
+def describe_worst_case(signature: dict) -> list[str]:
+    """The bundle's stated worst-case activation memory (every dim bounded), as one line; none without it."""
+    worst, budget = signature.get("worst_case_activation_bytes"), signature.get("worst_case_budget_bytes")
+    if worst is None:
+        return []
+    line = f"{format_size(worst)} of activations with every dim at its maximum"
+    return [line + (f" (a max_memory budget admits it from {format_size(budget)})" if budget else "")]
 
 
 def format_size(n: int) -> str:
@@ -36,6 +51,8 @@ def summarize_bundle(view: BundleView) -> str:
         + (f" ({model['frontend']} opset {model['opset']})" if "opset" in model else ""),
         *(f"input     {_spec(s)}" for s in header["signature"]["inputs"]),
         *(f"output    {_spec(s)}" for s in header["signature"]["outputs"]),
+        *(f"dim       {line}" for line in describe_dims(header["signature"].get("dims", {}))),
+        *(f"worst     {line}" for line in describe_worst_case(header["signature"])),
         f"features  {', '.join(header.get('required_features', []))}",
         f"plan      {counted(len(plan['instructions']), 'instruction')} ({counted(view.host_ops, 'host op')}, "
         f"{counted(calls, 'backend call')}), {counted(len(header.get('constants', [])), 'constant')}",

@@ -62,8 +62,11 @@ class Graph:
         self.nodes: list[Node] = []
         self._names: dict[str, set[str]] = {"value": set(), "node": set()}
         self._unknown_dims = itertools.count()
+        self._derived_dims: dict[tuple, str] = {}
         #: Facts about where the graph came from (frontend, opset, node count), for summaries.
         self.metadata: dict[str, Any] = {}
+        #: The inputs' symbolic dims by name: where each came from and its bounds (aot/ir/dims.py).
+        self.dims: dict[str, Any] = {}
 
     # -- naming -------------------------------------------------------------------------
     def unique_name(self, base: str, kind: str = "value") -> str:
@@ -75,8 +78,16 @@ class Graph:
         taken.add(name)
         return name
 
-    def fresh_dim(self) -> str:
-        return f"?{next(self._unknown_dims)}"
+    def fresh_dim(self, key: tuple | None = None) -> str:
+        """A new symbol; with ``key`` (how a dim is derived: op, input dim, constants), the same symbol for
+        the same derivation, so two branches that compute one size from one input agree (a residual add's
+        operands then have one shape, and the memory planner may write it in place)."""
+        if key is None:
+            return f"?{next(self._unknown_dims)}"
+        derived = self._derived_dims.get(key)
+        if derived is None:
+            derived = self._derived_dims[key] = f"?{next(self._unknown_dims)}"
+        return derived
 
     # -- construction -------------------------------------------------------------------
     def add_input(self, name: str, type: TensorType) -> Value:

@@ -8,6 +8,7 @@ bundle always records every attribute explicitly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,24 @@ class InferContext:
 
     def fail(self, op: str, message: str) -> ShapeError:
         return ShapeError(f"{op} '{self.node}': {message}")
+
+    def derived_dim(self, key: tuple) -> str:
+        """The symbol of a dim derived as ``key`` says: the same one each time (``Graph.fresh_dim``)."""
+        try:
+            return self.fresh_dim(key)
+        except TypeError:  # a fresh_dim that takes no key: every derived dim is new
+            return self.fresh_dim()
+
+
+def window_dim(ctx: InferContext, size: Dim, offset: Any, stride: int, extent: Callable[[int], int]) -> Dim:
+    """A sliding window's output size, ``extent(size)``; over a symbol it is the symbol itself where the
+    window keeps the size (stride 1, ``offset`` = pads - span = -1), else the same derived symbol for the
+    same (size, offset, stride), whichever op computes it."""
+    if isinstance(size, int):
+        return extent(size)
+    if stride == 1 and offset == -1:
+        return size
+    return ctx.derived_dim(("window", size, offset, stride))
 
 
 @dataclass(frozen=True)
@@ -218,6 +237,20 @@ def _spatial_dims(ctx: InferContext, x: TensorType, w: TensorType, nd: int, exte
     return [dim_math(ctx, lambda s, k, i=i: extent(i, s, k), x.shape[2 + i], w.shape[2 + i]) for i in range(nd)]
 
 
+def _conv_dims(ctx: InferContext, x: TensorType, w: TensorType, nd: int) -> list[Dim]:
+    """floor((size + pads - dilation * (k - 1) - 1) / stride) + 1 per spatial axis."""
+    a, dims = ctx.attrs, []
+    for i in range(nd):
+        k = w.shape[2 + i]
+        if not isinstance(k, int):
+            dims.append(ctx.fresh_dim())
+            continue
+        offset = a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1
+        stride = a["strides"][i]
+        dims.append(window_dim(ctx, x.shape[2 + i], offset, stride, lambda s, o=offset, t=stride: (s + o) // t + 1))
+    return dims
+
+
 def _conv(nd: int):
     op = f"conv{nd}d"
 
@@ -233,15 +266,7 @@ def _conv(nd: int):
             raise ctx.fail(op, f"input has {c} channels but weight expects {w.shape[1]} x {groups} groups")
         if len(ctx.types) > 2 and ctx.types[2].shape not in ((w.shape[0],),):
             raise ctx.fail(op, f"bias must have shape [{w.shape[0]}], got {ctx.types[2]}")
-        spatial = _spatial_dims(
-            ctx,
-            x,
-            w,
-            nd,
-            lambda i, s, k: (
-                (s + a["pads"][i] + a["pads"][i + nd] - a["dilations"][i] * (k - 1) - 1) // a["strides"][i] + 1
-            ),
-        )
+        spatial = _conv_dims(ctx, x, w, nd)
         if any(isinstance(d, int) and d <= 0 for d in spatial):
             raise ctx.fail(op, f"output would be empty: input {x}, kernel {list(w.shape[2:])}")
         return [TensorType((x.shape[0], w.shape[0], *spatial), x.dtype)]
@@ -284,22 +309,15 @@ def _pool(nd: int, kind: str):
 
         x = _spatial_check(ctx, op, nd)
         a = ctx.attrs
-        spatial = [
-            dim_math(
-                ctx,
-                lambda s, i=i: pooled_extent(
-                    s,
-                    a["kernel_shape"][i],
-                    a["strides"][i],
-                    a["dilations"][i],
-                    a["pads"][i],
-                    a["pads"][i + nd],
-                    a["ceil_mode"],
-                ),
-                x.shape[2 + i],
-            )
-            for i in range(nd)
-        ]
+        spatial = []
+        for i in range(nd):
+            k, stride, begin, end = a["kernel_shape"][i], a["strides"][i], a["pads"][i], a["pads"][i + nd]
+            offset = begin + end - a["dilations"][i] * (k - 1) - 1
+            if a["ceil_mode"] and not (stride == 1 and offset == -1):
+                offset = ("ceil", begin, offset)  # rounds up, and the last window's start matters: its own key
+            extent = functools.partial(pooled_extent, k=k, stride=stride, dilation=a["dilations"][i],
+                                       pad_begin=begin, pad_end=end, ceil_mode=a["ceil_mode"])  # fmt: skip
+            spatial.append(window_dim(ctx, x.shape[2 + i], offset, stride, extent))
         if any(isinstance(d, int) and d <= 0 for d in spatial):
             raise ctx.fail(op, f"output would be empty: input {x}, kernel {a['kernel_shape']}")
         return [TensorType((*x.shape[:2], *spatial), x.dtype)]
@@ -583,6 +601,17 @@ def _concat(ctx: InferContext) -> list[TensorType]:
     return [TensorType(shape, first.dtype)]
 
 
+def _recurrent(ctx: InferContext) -> list[TensorType]:
+    """RNN/GRU/LSTM over x [seq, batch, input]: y [seq, dirs, batch, hidden], y_h (and y_c) [dirs, batch, hidden]."""
+    x, hidden = ctx.types[0], ctx.attrs["hidden_size"]
+    dirs = 2 if ctx.attrs["direction"] == "bidirectional" else 1
+    if x.rank != 3:
+        raise ctx.fail("recurrent", f"x must be [seq, batch, input], got {x}")
+    seq, batch = x.shape[:2]
+    state = TensorType((dirs, batch, hidden), x.dtype)
+    return [TensorType((seq, dirs, batch, hidden), x.dtype), state] + ([state] if ctx.attrs["kind"] == "lstm" else [])
+
+
 def _split(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
     axis = norm_axis(ctx.attrs["axis"], x.rank, ctx, "split")
@@ -643,6 +672,33 @@ def _pad(ctx: InferContext) -> list[TensorType]:
     if ctx.attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
         raise ctx.fail("pad", f"unsupported mode {ctx.attrs['mode']!r}")
     shape = [dim_math(ctx, lambda d, i=i: d + pads[i] + pads[i + x.rank], d) for i, d in enumerate(x.shape)]
+    return [TensorType(shape, x.dtype)]
+
+
+def _same_pad(ctx: InferContext) -> list[TensorType]:
+    """Each trailing spatial dim padded as auto_pad SAME does: computed where the size is known."""
+    from runtime_lite.kernels.geometry import same_pads
+
+    x, kernel_shape = ctx.types[0], ctx.attrs["kernel_shape"]
+    nd = len(kernel_shape)
+    if x.rank < nd or not (len(ctx.attrs["strides"]) == len(ctx.attrs["dilations"]) == nd):
+        raise ctx.fail("same_pad", f"kernel_shape, strides and dilations must each give {nd} values for {x}")
+    shape = list(x.shape)
+    for i, d in enumerate(shape[x.rank - nd :]):
+        if isinstance(d, int):
+            one = same_pads([d], kernel_shape[i : i + 1], ctx.attrs["strides"][i : i + 1],
+                            ctx.attrs["dilations"][i : i + 1], bool(ctx.attrs["lower"]))  # fmt: skip
+            shape[x.rank - nd + i] = d + sum(one)
+        else:
+            key = (
+                "same_pad",
+                d,
+                kernel_shape[i],
+                ctx.attrs["strides"][i],
+                ctx.attrs["dilations"][i],
+                ctx.attrs["lower"],
+            )
+            shape[x.rank - nd + i] = ctx.derived_dim(key)
     return [TensorType(shape, x.dtype)]
 
 
@@ -777,9 +833,15 @@ register_op("expand", "x shape?", _expand, shape=None)
 register_op("tile", "x", _tile, repeats=REQUIRED)
 register_op("concat", "xs*", _concat, axis=REQUIRED)
 register_op("split", "x", _split, axis=REQUIRED, sizes=REQUIRED)
+register_op(
+    "recurrent", "x w r b states*", _recurrent, kind=REQUIRED, hidden_size=REQUIRED, direction="forward",
+    activations=REQUIRED, clip=None, linear_before_reset=0, initial_h=0, initial_c=0, peepholes=0,
+)  # fmt: skip
 register_op("slice", "x", _slice, starts=REQUIRED, ends=REQUIRED, axes=REQUIRED, steps=REQUIRED)
 register_op("dynamic_slice", "x starts ends", _dynamic_slice, axes=REQUIRED, steps=REQUIRED)
 register_op("pad", "x", _pad, pads=REQUIRED, mode="constant", value=0.0)
+register_op("same_pad", "x", _same_pad, kernel_shape=REQUIRED, strides=REQUIRED, dilations=REQUIRED, lower=0,
+            value=0.0)  # fmt: skip
 register_op("gather", "data indices", _gather, axis=0)
 register_op("gather_elements", "data indices", lambda c: [c.types[1].with_dtype(c.types[0].dtype)], axis=0)
 register_op("shape", "x", _shape, start=0, end=None)

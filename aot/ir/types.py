@@ -54,11 +54,14 @@ class TensorType:
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
 
 
-def parse_shape(text: str) -> tuple[Dim, ...]:
-    """'1x3x224x224' or '1,3,224,224' -> (1, 3, 224, 224); a non-numeric part stays a symbol.
+def parse_shape(text: str) -> tuple:
+    """'1x3x224x224' or '1,3,224,224' -> (1, 3, 224, 224); a non-numeric part stays a symbol;
+    '32..1280' (or 'h=32..1280') is a symbolic dim with bounds, a ``DimRange``.
 
-    Raises ValueError for an empty part or a negative size.
+    Raises ValueError for an empty part, a negative size or bad bounds.
     """
+    from aot.ir.dims import DimRange
+
     text = text.strip()
     if text in ("", "scalar"):
         return ()
@@ -72,6 +75,12 @@ def parse_shape(text: str) -> tuple[Dim, ...]:
             if int(part) < 0:
                 raise ValueError(f"negative dimension {part} in shape {text!r}")
             dims.append(int(part))
+        elif ".." in part:
+            name, _, bounds = part.rpartition("=")
+            low, _, high = bounds.partition("..")
+            if not (low.isdigit() and high.isdigit()) or (name and not name.isidentifier()):
+                raise ValueError(f"bad bounds {part!r} in shape {text!r} (write MIN..MAX or NAME=MIN..MAX)")
+            dims.append(DimRange(int(low), int(high), name or None))
         elif part.isidentifier():
             dims.append(part)
         else:

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from aot.compiler.host_plan import LoweredPlan
+from aot.compiler.worst_case import WorstCase
 from aot.errors import BuildError
+from aot.ir.dims import dims_record
 from aot.ir.graph import Graph, Value
 from aot.packager.writer import BlobTable
 from runtime_lite import format as fmt
@@ -43,8 +45,29 @@ def producer_versions() -> dict[str, str]:
     return versions
 
 
+def _signature(graph: Graph, worst_case: WorstCase | None) -> dict[str, Any]:
+    """Inputs and outputs; ``dims`` (where each symbolic input dim's name came from, its bounds) when any,
+    and the peak activation bytes at the dims' upper bounds when every one is bounded."""
+    signature: dict[str, Any] = {
+        "inputs": [tensor_spec(v) for v in graph.inputs],
+        "outputs": [tensor_spec(v) for v in graph.outputs],
+    }
+    used = {d for v in graph.inputs for d in v.type.shape if isinstance(d, str)}
+    dims = dims_record(graph.dims, used)
+    if dims:
+        signature["dims"] = dims
+    if worst_case is not None:
+        signature["worst_case_activation_bytes"] = int(worst_case.activation_bytes)
+        signature["worst_case_budget_bytes"] = int(worst_case.budget_bytes)
+    return signature
+
+
 def make_header(
-    graph: Graph, plan: LoweredPlan, blobs: BlobTable, modules: list[dict[str, Any]] | None = None
+    graph: Graph,
+    plan: LoweredPlan,
+    blobs: BlobTable,
+    modules: list[dict[str, Any]] | None = None,
+    worst_case: WorstCase | None = None,
 ) -> dict[str, Any]:
     constants = []
     for array in plan.constants:
@@ -57,10 +80,7 @@ def make_header(
         "required_features": features,
         "producer": producer_versions(),
         "model": {"name": graph.name, **{k: v for k, v in graph.metadata.items() if isinstance(v, (str, int))}},
-        "signature": {
-            "inputs": [tensor_spec(v) for v in graph.inputs],
-            "outputs": [tensor_spec(v) for v in graph.outputs],
-        },
+        "signature": _signature(graph, worst_case),
         "constants": constants,
         "modules": modules or [],
         "plan": plan.record,

@@ -40,7 +40,6 @@ BY_DESIGN: dict[str, str] = {
     "max_pool2d_with_indices_backward": TRAINING,
     "native_group_norm_backward": TRAINING,
     "native_layer_norm_backward": TRAINING,
-    "_native_batch_norm_legit": TRAINING,  # batch statistics; eval mode exports _no_training
     "native_dropout": TRAINING,  # eval-mode dropout is exported as nothing
     "rand": RANDOM,
     "randn": RANDOM,

@@ -40,7 +40,17 @@ from runtime_lite.execution.profile import Profile
 from runtime_lite.format.fields import expect, expect_index, expect_key
 from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
 from runtime_lite.format.records import Instruction
-from runtime_lite.format.signature import TensorSpec, bind, check_outputs, ordered_values, parse_specs
+from runtime_lite.format.signature import (
+    DimSpec,
+    TensorSpec,
+    bind,
+    bounded_axes,
+    check_bounds,
+    check_outputs,
+    ordered_values,
+    parse_dims,
+    parse_specs,
+)
 
 
 class Module:
@@ -82,6 +92,13 @@ class Module:
         header = _Header.parse(bundle)
         self.inputs: tuple[TensorSpec, ...] = header.inputs
         self.outputs: tuple[TensorSpec, ...] = header.outputs
+        #: The signature's symbolic dims: where each name came from, and its bounds where declared.
+        self.dims: dict[str, DimSpec] = header.dims
+        self._bounded = bounded_axes(self.inputs, self.dims)
+        #: Peak bytes of host activations at the dims' upper bounds, as the build computed it (None: unbounded),
+        #: and the ``max_memory`` that admits a run there (the kernels' declared costs counted, as a budget does).
+        self.worst_case_activation_bytes: int | None = header.worst_case[0]
+        self.worst_case_budget_bytes: int | None = header.worst_case[1]
         self.producer: dict[str, str] = header.producer
         self.model_name: str = header.model_name
         self.format_version: tuple[int, int] = bundle.version
@@ -162,6 +179,8 @@ class Module:
                 if isinstance(value, DeviceInput):
                     require_cuda(spec.name)
         arrays, dims = bind(self.inputs, values)
+        if self._bounded:
+            check_bounds(self._bounded, arrays)
         if run is None:
             outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
         else:
@@ -232,6 +251,13 @@ def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
     return placed
 
 
+def _worst_case(signature: dict, what: str) -> int | None:
+    value = signature.get(f"worst_case_{what}_bytes")
+    if value is not None and (type(value) is not int or value < 0):
+        raise BundleError(f"bundle field 'signature.worst_case_{what}_bytes' must be a non-negative int, got {value!r}")
+    return value
+
+
 def _producer(record: Any) -> dict[str, str]:
     """Who wrote the bundle: a flat map of strings (tools print it; nothing nested reaches them)."""
     expect(record, dict, "header.producer")
@@ -255,6 +281,8 @@ class _Header:
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    dims: dict[str, DimSpec]
+    worst_case: tuple[int | None, int | None]
     producer: dict[str, str]
     model_name: str
     modules: list[_ModuleRecord]
@@ -264,9 +292,12 @@ class _Header:
     def parse(cls, bundle: Bundle) -> _Header:
         header = bundle.header
         signature = expect_key(header, "signature", dict, "header")
+        inputs = parse_specs(expect_key(signature, "inputs", list, "signature"), "signature.inputs")
         return cls(
-            inputs=parse_specs(expect_key(signature, "inputs", list, "signature"), "signature.inputs"),
+            inputs=inputs,
             outputs=parse_specs(expect_key(signature, "outputs", list, "signature"), "signature.outputs"),
+            dims=parse_dims(signature.get("dims", {}), inputs),
+            worst_case=(_worst_case(signature, "activation"), _worst_case(signature, "budget")),
             producer=_producer(header.get("producer", {})),
             model_name=expect(
                 expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"

@@ -21,6 +21,7 @@ import numpy as np
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.execution.device import to_host
 from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget, enter_budget
+from runtime_lite.execution.shape_cache import SignatureCache, shape_derived
 from runtime_lite.format.fields import expect_dtype, expect_index
 from runtime_lite.format.records import Instruction, PlanRecord
 from runtime_lite.kernels import KERNELS
@@ -426,6 +427,9 @@ class HostPlan:
             (e.step, e.cost, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e)
             for e in self._program
         ]
+        # Shape arithmetic kept for run-time dims: replayed per input signature once computed
+        derived = shape_derived(self.instructions, [pair[0] for pair in plan.constants])
+        self._signatures = SignatureCache(self._steps, derived) if derived else None
         # Instructions that must see numpy where a run holds GPU arrays: host kernels and host-only backends
         self._host_only = [
             ins.op != CALL_MODULE or not getattr(modules[ins.attrs["module"]].backend, "accepts_device_arrays", False)
@@ -468,8 +472,9 @@ class HostPlan:
             slots[slot] = value
         charged = [0] * self.num_slots  # bytes each slot's value holds that this run allocated
         live, limit, deadline = 0, budget.max_memory, budget.deadline
+        rows, keep = (self._steps, None) if self._signatures is None else self._signatures.rows_for(inputs)
         with np.errstate(all="ignore"):  # ONNX semantics: inf/nan propagate silently
-            for index, (step, cost, out, free, entry) in enumerate(self._steps):
+            for index, (step, cost, out, free, entry) in enumerate(rows):
                 if trace is not None:
                     step, start = self._traced_step(index, trace), time.perf_counter()
                 try:
@@ -509,6 +514,8 @@ class HostPlan:
                                                            f"more than max_memory = {limit:,}"))  # fmt: skip
                 if deadline is not None and time.monotonic() > deadline:
                     raise self._failure(index, TimeoutError("the run passed its max_run_seconds"))
+        if keep is not None:
+            keep()
         return [slots[s] for s in self.output_slots]
 
     def _traced_step(self, index: int, trace: list) -> Step:

@@ -57,6 +57,76 @@ def parse_specs(records: Any, field: str) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+@dataclass(frozen=True)
+class DimSpec:
+    """A symbolic dim of the signature: where its name came from and, when declared, its bounds."""
+
+    name: str
+    origin: str = ""
+    min: int | None = None
+    max: int | None = None
+
+    def __str__(self) -> str:
+        bounds = f" in {self.min if self.min is not None else 0}..{'' if self.max is None else self.max}"
+        bounded = self.min is not None or self.max is not None
+        return f"{self.name}{bounds if bounded else ''}" + (f" (from {self.origin})" if self.origin else "")
+
+
+def parse_dims(record: Any, inputs: Sequence[TensorSpec], field: str = "signature.dims") -> dict[str, DimSpec]:
+    """The signature's ``dims`` map (optional: older bundles have none), each name one the inputs use."""
+    expect(record, dict, field)
+    named = {d for spec in inputs for d in spec.shape if isinstance(d, str)}
+    dims = {}
+    for name, entry in record.items():
+        f = f"{field}.{name}"
+        expect(name, str, field)
+        if name not in named:
+            raise BundleError(f"bundle field '{f}' describes a dim no input names")
+        expect(entry, dict, f)
+        origin = expect(entry.get("from", ""), str, f"{f}.from")
+        low, high = entry.get("min"), entry.get("max")
+        for key, bound in (("min", low), ("max", high)):
+            if bound is not None and (type(bound) is not int or bound < 0):
+                raise BundleError(f"bundle field '{f}.{key}' must be a non-negative int, got {bound!r}")
+        if low is not None and high is not None and low > high:
+            raise BundleError(f"bundle field '{f}': min {low} is above max {high}")
+        dims[name] = DimSpec(name, origin, low, high)
+    return dims
+
+
+@dataclass(frozen=True)
+class BoundedAxis:
+    """One input axis whose symbolic dim has bounds: checked on every run."""
+
+    input_index: int
+    input_name: str
+    axis: int
+    dim: DimSpec
+
+
+def bounded_axes(specs: Sequence[TensorSpec], dims: Mapping[str, DimSpec]) -> tuple[BoundedAxis, ...]:
+    axes = []
+    for i, spec in enumerate(specs):
+        for axis, d in enumerate(spec.shape):
+            info = dims.get(d) if isinstance(d, str) else None
+            if info is not None and (info.min is not None or info.max is not None):
+                axes.append(BoundedAxis(i, spec.name, axis, info))
+    return tuple(axes)
+
+
+def check_bounds(axes: Sequence[BoundedAxis], arrays: Sequence[Any]) -> None:
+    """A size outside a declared bound is refused in one line naming the input, the dim and the bound."""
+    for b in axes:
+        size = arrays[b.input_index].shape[b.axis]
+        low, high = b.dim.min, b.dim.max
+        if (low is not None and size < low) or (high is not None and size > high):
+            side = f"below its minimum {low}" if low is not None and size < low else f"above its maximum {high}"
+            raise InputError(
+                f"input '{b.input_name}': dim {b.axis} ('{b.dim.name}') is {size}, {side} "
+                f"(the bundle was built for {b.dim.name} in {low if low is not None else 0}..{'' if high is None else high})"
+            )
+
+
 def _describe(specs: Sequence[TensorSpec]) -> str:
     return ", ".join(str(s) for s in specs)
 

@@ -33,6 +33,7 @@ from runtime_lite.kernels import (  # noqa: E402,F401
     normalization,
     pool,
     quantize,
+    recurrent,
     reduce,
     resize,
     sampling,

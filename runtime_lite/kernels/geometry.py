@@ -55,6 +55,29 @@ def check_conv_attrs(attrs: dict) -> None:
     _int(attrs, "groups", 1)
 
 
+def same_pads(sizes: Sequence[int], kernel_shape, strides, dilations, lower: bool) -> list[int]:
+    """ONNX's auto_pad SAME: the pads (begins then ends) that make each output ceil(size / stride).
+
+    The odd pixel goes at the end (SAME_UPPER) or the start (SAME_LOWER). The frontend
+    folds it where the size is known; ``same_pad`` computes it per run where it is not.
+    """
+    nd = len(sizes)
+    pads = [0] * (2 * nd)
+    for i, size in enumerate(sizes):
+        out = -(-size // strides[i])
+        total = max((out - 1) * strides[i] + (kernel_shape[i] - 1) * dilations[i] + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        pads[i], pads[i + nd] = (large, small) if lower else (small, large)
+    return pads
+
+
+def check_same_pad_attrs(attrs: dict) -> None:
+    nd = _spatial_rank(attrs)
+    _ints(attrs, "strides", nd, 1)
+    _ints(attrs, "dilations", nd, 1)
+    _ints(attrs, "kernel_shape", nd, 1)
+
+
 def check_conv_transpose_attrs(attrs: dict) -> None:
     check_conv_attrs(attrs)
     _ints(attrs, "output_padding", len(attrs["strides"]), 0)

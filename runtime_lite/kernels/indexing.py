@@ -115,9 +115,24 @@ def scatter_nd(data, indices, updates, *, reduction):
     want = indices.shape[:-1] + data.shape[depth:]
     if updates.shape != want:
         raise ValueError(f"scatter_nd: updates have shape {list(updates.shape)}, expected {list(want)}")
-    rows = checked_indices(indices, data.shape[:depth], "scatter_nd").reshape(-1, depth)
-    index = tuple(rows.T)
-    return _scatter(np.array(data, copy=True), index, updates.reshape((-1,) + data.shape[depth:]), reduction)
+    count = math.prod(indices.shape[:-1])  # not -1: an empty scatter (no rows, or rows of no index) has no -1
+    rows = checked_indices(indices, data.shape[:depth], "scatter_nd").reshape(count, depth)
+    updates = updates.reshape((count,) + data.shape[depth:])
+    if depth == 0:  # every row addresses the whole of data: applied in order, as onnxruntime does
+        out = np.array(data, copy=True)
+        for update in updates:
+            if reduction == "none":
+                out[...] = update
+            else:
+                _combine(out, update, reduction)
+        return out
+    return _scatter(np.array(data, copy=True), tuple(rows.T), updates, reduction)
+
+
+def _combine(out: np.ndarray, update: np.ndarray, reduction: str) -> None:
+    if reduction not in SCATTER_REDUCTIONS:
+        raise ValueError(f"reduction {reduction!r} is not one of none, {', '.join(SCATTER_REDUCTIONS)}")
+    SCATTER_REDUCTIONS[reduction](out, update, out=out)
 
 
 @kernel("scatter_elements", cost=_scatter_cost)

@@ -13,6 +13,7 @@ import numpy as np
 from runtime_lite.errors import describe
 from runtime_lite.execution.limits import check_allocation
 from runtime_lite.kernels.cost import always_view, nbytes, promoted, views
+from runtime_lite.kernels.geometry import check_same_pad_attrs, same_pads
 from runtime_lite.kernels.registry import kernel
 
 #: A shape tensor holds one entry per axis: more than a bundle's rank limit (32) is not a shape.
@@ -222,6 +223,33 @@ def pad(x, *, pads, mode, value):
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))
     return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+
+
+def _same_pad_widths(x, kernel_shape, strides, dilations, lower) -> list[int]:
+    nd = len(kernel_shape)
+    if x.ndim < nd:
+        raise ValueError(f"same_pad: a rank-{x.ndim} input has fewer than {nd} spatial axes")
+    pads = same_pads(x.shape[x.ndim - nd :], kernel_shape, strides, dilations, bool(lower))
+    lead = [0] * (x.ndim - nd)
+    return lead + pads[:nd] + lead + pads[nd:]
+
+
+def _same_pad_cost(x, *, kernel_shape, strides, dilations, lower, value) -> int:
+    return _pad_cost(x, pads=_same_pad_widths(x, kernel_shape, strides, dilations, lower), mode="constant", value=value)
+
+
+@kernel("same_pad", check=check_same_pad_attrs, cost=_same_pad_cost)
+def same_pad(x, *, kernel_shape, strides, dilations, lower, value):
+    """Pad the trailing spatial axes as auto_pad SAME does for this input's size, so a VALID window op
+    after it computes the SAME result: the padding of a size known only at run time, for a stride above 1.
+    A filled array with the input assigned into it (np.pad's per-call overhead is most of a small map's time)."""
+    widths = _same_pad_widths(x, kernel_shape, strides, dilations, lower)
+    rank = x.ndim
+    shape = [d + b + e for d, b, e in zip(x.shape, widths[:rank], widths[rank:])]
+    check_allocation(shape, x.dtype, "same_pad output")
+    padded = np.full(shape, np.asarray(value, x.dtype), x.dtype)
+    padded[tuple(slice(b, b + d) for b, d in zip(widths[:rank], x.shape))] = x
+    return padded
 
 
 @kernel("gather", cost=_gather_cost)

@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     module = runtime_lite.load(args.bundle, **_load_options(args))
     loaded = time.perf_counter()
-    inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed)
+    inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed, dims=module.dims)
     profile = module.profile(inputs) if args.profile is not None else None
     outputs = profile.outputs if profile is not None else module.run(inputs)
     done = time.perf_counter()
@@ -130,6 +130,12 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  input  {spec}")
     for spec in module.outputs:
         print(f"  output {spec}")
+    for dim in module.dims.values():
+        print(f"  dim    {dim}")
+    if module.worst_case_activation_bytes is not None:
+        budget = module.worst_case_budget_bytes
+        print(f"  worst  {module.worst_case_activation_bytes / 1e6:.1f} MB of activations with every dim at its maximum"
+              + (f" (a max_memory budget admits it from {budget / 1e6:.1f} MB)" if budget else ""))  # fmt: skip
     for module_id, placed in module.placement.items():
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
     return 0
@@ -148,7 +154,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"no --input given: random inputs of the signature's shapes (seed {args.seed})", file=sys.stderr)
     result = bench.benchmark(
         args.bundle,
-        lambda module: load_inputs(module.inputs, args.input, random, args.seed, args.batch),
+        lambda module: load_inputs(module.inputs, args.input, random, args.seed, args.batch, module.dims),
         inputs_label=bench.describe_feed(len(args.input), random, args.seed),
         iterations=args.iterations,
         warmup=args.warmup,

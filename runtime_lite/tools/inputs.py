@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from runtime_lite.errors import RuntimeLiteError
-from runtime_lite.format.signature import TensorSpec
+from runtime_lite.format.signature import DimSpec, TensorSpec
 
 #: ``--random-inputs`` refuses to invent more than this many bytes for one input.
 MAX_RANDOM_INPUT_BYTES = 1 << 30
@@ -43,9 +44,15 @@ def output_filenames(names: list[str]) -> list[str]:
     return files
 
 
-def _batched_shape(spec: TensorSpec, batch: int | None) -> tuple[int, ...]:
-    """The shape random data gets: symbolic dims 1, except a symbolic dim 0 which is ``batch``."""
-    shape = [1 if isinstance(d, str) else d for d in spec.shape]
+def _symbolic_size(dim: str, dims: Mapping[str, DimSpec]) -> int:
+    """What a symbolic dim is for random data: 1, or its declared minimum where that is more."""
+    bound = (dims or {}).get(dim)
+    return max(1, bound.min or 1) if bound is not None else 1
+
+
+def _batched_shape(spec: TensorSpec, batch: int | None, dims: Mapping[str, DimSpec] | None = None) -> tuple[int, ...]:
+    """The shape random data gets: symbolic dims 1 (or their minimum), except a symbolic dim 0 which is ``batch``."""
+    shape = [_symbolic_size(d, dims) if isinstance(d, str) else d for d in spec.shape]
     if batch is not None and shape:
         if isinstance(spec.shape[0], str):
             shape[0] = batch
@@ -57,8 +64,10 @@ def _batched_shape(spec: TensorSpec, batch: int | None) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def random_input(spec: TensorSpec, rng: np.random.Generator, batch: int | None = None) -> np.ndarray:
-    shape = _batched_shape(spec, batch)
+def random_input(
+    spec: TensorSpec, rng: np.random.Generator, batch: int | None = None, dims: Mapping[str, DimSpec] | None = None
+) -> np.ndarray:
+    shape = _batched_shape(spec, batch, dims)
     nbytes = int(np.prod(shape, dtype=object)) * spec.dtype.itemsize
     if nbytes > MAX_RANDOM_INPUT_BYTES:
         raise RuntimeLiteError(
@@ -77,6 +86,7 @@ def load_inputs(
     random: bool,
     seed: int,
     batch: int | None = None,
+    dims: Mapping[str, DimSpec] | None = None,
 ) -> dict[str, np.ndarray]:
     """Every input the signature names: from its file, else random (with ``random``), else a one-line error."""
     known = {spec.name for spec in specs}
@@ -100,7 +110,7 @@ def load_inputs(
         rng = np.random.default_rng(seed)
         for spec in specs:
             if spec.name not in inputs:
-                inputs[spec.name] = random_input(spec, rng, batch)
+                inputs[spec.name] = random_input(spec, rng, batch, dims)
     missing = [s for s in specs if s.name not in inputs]
     if missing:
         raise RuntimeLiteError(

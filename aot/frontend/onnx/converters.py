@@ -15,6 +15,7 @@ import numpy as np
 from aot.frontend.onnx.context import NodeContext
 from aot.ir.graph import Value
 from aot.ir.shape_values import known_elements
+from runtime_lite.kernels.geometry import same_pads
 
 Converter = Callable[[NodeContext], list[Value]]
 CONVERTERS: dict[str, Converter] = {}
@@ -329,24 +330,50 @@ def _grid_sample(ctx):
 # -- convolution and pooling ------------------------------------------------------------
 
 
-def _spatial_attrs(ctx: NodeContext, nd: int, kernel_shape, in_spatial=None) -> dict:
+def _spatial_attrs(ctx: NodeContext, nd: int, kernel_shape, in_spatial=None, run_time_pads: bool = False) -> dict:
+    """Strides, pads and dilations, auto_pad resolved. A SAME axis whose pads need a size known only at
+    run time is left to the caller's ``_same_padded`` (``run_time_pads``), else refused."""
     strides = list(ctx.attr("strides", [1] * nd))
     dilations = list(ctx.attr("dilations", [1] * nd))
     pads = list(ctx.attr("pads", [0] * (2 * nd)))
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        in_spatial = in_spatial if in_spatial is not None else ctx.static_dims()[2:]
-        pads = [0] * (2 * nd)
-        for i in range(nd):
-            out = -(-in_spatial[i] // strides[i])
-            total = max((out - 1) * strides[i] + (kernel_shape[i] - 1) * dilations[i] + 1 - in_spatial[i], 0)
-            small, large = total // 2, total - total // 2
-            pads[i], pads[i + nd] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+        in_spatial = in_spatial if in_spatial is not None else ctx.inputs[0].type.shape[2:]
+        # A stride-1 axis pads (k - 1) * dilation whatever its size, so only a strided axis of
+        # unknown size needs the size itself: those are padded at run time (_same_padded).
+        sizes = [d if isinstance(d, int) else 1 for d in in_spatial]
+        if not run_time_pads and _padded_at_run_time(ctx, nd, strides):
+            raise ctx.unsupported(
+                f"SAME padding with strides {strides} over spatial dims known only at run time "
+                f"{list(in_spatial)} (fix them with --input)"
+            )
+        pads = same_pads(sizes, kernel_shape, strides, dilations, auto_pad == "SAME_LOWER")
     elif auto_pad == "VALID":
         pads = [0] * (2 * nd)
     elif auto_pad != "NOTSET":
         raise ctx.unsupported(f"auto_pad {auto_pad!r}")
     return {"strides": strides, "pads": pads, "dilations": dilations}
+
+
+def _lowest(dtype: str) -> float:
+    """What a max-pool pads with: nothing in the window is smaller."""
+    return float("-inf") if np.dtype(dtype).kind == "f" else float(np.iinfo(dtype).min)
+
+
+def _padded_at_run_time(ctx: NodeContext, nd: int, strides) -> bool:
+    """SAME padding over an axis whose size is known only at run time and whose stride is above 1."""
+    spatial = ctx.inputs[0].type.shape[2:]
+    return ctx.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") and any(
+        not isinstance(d, int) and s > 1 for d, s in zip(spatial, strides)
+    )
+
+
+def _same_padded(ctx: NodeContext, x: Value, kernel_shape, attrs: dict, value: float) -> tuple[Value, dict]:
+    """``x`` padded by a ``same_pad`` computed per run, and the window op's attributes with no padding left."""
+    padded = ctx.emit("same_pad", x, kernel_shape=list(kernel_shape), strides=attrs["strides"],
+                      dilations=attrs["dilations"], lower=int(ctx.attr("auto_pad") == "SAME_LOWER"),
+                      value=value)  # fmt: skip
+    return padded, {**attrs, "pads": [0] * len(attrs["pads"])}
 
 
 def _rank_op(ctx: NodeContext, base: str, nd: int) -> str:
@@ -361,8 +388,10 @@ def _conv(ctx):
     w = ctx.inputs[1]
     nd = w.type.rank - 2
     kernel_shape = ctx.attr("kernel_shape", list(w.type.shape[2:]))
-    attrs = _spatial_attrs(ctx, nd, kernel_shape)
+    attrs = _spatial_attrs(ctx, nd, kernel_shape, run_time_pads=True)
     inputs = [v for v in ctx.inputs[:3] if v is not None]
+    if _padded_at_run_time(ctx, nd, attrs["strides"]):
+        inputs[0], attrs = _same_padded(ctx, inputs[0], kernel_shape, attrs, 0.0)
     return ctx.emit(_rank_op(ctx, "conv", nd), *inputs, groups=ctx.attr("group", 1), **attrs)
 
 
@@ -410,10 +439,19 @@ def _pool(kind: str):
         x = ctx.inputs[0]
         nd = x.type.rank - 2
         kernel_shape = list(ctx.attr("kernel_shape"))
-        attrs = _spatial_attrs(ctx, nd, kernel_shape)
+        attrs = _spatial_attrs(ctx, nd, kernel_shape, run_time_pads=True)
         extra = {"count_include_pad": ctx.attr("count_include_pad", 0)} if kind == "avg" else {}
         if ctx.attr("storage_order", 0):
             raise ctx.unsupported("storage_order=1")
+        if _padded_at_run_time(ctx, nd, attrs["strides"]):
+            if kind == "avg" and not extra["count_include_pad"]:
+                raise ctx.unsupported(
+                    "SAME padding that excludes the pad from the average, with a stride above 1 over a size known "
+                    "only at run time (fix the size with --input)"
+                )
+            x, attrs = _same_padded(ctx, x, kernel_shape, attrs, _lowest(x.type.dtype) if kind == "max" else 0.0)
+            if ctx.attr("ceil_mode", 0):
+                raise ctx.unsupported("ceil_mode with SAME padding over a size known only at run time")
         return ctx.emit(
             _rank_op(ctx, f"{kind}_pool", nd),
             x,

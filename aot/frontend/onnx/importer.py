@@ -22,8 +22,9 @@ from aot.errors import AotError, ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.onnx.context import NodeContext
 from aot.frontend.onnx.converters import CONVERTERS
 from aot.frontend.onnx.dtypes import onnx_dtype_name
+from aot.ir.dims import DimNamer, GivenDim, as_given, is_anonymous, is_raw_name
 from aot.ir.graph import Graph, Value
-from aot.ir.types import Dim, TensorType
+from aot.ir.types import TensorType
 from aot.words import counted
 
 log = logging.getLogger("aot.frontend.onnx")
@@ -31,7 +32,7 @@ log = logging.getLogger("aot.frontend.onnx")
 MIN_OPSET = 9
 TESTED_MAX_OPSET = 21
 ModelSource = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
-InputShapes = Mapping[str, Sequence[Dim]]
+InputShapes = Mapping[str, Sequence[GivenDim]]
 
 
 def load_model(source: ModelSource) -> onnx.ModelProto:
@@ -173,18 +174,18 @@ def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProt
     return order
 
 
-def _declared_dim(dim: onnx.TensorShapeProto.Dimension, fallback_name: str) -> Dim:
-    """A declared dim as the IR reads it: a size, or a symbol.
+def _declared_dim(dim: onnx.TensorShapeProto.Dimension) -> int | str:
+    """A declared dim as the model writes it: a size, or the raw symbol ("" when it has no name).
 
     Some exporters (Paddle2ONNX among them) write ``dim_value: -1`` for a dynamic
     dim; onnxruntime treats any negative size as unknown, and so does this.
     """
     if dim.HasField("dim_value") and dim.dim_value >= 0:
         return dim.dim_value
-    return dim.dim_param or fallback_name
+    return dim.dim_param
 
 
-def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> TensorType:
+def _input_type(value: onnx.ValueInfoProto, override: Sequence[GivenDim] | None, namer: DimNamer) -> TensorType:
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
         raise UnsupportedOpsError(f"input '{value.name}' is not a tensor (sequences and maps are not supported)")
@@ -192,27 +193,62 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence[Dim] | None) -> T
         dtype = onnx_dtype_name(tensor.elem_type)
     except ValueError as e:
         raise UnsupportedOpsError(f"input '{value.name}': {e}") from None
-    dims: list[Dim] = []
-    if tensor.HasField("shape"):
-        for i, d in enumerate(tensor.shape.dim):
-            dims.append(_declared_dim(d, f"{value.name}_{i}"))
-    if override is not None:
-        if tensor.HasField("shape") and len(override) != len(dims):
-            raise ShapeError(f"--input {value.name}: the model declares rank {len(dims)} {dims}, got {list(override)}")
-        for i, (declared, given) in enumerate(zip(dims, override)):
-            if isinstance(declared, int) and isinstance(given, int) and declared != given:
-                raise ShapeError(f"--input {value.name}: dim {i} is fixed to {declared} in the model, got {given}")
-            if isinstance(declared, int) and not isinstance(given, int):
-                # The model's weights and reshapes were made for that size: a symbol would build
-                # a bundle that fails at run time for any other value.
-                raise ShapeError(
-                    f"--input {value.name}: dim {i} is fixed to {declared} in the model, so it cannot be "
-                    f"the symbol {given!r}; give {declared}"
-                )
-        dims = list(override)
-    elif not tensor.HasField("shape"):
-        raise ShapeError(f"input '{value.name}' has no declared shape; give one with --input {value.name}:SHAPE")
+    declared = [_declared_dim(d) for d in tensor.shape.dim] if tensor.HasField("shape") else []
+    rank = len(override) if override is not None else len(declared)
+
+    def where(i: int) -> str:
+        return f"input '{value.name}' dim {i}"
+
+    if override is None:
+        if not tensor.HasField("shape"):
+            raise ShapeError(f"input '{value.name}' has no declared shape; give one with --input {value.name}:SHAPE")
+        dims = [
+            d if isinstance(d, int) else namer.declared(d, where(i), rank, i, dtype) for i, d in enumerate(declared)
+        ]
+        return TensorType(dims, dtype)
+    try:
+        override = [as_given(d) for d in override]
+    except ValueError as e:
+        raise ShapeError(f"--input {value.name}: {e}") from None
+    if tensor.HasField("shape") and len(override) != len(declared):
+        shown = [d if isinstance(d, int) else d or "?" for d in declared]
+        raise ShapeError(f"--input {value.name}: the model declares rank {len(declared)} {shown}, got {list(override)}")
+    for i, (model_dim, given) in enumerate(zip(declared, override)):
+        if isinstance(model_dim, int) and isinstance(given, int) and model_dim != given:
+            raise ShapeError(f"--input {value.name}: dim {i} is fixed to {model_dim} in the model, got {given}")
+        if isinstance(model_dim, int) and not isinstance(given, int):
+            # The model's weights and reshapes were made for that size: a symbol would build
+            # a bundle that fails at run time for any other value.
+            raise ShapeError(
+                f"--input {value.name}: dim {i} is fixed to {model_dim} in the model, so it cannot be "
+                f"the symbol {str(given)!r}; give {model_dim}"
+            )
+    try:
+        dims = [namer.given(d, f"--input {value.name} dim {i}", rank, i, dtype) for i, d in enumerate(override)]
+    except ShapeError as e:
+        raise ShapeError(f"--input {value.name}: {e}") from None
     return TensorType(dims, dtype)
+
+
+def _user_dim_names(input_shapes: Mapping[str, Sequence[GivenDim]]) -> set[str]:
+    """Names the user gives in ``input_shapes``: a readable name chosen for a model's dim must not take one."""
+    names = set()
+    for dims in input_shapes.values():
+        for d in dims:
+            name = d if isinstance(d, str) else getattr(d, "name", None)
+            if name:
+                names.add(name)
+    return names
+
+
+def _model_dim_names(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
+    """Names the model itself gives its inputs' dims, kept as they are: a readable name must not take one."""
+    return {
+        d.dim_param
+        for v in inputs
+        for d in v.type.tensor_type.shape.dim
+        if d.dim_param and not is_anonymous(d.dim_param) and not is_raw_name(d.dim_param)
+    }
 
 
 def _initializer(tensor: onnx.TensorProto, graph: Graph) -> Value:
@@ -253,10 +289,12 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
     for v in list(onnx_graph.input) + list(onnx_graph.output):
         graph.unique_name(v.name)  # reserve the model's own names for its signature
     env: dict[str, Value] = {}
+    namer = DimNamer(_user_dim_names(input_shapes) | _model_dim_names(real_inputs))
     for v in real_inputs:
-        value = Value(v.name, _input_type(v, input_shapes.get(v.name)))
+        value = Value(v.name, _input_type(v, input_shapes.get(v.name), namer))
         graph.inputs.append(value)
         env[v.name] = value
+    graph.dims = namer.dims
     for tensor in onnx_graph.initializer:
         env[tensor.name] = _initializer(tensor, graph)
 

@@ -275,8 +275,6 @@ class _Recurrence:
             x = ctx.emit("transpose", x, perm=[1, 0, 2])
         self.x = x
         self.steps = x.type.shape[0]
-        if not isinstance(self.steps, int):
-            raise ctx.unsupported("a sequence length known only at run time (fix it with --input)")
         self.hidden = int(ctx.attr("hidden_size"))
         self.dtype = x.type.dtype
         names = list(ctx.attr("activations", [])) or _DEFAULT_ACTIVATIONS[kind] * 2
@@ -289,6 +287,8 @@ class _Recurrence:
         lengths = ctx.input(4)
         if lengths is not None:
             values = ctx.require_const(4, "sequence_lens")
+            if not isinstance(self.steps, int):
+                raise ctx.unsupported("sequence_lens with a sequence length known only at run time")
             if not (values == self.steps).all():
                 raise ctx.unsupported("sequences shorter than the input (sequence_lens below its length)")
         direction = ctx.attr("direction", "forward")
@@ -308,8 +308,8 @@ class _Recurrence:
         axis = axis % v.type.rank
         return self.ctx.emit("slice", v, starts=[k * h], ends=[(k + 1) * h], axes=[axis], steps=[1])
 
-    def act(self, value: Value, which: int, d: int) -> Value:
-        if self.clip is not None:
+    def act(self, value: Value, which: int, d: int, clipped: bool = True) -> Value:
+        if self.clip is not None and clipped:  # the gates' inputs, never the LSTM cell state (as onnxruntime)
             value = self.ctx.emit("clip", value, min=-float(self.clip), max=float(self.clip))
         per_direction = len(self.activations) // len(self.directions) if len(self.directions) > 1 else None
         names = self.activations[d * per_direction :] if per_direction else self.activations
@@ -328,8 +328,36 @@ def _step_order(rec: _Recurrence, direction: str) -> list[int]:
     return list(range(rec.steps))[:: -1 if direction == "reverse" else 1]
 
 
+def _time_loop(ctx: NodeContext, rec: _Recurrence) -> list[Value]:
+    """A sequence length known only at run time: one ``recurrent`` op, whose kernel runs the time loop."""
+    gates, dirs = _GATES[rec.kind], len(rec.directions)
+    inputs = [rec.x, ctx.inputs[1], ctx.inputs[2]]
+    bias = ctx.input(3)
+    inputs.append(bias if bias is not None else ctx.constant(np.zeros((dirs, 2 * gates * rec.hidden), rec.dtype)))
+    flags = {}
+    for index, flag in ((5, "initial_h"), (6, "initial_c"), (7, "peepholes")):
+        given = ctx.input(index) if rec.kind == "LSTM" or index == 5 else None
+        flags[flag] = int(given is not None)
+        if given is not None:
+            inputs.append(given)
+    per_direction = len(_DEFAULT_ACTIVATIONS[rec.kind])
+    names = rec.activations  # as many as the directions need; the defaults come doubled
+    activations = names[: per_direction * dirs] if len(names) >= per_direction * dirs else names * dirs
+    results = ctx.emit_node("recurrent", inputs, kind=rec.kind.lower(), hidden_size=rec.hidden,
+                            direction=ctx.attr("direction", "forward"), activations=activations,
+                            clip=None if rec.clip is None else float(rec.clip),
+                            linear_before_reset=int(ctx.attr("linear_before_reset", 0)), **flags)  # fmt: skip
+    if ctx.attr("layout", 0):
+        results = [ctx.emit("transpose", results[0], perm=[2, 0, 1, 3])] + [
+            ctx.emit("transpose", v, perm=[1, 0, 2]) for v in results[1:]
+        ]
+    return results[: len(ctx.node.output)]
+
+
 def _recurrent(ctx: NodeContext) -> list[Value]:
     rec = _Recurrence(ctx)
+    if not isinstance(rec.steps, int):
+        return _time_loop(ctx, rec)
     gates = _GATES[rec.kind]
     ys, hs, cs = [], [], []
     for d, direction in enumerate(rec.directions):
@@ -377,7 +405,7 @@ def _recurrent(ctx: NodeContext) -> list[Value]:
                 c = ctx.emit("add", ctx.emit("multiply", f, c), ctx.emit("multiply", i, rec.act(c_pre, 1, d)))
                 if peep is not None:
                     o_pre = ctx.emit("add", o_pre, ctx.emit("multiply", rec.part(peep, 1), c))
-                h = ctx.emit("multiply", rec.act(o_pre, 0, d), rec.act(c, 2, d))
+                h = ctx.emit("multiply", rec.act(o_pre, 0, d), rec.act(c, 2, d, clipped=False))
             outputs[t] = h
         ys.append(ctx.emit("concat", *[ctx.emit("unsqueeze", outputs[t], axes=[0, 1]) for t in range(rec.steps)],
                            axis=0))  # fmt: skip

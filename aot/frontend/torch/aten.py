@@ -511,6 +511,28 @@ def _batch_norm(ctx):
     return y if ctx.op_name.startswith("aten.batch_norm") else [y]
 
 
+@aten("_native_batch_norm_legit")
+def _batch_norm_batch_statistics(ctx):
+    """Batch norm over the batch's own statistics (``.no_stats``: no running ones; how torch.export writes
+    ``F.instance_norm``, on x reshaped to [1, N*C, ...]): (y, mean, 1 / std) per channel, as torch returns."""
+    x = ctx["input"]
+    if not ctx.get("training", True):
+        return _batch_norm(ctx)  # running statistics: the inference form
+    rank, dtype = x.type.rank, x.type.dtype
+    axes, per_channel = [0, *range(2, rank)], [-1] + [1] * (rank - 2)  # channels: N*C at run time for an instance norm
+    mean = ctx.emit("reduce_mean", x, axes=axes, keepdims=1)
+    centered = ctx.emit("subtract", x, mean)
+    variance = ctx.emit("reduce_mean", ctx.emit("multiply", centered, centered), axes=axes, keepdims=1)
+    eps = ctx.constant(float(ctx["eps"]), dtype)
+    inverse = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", variance, eps)))
+    y = ctx.emit("multiply", centered, inverse)
+    if ctx.get("weight") is not None:
+        y = ctx.emit("multiply", y, ctx.emit("reshape", ctx["weight"], shape=per_channel))
+    if ctx.get("bias") is not None:
+        y = ctx.emit("add", y, ctx.emit("reshape", ctx["bias"], shape=per_channel))
+    return [y, ctx.emit("reshape", mean, shape=[-1]), ctx.emit("reshape", inverse, shape=[-1])]
+
+
 @aten("layer_norm", "native_layer_norm")
 def _layer_norm(ctx):
     x = ctx["input"]
@@ -1019,6 +1041,9 @@ def _topk(ctx):
 @aten("repeat")
 def _repeat(ctx):
     x = ctx["self"]
+    if any(isinstance(r, SymbolicSize) for r in ctx["repeats"]):
+        raise ctx.unsupported("repeats known only at run time (an affine instance norm over a dynamic batch: "
+                              "fix the batch with input_shapes)")  # fmt: skip
     repeats = [int(r) for r in ctx["repeats"]]
     if len(repeats) > x.type.rank:
         x = ctx.emit("unsqueeze", x, axes=list(range(len(repeats) - x.type.rank)))
@@ -1102,15 +1127,21 @@ def _mode_pad(ctx):
     return _pad(ctx)
 
 
-def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int], list[float | None]]:
-    """The output's spatial sizes and the scale factors torch maps coordinates with (None: in / out)."""
+def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int] | None, list[float | None]]:
+    """The output's spatial sizes and the scale factors torch maps coordinates with (None: in / out).
+
+    Over spatial dims known only at run time the sizes are None: the factors alone say it all
+    (torch's output is floor(size * factor), as a resize by scales computes per run)."""
     spatial = x.type.shape[2:]
-    if not all(isinstance(d, int) for d in spatial):
-        raise ctx.unsupported("upsampling over spatial dims known only at run time (fix them with input_shapes)")
     factors = ctx.get("scale_factors")
     if factors is None:
         factors = [ctx.args.get(k) for k in ("scales_d", "scales_h", "scales_w") if k in ctx.args]
         factors = factors[-len(spatial) :] if factors else [None] * len(spatial)
+    if not all(isinstance(d, int) for d in spatial):
+        if not all(isinstance(f, (int, float)) and f > 0 for f in factors):
+            raise ctx.unsupported("upsampling to an output size over spatial dims known only at run time "
+                                  "(give scale factors, or fix the dims with input_shapes)")  # fmt: skip
+        return None, [float(f) for f in factors]
     sizes = ctx.get("output_size")
     if sizes is None:
         sizes = [int(math.floor(d * f)) for d, f in zip(spatial, factors)]
@@ -1124,6 +1155,12 @@ def _upsample_nearest(ctx):
     """torch's nearest (not ONNX's): source index floor(dst * float32(in / out)), computed here as constants."""
     x = ctx.args.get("input", ctx.args.get("self"))
     sizes, factors = _upsampled_sizes(ctx, x)
+    if sizes is None:  # sizes known at run time: ONNX's asymmetric floor is torch's nearest for whole factors
+        if not all(float(f).is_integer() for f in factors):
+            raise ctx.unsupported(f"nearest upsampling by {factors} over spatial dims known only at run time "
+                                  "(whole factors are supported)")  # fmt: skip
+        return ctx.emit("resize", x, scales=[1.0, 1.0, *factors], mode="nearest",
+                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")  # fmt: skip
     for axis, (size_in, size_out, factor) in enumerate(zip(x.type.shape[2:], sizes, factors), start=2):
         if size_in == size_out:
             continue
@@ -1140,6 +1177,10 @@ def _upsample_nearest(ctx):
 def _upsample_linear(ctx):
     x = ctx.args.get("input", ctx.args.get("self"))
     sizes, factors = _upsampled_sizes(ctx, x)
+    if sizes is None:
+        mode = "align_corners" if ctx.get("align_corners", False) else "half_pixel"
+        return ctx.emit("resize", x, scales=[1.0, 1.0, *factors], mode="linear",
+                        coordinate_transformation_mode=mode, nearest_mode="floor")  # fmt: skip
     if ctx.get("align_corners", False):
         return ctx.emit("resize", x, sizes=[*x.type.shape[:2], *sizes], mode="linear",
                         coordinate_transformation_mode="align_corners", nearest_mode="floor")  # fmt: skip

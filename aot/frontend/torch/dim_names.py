@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from aot.ir.dims import DimInfo, DimNamer, DimRange, as_given, is_raw_name
 from aot.ir.graph import Graph
 from aot.ir.types import TensorType
 
@@ -51,3 +52,55 @@ def rename_dims(graph: Graph, names: dict[str, str]) -> None:
             value.type = TensorType(
                 tuple(names.get(d, d) if isinstance(d, str) else d for d in shape), value.type.dtype
             )
+
+
+def _symbol_ranges(placeholders: list[Any]) -> dict[str, tuple[int, int]]:
+    """Torch's symbol -> (min, max) where the program bounds it above (``Dim("h", min=32, max=1280)``)."""
+    ranges = {}
+    for node in placeholders:
+        for d in getattr(node.meta.get("val"), "shape", ()):
+            symbolic = getattr(d, "node", None)
+            env = getattr(symbolic, "shape_env", None)
+            value_range = getattr(env, "var_to_range", {}).get(getattr(symbolic, "expr", None))
+            if value_range is None:
+                continue
+            if str(value_range.upper) in ("int_oo", "oo"):  # bounded below only, as torch says of any dim
+                continue
+            low, high = int(value_range.lower), int(value_range.upper)
+            # torch starts every range at 2 (it specializes sizes 0 and 1 while tracing); the program holds
+            # for those too, so only a minimum above 2 is the user's own
+            ranges[str(symbolic.expr)] = (low if low > 2 else 0, high)
+    return ranges
+
+
+def name_signature_dims(graph: Graph, placeholders: list[Any], given: dict[str, Any]) -> None:
+    """Readable names for torch's raw symbols (``s77`` of a reloaded .pt2), each dim's origin, and its bounds
+    (the program's ``Dim`` ranges, or ``input_shapes`` bounds), into ``graph.dims``."""
+    ranges = _symbol_ranges(placeholders)
+    user_names = set(user_dim_names(placeholders).values())
+    namer = DimNamer({d for v in graph.inputs for d in v.type.shape if isinstance(d, str) and not is_raw_name(d)})
+    renames: dict[str, str] = {}
+    for value, node in zip(graph.inputs, placeholders):
+        meta_shape = [str(d) for d in getattr(node.meta.get("val"), "shape", ())]
+        overrides = [as_given(d) for d in given.get(value.name, ())]  # checked by the importer already
+        for axis, d in enumerate(value.type.shape):
+            if not isinstance(d, str):
+                continue
+            where = f"input '{value.name}' dim {axis}"
+            symbol = meta_shape[axis] if axis < len(meta_shape) else d
+            bounds = overrides[axis] if axis < len(overrides) and isinstance(overrides[axis], DimRange) else None
+            if bounds is None and symbol in ranges:
+                bounds = DimRange(*ranges[symbol])
+            if d in user_names or not is_raw_name(d):
+                origin = f"{where} (torch.export.Dim '{d}')" if d in user_names else f"{where} (given as '{d}')"
+                name = d
+            else:
+                name = renames.get(d) or namer.declared(d, where, value.type.rank, axis, value.type.dtype)
+                renames[d] = name
+                origin = namer.dims[name].origin.replace("the model wrote", "torch's symbol")
+            previous = graph.dims.get(name)
+            if previous is None or (previous.min is None and bounds is not None):
+                low, high = (bounds.min, bounds.max) if bounds is not None else (None, None)
+                graph.dims[name] = DimInfo(previous.origin if previous else origin, low, high)
+    rename_dims(graph, renames)
+    graph.dims = {renames.get(k, k): v for k, v in graph.dims.items()}

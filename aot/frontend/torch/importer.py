@@ -21,8 +21,9 @@ import numpy as np
 from aot.errors import ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN, PYTHON_CALLS
 from aot.frontend.torch.context import AtenContext, numpy_dtype
-from aot.frontend.torch.dim_names import rename_dims, user_dim_names
+from aot.frontend.torch.dim_names import name_signature_dims, rename_dims, user_dim_names
 from aot.frontend.torch.symbolic import SYMBOLIC_PREFIX
+from aot.ir.dims import DimRange, as_given
 from aot.ir.graph import Graph, Value
 from aot.ir.types import Dim, TensorType
 from aot.quiet import known_warnings_hidden
@@ -130,7 +131,11 @@ def _input_type(name: str, meta: Any, override: Sequence[Dim] | None) -> TensorT
         for i, (declared, given) in enumerate(zip(dims, override)):
             if isinstance(declared, int) and isinstance(given, int) and declared != given:
                 raise ShapeError(f"--input {name}: dim {i} is fixed to {declared} in the program, got {given}")
-        dims = list(override)
+        try:  # bounds keep torch's symbol (name_signature_dims records them); a size or a name replaces it
+            given_dims = [as_given(d) for d in override]
+        except ValueError as e:
+            raise ShapeError(f"--input {name}: {e}") from None
+        dims = [dims[i] if isinstance(d, DimRange) else d for i, d in enumerate(given_dims)]
     return TensorType(dims, numpy_dtype(meta.dtype))
 
 
@@ -215,6 +220,7 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
             value.name = graph.unique_name("output" if len(outputs) == 1 else f"output_{i}")
     graph.outputs = outputs
     rename_dims(graph, user_dim_names(user_inputs))
+    name_signature_dims(graph, user_inputs, input_shapes)
     graph.metadata.update(frontend="torch.export", source_nodes=len(_calls(program)))
     return graph
 
