@@ -13,27 +13,13 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
+
+from runtime_lite.cpu import cpu_flags_and_model
 
 #: OpenBLAS kernels (``openblas_get_corename``) that use AVX-512.
 AVX512_KERNELS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 #: The environment variables that change which kernel numpy's OpenBLAS runs, or how it blocks.
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif name.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return model, flags
 
 
 def vector_extension(flags: set[str]) -> str:
@@ -42,10 +28,20 @@ def vector_extension(flags: set[str]) -> str:
     return "AVX2" if "avx2" in flags else "no AVX2" if flags else "vector unknown"
 
 
+def dot_product(flags: set[str]) -> str:
+    """The CPU's 8-bit dot products ("AVX512-VNNI, AVX-VNNI"), which decide whether int8 pays; "no VNNI" on x86."""
+    from runtime_lite.backends.onnxruntime.int8 import DOT_PRODUCT_FLAGS
+
+    found = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags]
+    return ", ".join(found) if found else "no VNNI" if "avx2" in flags or "sse2" in flags else ""
+
+
 def cpu() -> str:
-    """The CPU as a reader needs it: model name, widest vector extension, cores ("AMD EPYC, AVX-512, 2 cores")."""
+    """The CPU as a reader needs it: model name, widest vector extension, its 8-bit dot products (VNNI or not),
+    cores ("AMD EPYC, AVX2, no VNNI, 2 cores")."""
     model, flags = cpu_flags_and_model()
-    return f"{model}, {vector_extension(flags)}, {os.cpu_count()} cores"
+    dots = dot_product(flags)
+    return f"{model}, {vector_extension(flags)}{', ' + dots if dots else ''}, {os.cpu_count()} cores"
 
 
 def blas_kernel() -> tuple[str, str] | None:
@@ -102,6 +98,7 @@ def kernel_note(flags: set[str] | None = None, kernel: str | None = None) -> str
 
 
 __all__ = [
-    "AVX512_KERNELS", "blas", "blas_kernel", "cpu", "cpu_flags_and_model", "describe", "kernel_note", "overrides",
+    "AVX512_KERNELS", "blas", "blas_kernel", "cpu", "cpu_flags_and_model", "describe", "dot_product", "kernel_note",
+    "overrides",
     "vector_extension",
 ]  # fmt: skip

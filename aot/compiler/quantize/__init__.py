@@ -15,7 +15,7 @@ import numpy as np
 
 from aot.compiler.quantize.calibrate import make_table, run_float
 from aot.compiler.quantize.config import METHODS, QuantizeConfig
-from aot.compiler.quantize.insert import Rule, insert_qdq, plan_quantization
+from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, Rule, insert_qdq, plan_quantization
 from aot.compiler.quantize.report import OutputAccuracy, accuracy_report
 from aot.compiler.quantize.samples import data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
@@ -37,8 +37,9 @@ class Quantization:
 
 
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
-                   log: TextIO | None = sys.stderr) -> Quantization:  # fmt: skip
-    """Calibrate (or read the table), then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
+                   log: TextIO | None = sys.stderr, scheme: Int8Scheme = SYMMETRIC) -> Quantization:  # fmt: skip
+    """Calibrate (or read the table), then rewrite ``graph`` with Q/DQ written as ``scheme`` says; the graph keeps
+    its output names."""
     plan = plan_quantization(graph, rules)
     samples = load_samples(config.calibration, graph.inputs, config.max_samples) if config.calibration else []
     calibrated = len(samples) - math.floor(len(samples) * config.holdout) if samples else 0
@@ -54,7 +55,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     else:
         observers, floats = run_float(graph, plan.tensors, samples, calibrated, log)
         table = make_table(observers, config.method, config.percentile, calibrated, data_digest(samples[:calibrated]))
-    insert_qdq(graph, plan, table)
+    insert_qdq(graph, plan, table, scheme)
     graph.metadata["calibration"] = table.digest
     notes = plan.notes()
     notes.append(f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)")
@@ -64,6 +65,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
 __all__ = [
     "METHODS",
     "CalibrationTable",
+    "Int8Scheme",
     "OutputAccuracy",
     "QuantizeConfig",
     "Quantization",

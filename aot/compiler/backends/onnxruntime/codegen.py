@@ -2,7 +2,8 @@
 
 Payloads of one onnxruntime module:
 
-* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32) with no large weight
+* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32, or int8: float32
+  between explicit Q/DQ, int8 weights, int32 biases) with no large weight
   inside: each initializer over ``INLINE_BYTES`` is an external-data placeholder that
   ``compile_specs.weights`` resolves to an array of the bundle;
 * ``fallback`` + ``fallback_weights``: the region's host plan and its constants, run where
@@ -78,9 +79,11 @@ class _SharedWeights:
 
 
 def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
+    """``options``: the backend's build options (``precision``: fp32, or int8 for a graph the build quantized)."""
+    precision = (options or {}).get("precision", "fp32")
     graph = region.as_graph()
     weights = _SharedWeights()
-    model = write_recipe(graph, "fp32", exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
     recipe = model.SerializeToString()
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)
@@ -97,6 +100,7 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
         outputs=tuple(spec_of(v) for v in graph.outputs),
         weights=tuple(weights.refs),
         recipe_constants=tuple(weights.extra_records),
+        precision=precision,
     )
     notes = []
     if facts.unverified is not None:

@@ -1,0 +1,147 @@
+"""int8 on onnxruntime's CPU provider: the int8 bundle against onnxruntime fp32 and onnxruntime's own QDQ model.
+
+    python benchmarks/bench_int8_onnxruntime.py                   # ResNet-50 (the onnx wheel's zoo, random weights)
+    python benchmarks/bench_int8_onnxruntime.py --rounds 40 --samples 16
+
+Side by side in one process, 2 threads each (``BENCH_THREADS``), batch 1, each timed run
+after 0.2 s of untimed runs of its own side (``bench_host.alternate_times``), medians over
+the rounds:
+
+* the ``--target onnxruntime --precision int8`` bundle (its kernels chosen by this CPU) and
+  onnxruntime's ``quantize_static`` QDQ model (per channel, the same calibration samples),
+  each against onnxruntime fp32 on the original file;
+* the int8 bundle forced onto float kernels (``onnxruntime.int8=float``, the path a CPU
+  without VNNI takes) against the float ``--target onnxruntime`` bundle.
+
+The CPU, its vector extension and whether it has VNNI are printed with the figures: they
+decide the verdict. Nothing is written to BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, str(THREADS))
+
+import statistics  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_host import settle  # noqa: E402
+
+import aot  # noqa: E402
+import runtime_lite  # noqa: E402
+from aot.testing import load_zoo_model  # noqa: E402
+from runtime_lite.backends.onnxruntime.int8 import kernels_here  # noqa: E402
+from runtime_lite.tools import machine  # noqa: E402
+
+
+def timed_rounds(sides: dict, rounds: int) -> dict[str, float]:
+    """Median seconds of each side over ``rounds`` rounds, each timed call after ``settle`` on its own side."""
+    import time
+
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, call in sides.items():
+            settle(call)
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def onnxruntime_session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def ort_quantize_static(path: str, samples: list[dict], out: str) -> None:
+    """onnxruntime's own int8 model: QDQ, per-channel int8 weights, MinMax over the same samples."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter(samples)
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(path, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=8, help="calibration samples (random images)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    model = load_zoo_model("resnet50")
+    name = model.graph.input[0].name
+    samples = [{name: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(args.samples)]
+    feeds = samples[0]
+    work = Path(tempfile.mkdtemp(prefix="bench-int8-"))
+    original = str(work / "resnet50.onnx")
+    onnx.save(model, original)
+    ort_qdq = str(work / "resnet50.qdq.onnx")
+    ort_quantize_static(original, samples, ort_qdq)
+
+    quantized = aot.build(model, targets=["onnxruntime"], log=None,
+                          quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False)).to_bytes()  # fmt: skip
+    plain = aot.build(model, targets=["onnxruntime"], log=None).to_bytes()
+    options = {"threads": THREADS}
+    int8_auto = runtime_lite.load(quantized, backend_options={"onnxruntime": {**options, "int8": "auto"}})
+    int8_float = runtime_lite.load(quantized, backend_options={"onnxruntime": {**options, "int8": "float"}})
+    float_bundle = runtime_lite.load(plain, backend_options={"onnxruntime": options})
+    fp32, qdq = onnxruntime_session(original), onnxruntime_session(ort_qdq)
+
+    print(machine.describe(f"onnxruntime {ort.__version__}"))
+    print(f"this CPU's int8 kernels: {kernels_here('auto').describe()}")
+    print(f"{THREADS} threads, batch 1, {args.rounds} rounds, each timed run after 0.2 s of its own side; the "
+          "machine may be shared: ratios, not absolute times")  # fmt: skip
+    print(f"bundle sizes: int8 {len(quantized) / 1e6:.1f} MB, float {len(plain) / 1e6:.1f} MB "
+          f"({len(quantized) / len(plain):.3f}x)")  # fmt: skip
+    reference = fp32.run(None, feeds)[0]
+    for label, out in (("int8 bundle", int8_auto.run(feeds)[0]), ("int8 bundle, float kernels",
+                       int8_float.run(feeds)[0]), ("onnxruntime QDQ", qdq.run(None, feeds)[0])):  # fmt: skip
+        err = np.linalg.norm(out - reference) / np.linalg.norm(reference)
+        top1 = "agrees" if out.argmax() == reference.argmax() else "differs"
+        print(f"  {label}: relative L2 to fp32 {err:.4f}, top-1 {top1}")
+    sides = {
+        "onnxruntime fp32 (original file)": lambda: fp32.run(None, feeds),
+        "onnxruntime quantize_static QDQ": lambda: qdq.run(None, feeds),
+        "int8 bundle (auto)": lambda: int8_auto.run(feeds),
+        "int8 bundle (float kernels)": lambda: int8_float.run(feeds),
+        "float --target onnxruntime bundle": lambda: float_bundle.run(feeds),
+    }
+    for call in sides.values():
+        call()
+    medians = timed_rounds(sides, args.rounds)
+    for label, seconds in medians.items():
+        print(f"  {label:36s} {seconds * 1e3:7.2f} ms")
+    base = medians["onnxruntime fp32 (original file)"]
+    print(f"int8 bundle / onnxruntime fp32: {medians['int8 bundle (auto)'] / base:.2f}x")
+    print(f"onnxruntime QDQ / onnxruntime fp32: {medians['onnxruntime quantize_static QDQ'] / base:.2f}x")
+    print(f"int8 bundle / onnxruntime QDQ: "
+          f"{medians['int8 bundle (auto)'] / medians['onnxruntime quantize_static QDQ']:.2f}x")  # fmt: skip
+    print(f"int8 bundle on float kernels / float bundle: "
+          f"{medians['int8 bundle (float kernels)'] / medians['float --target onnxruntime bundle']:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""int8 on onnxruntime (issue 38): QDQ recipes with int8 weights stored once, integer or float kernels by the CPU.
+
+``--target onnxruntime --precision int8`` writes each region as a QDQ recipe that onnxruntime
+fuses into QLinearConv / QGemm; at load the runtime runs it on those integer kernels where the
+CPU has VNNI, and on float kernels over the same Q/DQ where it has not. This machine's CPU
+decides ``auto``; both paths are forced here, so both run on any CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import helper, numpy_helper
+
+import aot
+import runtime_lite
+from aot.compiler.quantize import QuantizeConfig
+from aot.errors import BuildError
+from runtime_lite.backends.onnxruntime.int8 import choose_kernels, kernels_here
+from runtime_lite.errors import OptionError
+from tests.helpers import make_model, rand, wide_model
+from tests.test_quantization import _accuracy, _config, digits  # noqa: F401 (the trained digits model, a fixture)
+
+AVX512_VNNI = {"sse2", "avx2", "avx512f", "avx512_vnni"}
+ALDER_LAKE = {"sse2", "avx2", "avx_vnni"}
+ZEN3 = {"sse2", "avx2", "fma"}  # AVX2, no VNNI
+
+
+# -- the policy: CPU flags -> kernels ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "machine", "kernels", "config"),
+    [
+        (AVX512_VNNI, "x86_64", "integer", {}),
+        (ALDER_LAKE, "x86_64", "integer", {}),
+        ({"sse2", "avx2", "amx_int8"}, "x86_64", "integer", {}),
+        (ZEN3, "x86_64", "float", {"session.disable_quant_qdq": "1"}),
+        ({"fp", "asimd", "asimddp"}, "aarch64", "integer", {}),
+        ({"fp", "asimd"}, "aarch64", "float", {"session.disable_quant_qdq": "1"}),
+        (set(), "x86_64", "float", {"session.disable_quant_qdq": "1"}),  # flags unreadable: the safe side
+    ],
+)
+def test_auto_runs_integer_kernels_only_where_the_cpu_has_an_8_bit_dot_product(flags, machine, kernels, config):
+    chosen = choose_kernels("auto", flags, machine)
+    assert (chosen.kernels, chosen.config) == (kernels, config)
+    assert chosen.describe().startswith(f"int8 on {kernels} kernels: ")
+
+
+def test_forced_kernels_and_the_exact_integer_kernels_of_an_x86_cpu_without_vnni():
+    assert choose_kernels("float", AVX512_VNNI, "x86_64").config == {"session.disable_quant_qdq": "1"}
+    forced = choose_kernels("integer", ZEN3, "x86_64")  # u8s8 would saturate there: u8u8, exact
+    assert forced.kernels == "integer" and forced.config == {"session.x64quantprecision": "1"}
+    assert "without VNNI" in forced.reason
+    assert choose_kernels("integer", AVX512_VNNI, "x86_64").config == {}  # VNNI's u8s8 does not saturate
+    assert "no VNNI" in choose_kernels("auto", ZEN3, "x86_64").reason
+    with pytest.raises(ValueError, match="int8 kernels must be one of auto, integer, float"):
+        choose_kernels("fast", ZEN3, "x86_64")
+
+
+# -- the digits model at int8 on onnxruntime -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits_int8(digits):  # noqa: F811
+    return aot.build(digits["path"], targets=["onnxruntime"], quantize=_config(digits), log=None)
+
+
+def _load(result, **options):
+    return runtime_lite.load(result.to_bytes(), backend_options={"onnxruntime": options})
+
+
+def _session_config(module, key: str) -> str | None:
+    options = module._modules[0].handle.session._session.get_session_options()
+    try:
+        return options.get_session_config_entry(key)
+    except Exception:  # not set at all
+        return None
+
+
+def _fused_ops(model: onnx.ModelProto, tmp_path, **config: str) -> list[str]:
+    """The node types of onnxruntime's optimized graph of ``model`` (its fusions done)."""
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    for key, value in config.items():
+        options.add_session_config_entry(key, value)
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=["WeightBiasQuantization"])  # fmt: skip
+    return [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+
+
+def test_the_recipe_is_qdq_with_int8_weights_that_onnxruntime_fuses_into_integer_kernels(digits_int8, tmp_path):
+    (record,) = digits_int8.header["modules"]
+    assert record["backend"] == "onnxruntime" and record["compile_specs"]["precision"] == "int8"
+    recipe = onnx.load_from_string(bytes(digits_int8.blobs.payloads[record["payloads"]["recipe"]]))
+    initializers = {t.name: numpy_helper.to_array(t) for t in recipe.graph.initializer}
+    dequantized = [initializers[n.input[0]] for n in recipe.graph.node
+                   if n.op_type == "DequantizeLinear" and n.input[0] in initializers]  # fmt: skip
+    assert sorted(a.dtype.name for a in dequantized) == ["int32"] * 3 + ["int8"] * 3  # 3 weights, 3 biases
+    assert all(a.ndim == 1 for a in dequantized if a.dtype == np.int32)
+    # ReLU-bounded results are quantized from 0 (zero point -128), so onnxruntime folds the ReLU and the clip
+    zero_points = [int(initializers[n.input[2]]) for n in recipe.graph.node
+                   if n.op_type == "QuantizeLinear"]  # fmt: skip
+    assert zero_points == [0, -128, -128, 0, 0]  # images, relu, relu6 (clip), the dense input, logits
+    fused = _fused_ops(recipe, tmp_path)
+    assert fused.count("QLinearConv") == 2 and fused.count("QGemm") == 1, fused
+    unfused = _fused_ops(recipe, tmp_path, **{"session.disable_quant_qdq": "1"})
+    assert "QLinearConv" not in unfused and unfused.count("Conv") == 2, unfused  # the float kernels' graph
+    weights = [t for t in onnx.load(str(tmp_path / "optimized.onnx")).graph.initializer if len(t.dims) == 4]
+    assert weights and all(t.data_type == onnx.TensorProto.FLOAT for t in weights)  # dequantized once, at load
+
+
+def _outputs(module, digits, n: int = 120) -> np.ndarray:  # noqa: F811
+    return np.concatenate([module.run({"images": digits["test"][i : i + 1]})[0] for i in range(n)])
+
+
+def test_digits_lose_at_most_one_point_on_either_kernels_and_the_two_agree_within_a_step(digits, digits_int8):  # noqa: F811
+    step = _output_step(digits_int8)
+    outputs = {}
+    for kernels in ("integer", "float"):
+        module = _load(digits_int8, int8=kernels)
+        (placement,) = module.placement.values()
+        assert placement["runs_on"] == "onnxruntime" and f"int8 on {kernels} kernels" in placement["detail"]
+        accuracy = _accuracy(lambda x, m=module: m.run({"images": x})[0], digits)
+        print(f"digits: float {digits['float']:.4f}, onnxruntime int8 on {kernels} kernels {accuracy:.4f}")
+        assert accuracy >= digits["float"] - 0.01
+        outputs[kernels] = _outputs(module, digits)
+    assert np.abs(outputs["integer"] - outputs["float"]).max() <= step * 1.001
+    # the host plan (where onnxruntime is missing) computes the same quantized function as the float kernels
+    host = _outputs(_load(digits_int8, enabled=False), digits)
+    assert np.abs(host - outputs["float"]).max() <= step * 1.001
+    assert np.mean(np.argmax(host, 1) == np.argmax(outputs["float"], 1)) >= 0.99
+
+
+def _output_step(result) -> float:
+    """The quantization step of the model's output: the scale of the dequantize that gives it in the recipe."""
+    (record,) = result.header["modules"]
+    recipe = onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"]["recipe"]]))
+    (last,) = [n for n in recipe.graph.node if n.output[0] == recipe.graph.output[0].name]
+    assert last.op_type == "DequantizeLinear"
+    (scale,) = [t for t in recipe.graph.initializer if t.name == last.input[1]]
+    return float(numpy_helper.to_array(scale))
+
+
+def test_describe_names_the_kernels_this_cpu_runs_and_why(digits_int8, monkeypatch):
+    expected = kernels_here("auto")
+    module = _load(digits_int8)
+    (placement,) = module.placement.values()
+    assert placement["detail"].endswith(expected.describe()), placement
+    assert _session_config(module, "session.disable_quant_qdq") == expected.config.get("session.disable_quant_qdq")
+    monkeypatch.setenv("AOT_ONNXRUNTIME_INT8", "float")  # the environment's override
+    forced = runtime_lite.load(digits_int8.to_bytes())
+    assert "int8 on float kernels: onnxruntime.int8=float" in forced.placement["onnxruntime_0"]["detail"]
+    assert _session_config(forced, "session.disable_quant_qdq") == "1"
+    basic = _load(digits_int8, optimization="basic", int8="integer")  # basic fuses no Q/DQ, and says so
+    assert "int8 on float kernels: onnxruntime.optimization=basic" in basic.placement["onnxruntime_0"]["detail"]
+
+
+def test_bad_int8_options_are_one_line_errors(digits, digits_int8, monkeypatch):  # noqa: F811
+    with pytest.raises(OptionError, match=r"onnxruntime option int8='fast': expected one of auto, integer, float"):
+        _load(digits_int8, int8="fast")
+    monkeypatch.setenv("AOT_ONNXRUNTIME_INT8", "vnni")
+    with pytest.raises(OptionError, match=r"environment variable AOT_ONNXRUNTIME_INT8='vnni': expected one of"):
+        runtime_lite.load(digits_int8.to_bytes())
+    monkeypatch.delenv("AOT_ONNXRUNTIME_INT8")
+    with pytest.raises(BuildError, match=r"onnxruntime option precision='int4': expected one of fp32, int8"):
+        aot.build(digits["path"], targets=["onnxruntime"], backend_options={"onnxruntime": {"precision": "int4"}})
+    with pytest.raises(BuildError, match="onnxruntime precision int8 needs calibration data"):
+        aot.build(digits["path"], targets=["onnxruntime"], backend_options={"onnxruntime": {"precision": "int8"}})
+
+
+def test_the_tensorrt_recipes_onnxruntime_session_takes_the_onnxruntime_load_options(digits):  # noqa: F811
+    result = aot.build(digits["path"], targets=["tensorrt"], quantize=_config(digits, report=False),
+                       backend_options={"tensorrt": {"engines": "never"}}, log=None)  # fmt: skip
+    module = runtime_lite.load(result.to_bytes(), backend_options={
+        "tensorrt": {"onnxruntime_fallback": True}, "onnxruntime": {"threads": 1, "spinning": False, "int8": "float"},
+    })  # fmt: skip
+    session = module._modules[0].handle.cpu_session._session
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.disable_quant_qdq") == "1"
+    assert "int8 on float kernels" in module.placement["tensorrt_0"]["detail"]
+
+
+# -- size: weights stored once, as int8 --------------------------------------------------------------
+
+
+def conv_stack_model() -> onnx.ModelProto:
+    """Four 3x3 convolutions of 128 channels and a dense layer: a conv-heavy model (1.8 MB of weights)."""
+    nodes, inits, x = [], {}, "x"
+    for i, c_in in enumerate((16, 128, 128, 128)):
+        inits[f"w{i}"], inits[f"b{i}"] = rand(128, c_in, 3, 3, seed=i, low=-0.05, high=0.05), rand(128, seed=10 + i)
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]  # fmt: skip
+        x = f"r{i}"
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]  # fmt: skip
+    inits["fw"], inits["fb"] = rand(10, 128, seed=20), rand(10, seed=21)
+    return make_model(nodes, {"x": rand(1, 16, 16, 16)}, ["y"], inits)
+
+
+@pytest.mark.parametrize("make", [conv_stack_model, wide_model])
+def test_an_int8_bundle_stores_its_weights_once_as_int8(make):
+    model = make()
+    (name,) = [i.name for i in model.graph.input]
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    samples = [{name: np.random.default_rng(i).standard_normal(shape).astype(np.float32)} for i in range(8)]
+    quantized = aot.build(model, targets=["onnxruntime"], quantize=QuantizeConfig(samples, report=False), log=None)
+    plain = aot.build(model, targets=["onnxruntime"], log=None)
+    ratio = len(quantized.to_bytes()) / len(plain.to_bytes())
+    print(f"{make.__name__}: int8 bundle {ratio:.3f}x the float one")
+    assert ratio <= 0.3
+    (record,) = quantized.header["modules"]
+    assert all(ref["payload"] == "fallback_weights" for ref in record["compile_specs"]["weights"])  # shared
+    feeds = samples[0]
+    integer, host = _load(quantized, int8="integer").run(feeds)[0], _load(quantized, enabled=False).run(feeds)[0]
+    step = _output_step(quantized)
+    assert np.abs(integer - host).max() <= step * 1.001
