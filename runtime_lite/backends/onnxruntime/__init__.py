@@ -17,8 +17,8 @@ installed the region runs its host plan and logs why, once; ``load(...,
 require=("onnxruntime",))`` refuses instead. ``describe`` says which.
 
 An int8 recipe (``aot-build --target onnxruntime --precision int8``) runs on onnxruntime's
-integer kernels where this CPU has an 8-bit dot product (VNNI), and the same quantized
-function on float kernels where it has not (``int8.py``); ``describe`` says which, and why.
+integer kernels where this CPU has an 8-bit dot product (VNNI), and on float kernels with
+its int8 weights where it has not (``int8.py``); ``describe`` says which, and why.
 
 Nothing here imports onnxruntime until an onnxruntime module is loaded
 (``session.py`` does, inside a function).
@@ -36,7 +36,7 @@ import numpy as np
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime.footprint import Footprint
-from runtime_lite.backends.onnxruntime.int8 import FLOAT_KERNELS, INT8_CHOICES, Int8Kernels, kernels_here
+from runtime_lite.backends.onnxruntime.int8 import EMULATED_KERNELS, INT8_CHOICES, Int8Kernels, kernels_here
 from runtime_lite.backends.onnxruntime.known_bugs import wrong_on
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
@@ -102,8 +102,9 @@ LOAD_OPTIONS = (
         "int8",
         choice(*INT8_CHOICES),
         env_choice("AOT_ONNXRUNTIME_INT8", INT8_CHOICES),
-        "an int8 recipe's kernels: auto (integer where the CPU has VNNI or another 8-bit dot product, else float "
-        "kernels over the same Q/DQ), integer or float (default: $AOT_ONNXRUNTIME_INT8, else auto)",
+        "an int8 recipe's kernels: auto (integer where the CPU has VNNI or another 8-bit dot product, else float), "
+        "integer, float (int8 weights dequantized at load, activations in float: float speed) or emulated (the "
+        "quantized function exactly, on float kernels) (default: $AOT_ONNXRUNTIME_INT8, else auto)",
     ),
 )
 
@@ -140,9 +141,8 @@ def int8_kernels(settings: SessionSettings) -> Int8Kernels:
     if settings.optimization in ("disable", "basic"):
         folded = "weights dequantized once at load" if settings.optimization == "basic" else "weights dequantized "\
                  "at every run"  # fmt: skip
-        return Int8Kernels(
-            "float", f"onnxruntime.optimization={settings.optimization} fuses no Q/DQ ({folded})", dict(FLOAT_KERNELS)
-        )
+        why = f"onnxruntime.optimization={settings.optimization} fuses and drops no Q/DQ ({folded})"
+        return Int8Kernels("emulated", why, dict(EMULATED_KERNELS))
     return kernels_here(settings.int8)
 
 
@@ -195,8 +195,8 @@ def recipe_session(
     wrong = wrong_on(version, facts.nodes, facts.shapes)
     if wrong is not None:
         raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
-    config = int8.config if int8 is not None else None
-    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config)
+    config, disabled = (int8.config, int8.disabled) if int8 is not None else (None, ())
+    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
 
 
 def session_placement(session: Session, settings: SessionSettings, seconds: float, int8: Int8Kernels | None) -> str:

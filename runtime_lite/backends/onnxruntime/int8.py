@@ -13,12 +13,18 @@ So the recipe's kernels are chosen at load, from the CPU flags (``/proc/cpuinfo`
 
 * ``integer``: onnxruntime's QDQ fusions, as it does by default; forced on an x86 CPU
   without VNNI it runs u8u8 kernels (``session.x64quantprecision``), exact but slower;
-* ``float``: the same quantized function on float kernels: the QDQ fusion is off
-  (``session.disable_quant_qdq``), so constant folding dequantizes each weight once at
-  session build, and the activations' Q/DQ run as float ops. The outputs are within one
-  quantization step of the integer kernels' (they round a tie differently at most).
+* ``float``: float kernels at float speed. The QDQ fusion is off (``session.disable_quant_qdq``),
+  so constant folding dequantizes each weight once at session build, and the activations'
+  Q/DQ pairs are dropped (``session.enable_quant_qdq_cleanup``): the model with its weights
+  rounded to int8, activations in float. Its outputs lie between the float model's and the
+  quantized function's (it skips the activations' rounding, the larger part of int8's error);
+* ``emulated``: the quantized function itself on float kernels (the QDQ fusion off, the
+  activations' Q/DQ kept as float ops): the host plan's outputs, within one quantization step
+  of the integer kernels' (they round a requantization tie their own way), but 1.4-1.5x the
+  float kernels' time on ResNet-50 (the Q/DQ ops, and the layout changes around each).
 
-``onnxruntime.int8=auto|integer|float`` (or ``$AOT_ONNXRUNTIME_INT8``) overrides the choice.
+``auto`` runs ``integer`` where the CPU has an 8-bit dot product and ``float`` elsewhere;
+``onnxruntime.int8=auto|integer|float|emulated`` (or ``$AOT_ONNXRUNTIME_INT8``) overrides it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from runtime_lite.cpu import cpu_flags_and_model
 
 #: The load option's values.
-INT8_CHOICES = ("auto", "integer", "float")
+INT8_CHOICES = ("auto", "integer", "float", "emulated")
 #: CPU flags (Linux's names) of an 8-bit dot product that onnxruntime's integer kernels use.
 DOT_PRODUCT_FLAGS = {
     "avx512_vnni": "AVX512-VNNI",
@@ -39,30 +45,44 @@ DOT_PRODUCT_FLAGS = {
 }
 X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
 #: Session config entries of each path.
-FLOAT_KERNELS = {"session.disable_quant_qdq": "1"}
+EMULATED_KERNELS = {"session.disable_quant_qdq": "1"}
+FLOAT_KERNELS = {**EMULATED_KERNELS, "session.enable_quant_qdq_cleanup": "1"}
 EXACT_X86_KERNELS = {"session.x64quantprecision": "1"}
+#: onnxruntime's rewrites that drop a Relu or Clip before a quantize whose range already clamps it: right while
+#: the quantize stays, wrong once the float kernels drop the Q/DQ pair after it (the ReLU would be lost).
+FLOAT_KERNELS_KEEP = ("ReluQuantRewrite", "ClipQuantRewrite")
+#: How ``describe`` names each.
+WORDS = {
+    "integer": "int8 on integer kernels",
+    "float": "int8 weights on float kernels (activations unquantized, float speed)",
+    "emulated": "int8 emulated on float kernels (the quantized function exactly)",
+}
 
 
 @dataclass(frozen=True)
 class Int8Kernels:
     """The kernels an int8 recipe runs on here, why, and the session config entries that make it so."""
 
-    kernels: str  # "integer" or "float"
+    kernels: str  # "integer", "float" or "emulated"
     reason: str
     config: dict[str, str] = field(default_factory=dict)
+    #: onnxruntime graph rewrites the session must not run.
+    disabled: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        return f"int8 on {self.kernels} kernels: {self.reason}"
+        return f"{WORDS[self.kernels]}: {self.reason}"
 
 
 def choose_kernels(requested: str, flags: set[str], machine: str) -> Int8Kernels:
-    """The kernels for ``requested`` (``auto``, ``integer`` or ``float``) on a CPU with ``flags`` (``/proc/cpuinfo``)."""
+    """The kernels for ``requested`` (one of ``INT8_CHOICES``) on a CPU with ``flags`` (``/proc/cpuinfo``)."""
     if requested not in INT8_CHOICES:
         raise ValueError(f"int8 kernels must be one of {', '.join(INT8_CHOICES)}, got {requested!r}")
     dot = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags]
     x86 = machine.lower() in X86_MACHINES
     if requested == "float":
-        return Int8Kernels("float", "onnxruntime.int8=float (weights dequantized once at load)", dict(FLOAT_KERNELS))
+        return float_kernels("onnxruntime.int8=float (weights dequantized once at load)")
+    if requested == "emulated":
+        return Int8Kernels("emulated", "onnxruntime.int8=emulated", dict(EMULATED_KERNELS))
     if requested == "integer":
         if x86 and not dot:  # u8s8 would saturate: u8u8 is exact, if slower
             return Int8Kernels(
@@ -75,10 +95,14 @@ def choose_kernels(requested: str, flags: set[str], machine: str) -> Int8Kernels
     if not flags:
         why = "this CPU's flags cannot be read, so no 8-bit dot product is assumed"
     elif x86:
-        why = "this x86 CPU has no VNNI: onnxruntime's u8s8 kernels lose to float there and can saturate"
+        why = "this x86 CPU has no VNNI: onnxruntime's u8s8 kernels lose to float there, and saturate"
     else:
         why = f"this {machine} CPU has no 8-bit dot-product instruction"
-    return Int8Kernels("float", f"{why} (onnxruntime.int8=integer forces them)", dict(FLOAT_KERNELS))
+    return float_kernels(f"{why} (onnxruntime.int8=integer or emulated forces another)")
+
+
+def float_kernels(reason: str) -> Int8Kernels:
+    return Int8Kernels("float", reason, dict(FLOAT_KERNELS), FLOAT_KERNELS_KEEP)
 
 
 def kernels_here(requested: str) -> Int8Kernels:
@@ -86,4 +110,4 @@ def kernels_here(requested: str) -> Int8Kernels:
     return choose_kernels(requested, cpu_flags_and_model()[1], platform.machine())
 
 
-__all__ = ["DOT_PRODUCT_FLAGS", "INT8_CHOICES", "Int8Kernels", "choose_kernels", "kernels_here"]
+__all__ = ["DOT_PRODUCT_FLAGS", "INT8_CHOICES", "Int8Kernels", "choose_kernels", "float_kernels", "kernels_here"]

@@ -88,6 +88,7 @@ class Session:
         settings: SessionSettings,
         footprint: Footprint | None = None,
         config: Mapping[str, str] | None = None,
+        disabled: Sequence[str] = (),
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -111,8 +112,9 @@ class Session:
         self.version = ort.__version__
         try:
             self._session = ort.InferenceSession(
-                recipe, options, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS
-            )
+                recipe, options, providers=["CPUExecutionProvider"],
+                disabled_optimizers=[*DISABLED_OPTIMIZERS, *disabled],
+            )  # fmt: skip
         except Exception as e:  # an onnxruntime too old for the recipe's opset, an op it lacks: the host runs it
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None

@@ -22,6 +22,7 @@ import hashlib
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.fallback import host_fallback
@@ -78,12 +79,45 @@ class _SharedWeights:
                 self.refs.append(WeightRef(name, "fallback_weights", index))
 
 
+def activations_as_uint8(model: onnx.ModelProto) -> None:
+    """Write each activation's int8 Q/DQ as uint8 with the zero point moved up by 128 (in place): the same numbers.
+
+    On x86 onnxruntime's integer kernels take u8 activations, and it converts an s8
+    quantize to u8 only where one dequantize reads it: a tensor read by two convolutions
+    (a ResNet block's input, read by its first convolution and its shortcut) kept s8 and
+    left every convolution around it in float (8 of ResNet-50's 53). Weights stay s8 (its
+    kernels are u8 x s8); the graph and its host plan keep s8, which computes the same.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    moved: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or len(node.input) < 3:
+            continue
+        activation = node.input[0] not in initializers
+        zero_point = initializers.get(node.input[2])
+        if not activation or zero_point is None or zero_point.data_type != onnx.TensorProto.INT8:
+            continue
+        if node.input[2] not in moved:
+            shifted = numpy_helper.to_array(zero_point).astype(np.int16) + 128
+            copy = graph.initializer.add()
+            copy.CopyFrom(numpy_helper.from_array(shifted.astype(np.uint8), f"{zero_point.name}_u8"))
+            moved[node.input[2]] = copy.name
+        node.input[2] = moved[node.input[2]]
+    read = {name for node in graph.node for name in node.input}
+    for i in reversed(range(len(graph.initializer))):  # the int8 zero points only activations read
+        if graph.initializer[i].name in moved and graph.initializer[i].name not in read:
+            del graph.initializer[i]
+
+
 def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
     """``options``: the backend's build options (``precision``: fp32, or int8 for a graph the build quantized)."""
     precision = (options or {}).get("precision", "fp32")
     graph = region.as_graph()
     weights = _SharedWeights()
     model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    if precision == "int8":
+        activations_as_uint8(model)
     recipe = model.SerializeToString()
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)
