@@ -9,6 +9,11 @@ quantized function itself runs on float kernels as ``emulated``. This machine's 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -32,6 +37,7 @@ from runtime_lite.errors import OptionError
 from tests.helpers import make_model, rand, wide_model
 from tests.test_quantization import _accuracy, _config, digits  # noqa: F401 (the trained digits model, a fixture)
 
+ROOT = Path(__file__).resolve().parents[1]
 AVX512_VNNI = {"sse2", "avx2", "avx512f", "avx512_vnni"}
 ALDER_LAKE = {"sse2", "avx2", "avx_vnni"}
 ZEN3 = {"sse2", "avx2", "fma"}  # AVX2, no VNNI
@@ -212,6 +218,19 @@ def test_describe_names_the_kernels_this_cpu_runs_and_why(digits_int8, monkeypat
     basic = _load(digits_int8, optimization="basic", int8="integer")  # basic fuses no Q/DQ, and says so
     assert "int8 emulated on float kernels (the quantized function exactly): onnxruntime.optimization=basic" in \
         basic.placement["onnxruntime_0"]["detail"]  # fmt: skip
+
+
+def test_runtime_lite_info_v_says_which_kernels_and_why(digits_int8, tmp_path):
+    path = tmp_path / "digits.aotb"
+    path.write_bytes(digits_int8.to_bytes())
+    command = [sys.executable, "-m", "runtime_lite", "info", "-v", str(path), "--backend-option",
+               "onnxruntime.int8=emulated"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's runtime_lite
+    shown = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "int8 emulated on float kernels (the quantized function exactly): onnxruntime.int8=emulated" in shown.stdout
+    quiet = subprocess.run(command[:4] + command[5:], capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0 and "int8" not in quiet.stdout  # without -v: where each module runs, no more
 
 
 def test_bad_int8_options_are_one_line_errors(digits, digits_int8, monkeypatch):  # noqa: F811
