@@ -1,14 +1,16 @@
-"""int8 on onnxruntime's CPU provider: the int8 bundle against onnxruntime fp32 and onnxruntime's own QDQ model.
+"""int8 on onnxruntime's CPU provider: the int8 bundle against onnxruntime fp32 and onnxruntime's own int8 model.
 
     python benchmarks/bench_int8_onnxruntime.py                   # ResNet-50 (the onnx wheel's zoo, random weights)
     python benchmarks/bench_int8_onnxruntime.py --rounds 40 --samples 16
+    python benchmarks/bench_int8_onnxruntime.py --model bert_base   # BERT-base encoder, sequence 128, random weights
 
 Side by side in one process, 2 threads each (``BENCH_THREADS``), batch 1, each timed run
 after 0.2 s of untimed runs of its own side (``bench_host.alternate_times``), medians over
 the rounds:
 
 * the ``--target onnxruntime --precision int8`` bundle (its kernels chosen by this CPU) and
-  onnxruntime's ``quantize_static`` QDQ model (per channel, the same calibration samples),
+  onnxruntime's own int8 model (ResNet-50: ``quantize_static`` QDQ, per channel, the same
+  calibration samples; BERT: ``quantize_dynamic``, as onnxruntime advises for transformers),
   each against onnxruntime fp32 on the original file;
 * the int8 bundle forced onto float kernels (``onnxruntime.int8=float``, the path a CPU
   without VNNI takes) and its exact emulation (``emulated``) against the float
@@ -95,22 +97,57 @@ def ort_quantize_static(path: str, samples: list[dict], out: str) -> None:
     quantize_static(prepared, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--samples", type=int, default=8, help="calibration samples (random images)")
-    args = parser.parse_args()
-    rng = np.random.default_rng(0)
+def resnet50(work: Path, rng: np.random.Generator, n: int) -> tuple[onnx.ModelProto, list[dict], str, str]:
+    """(the model, samples, the original file, onnxruntime's own int8 model)."""
     # opset 13: onnxruntime's quantizer writes per-channel DequantizeLinear (axis), which opset 9 lacks
     model = onnx.version_converter.convert_version(load_zoo_model("resnet50"), 13)
     name = model.graph.input[0].name
-    samples = [{name: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(args.samples)]
-    feeds = samples[0]
-    work = Path(tempfile.mkdtemp(prefix="bench-int8-"))
-    original = str(work / "resnet50.onnx")
+    samples = [{name: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(n)]
+    original, own = str(work / "resnet50.onnx"), str(work / "resnet50.qdq.onnx")
     onnx.save(model, original)
-    ort_qdq = str(work / "resnet50.qdq.onnx")
-    ort_quantize_static(original, samples, ort_qdq)
+    ort_quantize_static(original, samples, own)
+    return model, samples, original, own
+
+
+def bert_base(work: Path, rng: np.random.Generator, n: int) -> tuple[onnx.ModelProto, list[dict], str, str]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tests.onnx_export import export_onnx
+    from tests.torchvision_compat import import_torchvision
+
+    import_torchvision()  # transformers imports torchvision when it is installed
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.BertConfig()  # bert-base: hidden 768, 12 layers, 12 heads, random weights
+    net = transformers.BertModel(config, add_pooling_layer=False).eval()
+    seq = 128
+    example = {
+        "input_ids": torch.ones(1, seq, dtype=torch.int64),
+        "attention_mask": torch.ones(1, seq, dtype=torch.int64),
+    }
+    original, own = str(work / "bert.onnx"), str(work / "bert.int8.onnx")
+    export_onnx(net, example, None, original)
+    model = onnx.load(original)
+    names = [i.name for i in model.graph.input]
+    samples = [dict(zip(names, (rng.integers(1, config.vocab_size, (1, seq)), np.ones((1, seq), np.int64))))
+               for _ in range(n)]  # fmt: skip
+    quantize_dynamic(original, own, weight_type=QuantType.QInt8)
+    return model, samples, original, own
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("resnet50", "bert_base"), default="resnet50")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=8, help="calibration samples (random inputs)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    work = Path(tempfile.mkdtemp(prefix="bench-int8-"))
+    model, samples, original, ort_qdq = globals()[args.model](work, rng, args.samples)
+    feeds = samples[0]
 
     quantized = aot.build(model, targets=["onnxruntime"], log=None,
                           quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False)).to_bytes()  # fmt: skip
@@ -132,16 +169,16 @@ def main() -> None:
                           ("int8 bundle, emulated", emulated), ("float bundle", float_bundle)):  # fmt: skip
         for placed in module.placement.values():
             print(f"  {label}: runs {placed['runs_on']}: {placed.get('detail')}")
-    reference = fp32.run(None, feeds)[0]
+    reference = fp32.run(None, feeds)[0].astype(np.float32)
     for label, out in (("int8 bundle", int8_auto.run(feeds)[0]), ("int8 bundle, float kernels",
                        int8_float.run(feeds)[0]), ("int8 bundle, emulated", emulated.run(feeds)[0]),
-                       ("onnxruntime QDQ", qdq.run(None, feeds)[0])):  # fmt: skip
+                       ("onnxruntime's own int8", qdq.run(None, feeds)[0])):  # fmt: skip
         err = np.linalg.norm(out - reference) / np.linalg.norm(reference)
         top1 = "agrees" if out.argmax() == reference.argmax() else "differs"
         print(f"  {label}: relative L2 to fp32 {err:.4f}, top-1 {top1}")
     sides = {
         "onnxruntime fp32 (original file)": lambda: fp32.run(None, feeds),
-        "onnxruntime quantize_static QDQ": lambda: qdq.run(None, feeds),
+        "onnxruntime's own int8": lambda: qdq.run(None, feeds),
         "int8 bundle (auto)": lambda: int8_auto.run(feeds),
         "int8 bundle (float kernels)": lambda: int8_float.run(feeds),
         "int8 bundle (emulated)": lambda: emulated.run(feeds),
@@ -154,9 +191,9 @@ def main() -> None:
         print(f"  {label:36s} {seconds * 1e3:7.2f} ms")
     base = medians["onnxruntime fp32 (original file)"]
     print(f"int8 bundle / onnxruntime fp32: {medians['int8 bundle (auto)'] / base:.2f}x")
-    print(f"onnxruntime QDQ / onnxruntime fp32: {medians['onnxruntime quantize_static QDQ'] / base:.2f}x")
-    print(f"int8 bundle / onnxruntime QDQ: "
-          f"{medians['int8 bundle (auto)'] / medians['onnxruntime quantize_static QDQ']:.2f}x")  # fmt: skip
+    own = medians["onnxruntime's own int8"]
+    print(f"onnxruntime's own int8 / onnxruntime fp32: {own / base:.2f}x")
+    print(f"int8 bundle / onnxruntime's own int8: {medians['int8 bundle (auto)'] / own:.2f}x")
     for kernels in ("float kernels", "emulated"):
         ratio = medians[f"int8 bundle ({kernels})"] / medians["float --target onnxruntime bundle"]
         print(f"int8 bundle ({kernels}) / float bundle: {ratio:.2f}x")

@@ -220,6 +220,14 @@ def test_describe_names_the_kernels_this_cpu_runs_and_why(digits_int8, monkeypat
         basic.placement["onnxruntime_0"]["detail"]  # fmt: skip
 
 
+def test_with_another_int8_target_the_build_writes_the_symmetric_scheme_and_says_so(digits):  # noqa: F811
+    both = aot.build(digits["path"], targets=["npu", "onnxruntime"], quantize=_config(digits, report=False), log=None)
+    assert any(n.startswith("int8: symmetric Q/DQ, which every target reads; onnxruntime would fuse more") for n in
+               both.notes), both.notes  # fmt: skip
+    composites = [c.name for region in both.partitioned.regions for c in region.composites]
+    assert composites.count("npu.int8_conv") == 2  # the NPU's integer kernels take only zero points of 0
+
+
 def test_runtime_lite_info_v_says_which_kernels_and_why(digits_int8, tmp_path):
     path = tmp_path / "digits.aotb"
     path.write_bytes(digits_int8.to_bytes())
