@@ -28,20 +28,10 @@ def vector_extension(flags: set[str]) -> str:
     return "AVX2" if "avx2" in flags else "no AVX2" if flags else "vector unknown"
 
 
-def dot_product(flags: set[str]) -> str:
-    """The CPU's 8-bit dot products ("AVX512-VNNI, AVX-VNNI"), which decide whether int8 pays; "no VNNI" on x86."""
-    from runtime_lite.backends.onnxruntime.int8 import DOT_PRODUCT_FLAGS
-
-    found = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags]
-    return ", ".join(found) if found else "no VNNI" if "avx2" in flags or "sse2" in flags else ""
-
-
 def cpu() -> str:
-    """The CPU as a reader needs it: model name, widest vector extension, its 8-bit dot products (VNNI or not),
-    cores ("AMD EPYC, AVX2, no VNNI, 2 cores")."""
+    """The CPU as a reader needs it: model name, widest vector extension, cores ("AMD EPYC, AVX-512, 2 cores")."""
     model, flags = cpu_flags_and_model()
-    dots = dot_product(flags)
-    return f"{model}, {vector_extension(flags)}{', ' + dots if dots else ''}, {os.cpu_count()} cores"
+    return f"{model}, {vector_extension(flags)}, {os.cpu_count()} cores"
 
 
 def blas_kernel() -> tuple[str, str] | None:
@@ -98,7 +88,6 @@ def kernel_note(flags: set[str] | None = None, kernel: str | None = None) -> str
 
 
 __all__ = [
-    "AVX512_KERNELS", "blas", "blas_kernel", "cpu", "cpu_flags_and_model", "describe", "dot_product", "kernel_note",
-    "overrides",
+    "AVX512_KERNELS", "blas", "blas_kernel", "cpu", "cpu_flags_and_model", "describe", "kernel_note", "overrides",
     "vector_extension",
 ]  # fmt: skip
