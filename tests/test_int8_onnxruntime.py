@@ -169,6 +169,29 @@ def test_a_tensor_two_convolutions_read_is_u8_in_the_recipe_so_every_convolution
     assert np.abs(integer - host).max() <= sum(added) * 1.001  # a step of each term at most
 
 
+def test_an_int8_tensor_the_region_takes_or_gives_keeps_its_type():
+    """Only a quantize the recipe both writes and reads moves to u8: a model's own int8 input, dequantized, and
+    its int8 output stay int8, as the region's signature says."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["y"]),
+    ]
+    inits = {"xs": np.array(0.05, np.float32), "xz": np.array(0, np.int8), "ys": np.array(0.1, np.float32),
+             "yz": np.array(0, np.int8), "w": rand(8, 4, 3, 3, seed=1), "b": rand(8, seed=2)}  # fmt: skip
+    rng = np.random.default_rng(0)
+    example = rng.integers(-100, 100, (1, 4, 8, 8)).astype(np.int8)
+    model = make_model(nodes, {"xq": example}, {"y": "int8"}, inits, opset=17)
+    samples = [{"xq": rng.integers(-100, 100, (1, 4, 8, 8)).astype(np.int8)} for _ in range(4)]
+    result = aot.build(model, targets=["onnxruntime"], quantize=QuantizeConfig(samples, report=False), log=None)
+    module = _load(result, int8="integer")
+    assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]
+    (out,) = module.run({"xq": example})
+    host = _load(result, enabled=False).run({"xq": example})[0]
+    assert out.dtype == np.int8 and np.abs(out.astype(int) - host.astype(int)).max() <= 1
+
+
 def _outputs(module, digits, n: int = 120) -> np.ndarray:  # noqa: F811
     return np.concatenate([module.run({"images": digits["test"][i : i + 1]})[0] for i in range(n)])
 
