@@ -63,11 +63,16 @@ def make_model(
     return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> list[np.ndarray]:
+def onnxruntime_outputs(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1, config: dict[str, str] | None = None
+) -> list[np.ndarray]:
+    """onnxruntime's outputs for ``model`` as it is, with its defaults (``config``: session config entries)."""
     release_memory()  # what earlier builds left in cycles, before onnxruntime takes its copies
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 

@@ -20,6 +20,7 @@ from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
+from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme
 from aot.compiler.targets import check_targets
 from aot.compiler.worst_case import worst_case_activation_bytes
 from aot.errors import BuildError
@@ -129,8 +130,9 @@ def build(
     quantization = None
     if quantize is not None:
         rules = {t: get_compiler_backend(t).int8 for t in int8_targets}
-        quantization = stage("quantize", lambda: quantize_graph(graph, quantize, rules, log))
-        notes.extend(quantization.notes)
+        scheme, scheme_note = _int8_scheme(int8_targets)
+        quantization = stage("quantize", lambda: quantize_graph(graph, quantize, rules, log, scheme))
+        notes.extend(quantization.notes + scheme_note)
         for t in int8_targets:  # the table's digest goes into each target's settings (and cache keys)
             configured[t] = get_compiler_backend(t).configure(
                 {**given[t], "calibration": quantization.table.digest}, log
@@ -192,9 +194,22 @@ def _int8_options(
         int8_targets.append(name)
     if quantize is not None and not int8_targets:
         raise BuildError(
-            f"quantizing needs a target that computes in int8 (npu, tensorrt); targets: {', '.join(offload) or 'host'}"
+            f"quantizing needs a target that computes in int8 (npu, tensorrt, onnxruntime); targets: {', '.join(offload) or 'host'}"
         )
     return options, int8_targets
+
+
+def _int8_scheme(int8_targets: list[str]) -> tuple[Int8Scheme, list[str]]:
+    """The Q/DQ scheme every int8 target reads: the one they all ask for, else the symmetric one (with a note)."""
+    asked = {t: get_compiler_backend(t).int8_scheme or SYMMETRIC for t in int8_targets}
+    schemes = set(asked.values())
+    if len(schemes) == 1:
+        return schemes.pop(), []
+    apart = sorted(t for t, s in asked.items() if s != SYMMETRIC)
+    return SYMMETRIC, [
+        f"int8: symmetric Q/DQ, which every target reads; {', '.join(apart)} would fuse more into integer kernels "
+        "with its own scheme (build for it alone)"
+    ]
 
 
 def _configure(offload: list[str], given: Mapping[str, Any], log: TextIO | None) -> dict[str, Any]:

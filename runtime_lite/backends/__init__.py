@@ -49,6 +49,9 @@ class BackendContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     #: A list to append dispatch events to while ``Module.profile`` runs; None otherwise.
     trace: list[dict[str, Any]] | None = None
+    #: Every backend's load options as the caller gave them (resolved), by backend name: a backend that opens
+    #: another's engine (TensorRT's recipe on onnxruntime) configures it as that backend's own modules are.
+    given: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def tracing(self, trace: list[dict[str, Any]] | None) -> BackendContext:
         return self if trace is None else dataclasses.replace(self, trace=trace)
@@ -182,7 +185,7 @@ def context_for(backend: Backend, resolved: Mapping[str, dict[str, Any]]) -> Bac
     options = resolved.get(backend.name)
     if options is None:
         options = resolve_options(backend.name, backend.load_options, None)
-    return BackendContext(options)
+    return BackendContext(options, given=resolved)
 
 
 __all__ = [

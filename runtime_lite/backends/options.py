@@ -174,4 +174,22 @@ def env_flag(name: str, default: bool = False) -> Callable[[], bool]:
     return read
 
 
-__all__ = ["Option", "OptionError", "accepting", "boolean", "choice", "env_flag", "integer", "path", "resolve_options"]
+def env_choice(name: str, values: Sequence[str]) -> Callable[[], str]:
+    """A default read from the environment when the options are resolved (unset: the first of ``values``); a
+    value not among ``values`` is an OptionError naming the variable."""
+
+    def read() -> str:
+        text = os.environ.get(name, "").strip().lower()
+        if not text:
+            return values[0]
+        if text not in values:
+            raise OptionError(f"environment variable {name}={text!r}: expected one of {', '.join(values)}")
+        return text
+
+    return read
+
+
+__all__ = [
+    "Option", "OptionError", "accepting", "boolean", "choice", "env_choice", "env_flag", "integer", "path",
+    "resolve_options",
+]  # fmt: skip

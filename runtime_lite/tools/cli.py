@@ -138,6 +138,8 @@ def _info(args: argparse.Namespace) -> int:
               + (f" (a max_memory budget admits it from {budget / 1e6:.1f} MB)" if budget else ""))  # fmt: skip
     for module_id, placed in module.placement.items():
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
+        if args.verbose and placed.get("detail"):  # -v: where exactly, and why (an int8 recipe's kernels)
+            print(f"    {placed['detail']}")
     return 0
 
 
@@ -293,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = commands.add_parser(
         "info", parents=[common], help="print a bundle's signature, producer and backend modules",
-        description="Load BUNDLE (all checks included) and print its signature, producer and backend modules.",
+        description="Load BUNDLE (all checks included) and print its signature, producer and backend modules "
+        "(with -v: where each runs and why, e.g. an int8 recipe's integer or float kernels).",
     )  # fmt: skip
     _bundle_argument(info)
     info.set_defaults(handler=_info)

@@ -13,27 +13,13 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
+
+from runtime_lite.cpu import DOT_PRODUCT_FLAGS, cpu_flags_and_model
 
 #: OpenBLAS kernels (``openblas_get_corename``) that use AVX-512.
 AVX512_KERNELS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 #: The environment variables that change which kernel numpy's OpenBLAS runs, or how it blocks.
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif name.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return model, flags
 
 
 def vector_extension(flags: set[str]) -> str:
@@ -42,12 +28,9 @@ def vector_extension(flags: set[str]) -> str:
     return "AVX2" if "avx2" in flags else "no AVX2" if flags else "vector unknown"
 
 
-#: The CPU flags of an int8 dot-product instruction: int8 kernels win over float with one and lose without.
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-
-
 def has_vnni(flags: set[str]) -> bool:
-    return bool(flags & VNNI_FLAGS)
+    """An 8-bit dot product (VNNI on x86): int8 kernels win over float with one and lose without."""
+    return bool(flags & DOT_PRODUCT_FLAGS.keys())
 
 
 def cpu() -> str:

@@ -13,7 +13,8 @@ compiler backend is a :class:`CompilerBackend` value:
   (``aot-build --backend-option NAME.KEY=VALUE``, ``build(backend_options=...)``),
   and ``make_options`` turning them into the object ``codegen`` takes;
 * ``report``: optional lines for the build summary (e.g. the engine cache's hits);
-* ``int8``: which ops it computes in int8 when a build quantizes (docs/quantization.md).
+* ``int8``: which ops it computes in int8 when a build quantizes (docs/quantization.md), and
+  ``int8_scheme``: how it wants the Q/DQ written (``aot.compiler.quantize.insert.Int8Scheme``).
 
 Built-in backends live in ``aot.compiler.backends.<name>``; a backend from another
 package is found through the ``aot.backends`` entry-point group, whose value is its
@@ -67,6 +68,9 @@ class CompilerBackend:
     #: ``int8(node)``: why this backend keeps ``node`` in float, or None when it computes it in int8
     #: (``aot.compiler.quantize``); None: the backend has no int8 path.
     int8: Callable[[Any], str | None] | None = None
+    #: How its int8 kernels want the Q/DQ written (an ``Int8Scheme``); None: the symmetric scheme. A build whose
+    #: int8 targets ask for different schemes writes the symmetric one, which every int8 target reads.
+    int8_scheme: Any = None
 
     def patterns(self) -> list[FusionPattern]:
         return get_patterns_with_prefix(self.name)

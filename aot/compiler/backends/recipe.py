@@ -255,17 +255,24 @@ def _zero_point(w: RecipeWriter, node: Node, ins: list[str]) -> str:
     return w.const(np.zeros(node.inputs[1].type.shape, np.int8), "zero_point")
 
 
+def _scale(w: RecipeWriter, node: Node, ins: list[str]) -> str:
+    """The Q/DQ's scale in float32, which QuantizeLinear and DequantizeLinear take before opset 19: the
+    scale's own initializer, or a float32 copy of a narrowed one."""
+    if w.inner_dtype(node.inputs[1].type.dtype) == "float32":
+        return ins[1]
+    return w.const(np.asarray(node.inputs[1].data, np.float32), "scale")
+
+
 @exports("quantize")
 def _quantize(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     # QuantizeLinear takes float32 before opset 19: narrowed activations are widened for it.
     x = w.cast(ins[0], "float32") if w.inner_dtype(node.inputs[0].type.dtype) != "float32" else ins[0]
-    scale = w.const(np.asarray(node.inputs[1].data, np.float32), "scale")
-    w.emit("QuantizeLinear", [x, scale, _zero_point(w, node, ins)], outs, axis=node.attrs["axis"])
+    w.emit("QuantizeLinear", [x, _scale(w, node, ins), _zero_point(w, node, ins)], outs, axis=node.attrs["axis"])
 
 
 @exports("dequantize")
 def _dequantize(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
-    scale = w.const(np.asarray(node.inputs[1].data, np.float32), "scale")
+    scale = _scale(w, node, ins)
     target = w.inner_dtype(node.outputs[0].type.dtype)
     out = outs if target == "float32" else None
     y = w.emit("DequantizeLinear", [ins[0], scale, _zero_point(w, node, ins)], out, axis=node.attrs["axis"])
@@ -328,6 +335,8 @@ def write_recipe(
         if inner != name:  # narrowed inside, or an input/constant passed straight through
             w.emit("Cast", [inner], [name], to=helper.np_dtype_to_tensor_dtype(np.dtype(value.type.dtype)))
         outputs.append(_value_info(name, value, value.type.dtype))
+    read = {name for node in w.nodes for name in node.input} | {o.name for o in outputs}
+    w.initializers = [(name, array) for name, array in w.initializers if name in read]  # a narrowed scale's original
     _check(w, graph.name, inputs, outputs)
     onnx_graph = helper.make_graph(w.nodes, graph.name, inputs, outputs)
     for name, array in w.initializers:  # filled in place: protobuf would copy a finished tensor again

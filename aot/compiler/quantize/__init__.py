@@ -17,7 +17,7 @@ import numpy as np
 from aot.compiler.quantize.calibrate import make_table, progress_bar, run_float
 from aot.compiler.quantize.config import METHODS, QuantizeConfig
 from aot.compiler.quantize.engine import GraphRunner
-from aot.compiler.quantize.insert import Rule, insert_qdq, plan_quantization
+from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, Rule, insert_qdq, plan_quantization
 from aot.compiler.quantize.methods import HISTOGRAM_METHODS
 from aot.compiler.quantize.report import DEFAULT_BUDGET, OutputAccuracy, accuracy_report, verdict
 from aot.compiler.quantize.samples import data_digest, load_samples
@@ -71,8 +71,9 @@ def held_back_split(samples: int, holdout: float) -> int:
 
 
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
-                   log: TextIO | None = sys.stderr) -> Quantization:  # fmt: skip
-    """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ; the graph keeps its output names."""
+                   log: TextIO | None = sys.stderr, scheme: Int8Scheme = SYMMETRIC) -> Quantization:  # fmt: skip
+    """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ written as ``scheme`` says (the
+    methods and the budget are judged in that scheme too); the graph keeps its output names."""
     plan = plan_quantization(graph, rules)
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
@@ -95,7 +96,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         held = calibrated < len(samples)
         judge = Judge(graph, plan, names, samples[calibrated:] if held else samples,
                       floats[calibrated:] if held else floats, "held-back" if held else "calibration",
-                      config.engine, runner)  # fmt: skip
+                      config.engine, runner, scheme)  # fmt: skip
         if not held and len(tables) > 1:
             lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
     if len(tables) > 1:
@@ -110,7 +111,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
         lines.extend(fitted)
     final = restrict(plan, kept)
-    insert_qdq(graph, final, table)
+    insert_qdq(graph, final, table, scheme)
     graph.metadata["calibration"] = table.digest
     notes = [
         *final.notes(),
@@ -127,6 +128,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
 __all__ = [
     "METHODS",
     "CalibrationTable",
+    "Int8Scheme",
     "OutputAccuracy",
     "QuantizeConfig",
     "Quantization",

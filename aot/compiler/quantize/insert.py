@@ -10,6 +10,12 @@ dequantize of its own, so a backend's pattern can take a whole
 ``dequantize -> op -> [activation] -> quantize`` chain as one composite (the
 NPU's integer kernels) while the host, and any region that falls back, computes
 the same graph in float between the Q/DQ pairs.
+
+How the Q/DQ are written is an :class:`Int8Scheme`, chosen by the build from its int8
+targets: TensorRT and the NPU take the symmetric one above; onnxruntime's integer kernels
+want a ReLU-bounded result over [0, amax] (zero point -128, 8 bits instead of 7, so the
+ReLU folds into the kernel's clamp) and biases as int32 at the scale x_scale * w_scale
+(the QDQ form its QLinearConv / QGemm fusions take).
 """
 
 from __future__ import annotations
@@ -29,6 +35,20 @@ COMPUTE_OPS = frozenset({*CONV_OPS, "dense", "matmul"})
 #: Activations fused into the op before its output is quantized.
 FUSED_ACTIVATIONS = frozenset({"relu", "relu6", "clip"})
 INT8_MAX = 127
+INT32 = np.iinfo(np.int32)
+
+
+@dataclass(frozen=True)
+class Int8Scheme:
+    """How ``insert_qdq`` writes the quantized function (both fields False: symmetric int8 throughout)."""
+
+    #: A result bounded below by 0 (after relu, relu6, clip(0, ...)) quantized over [0, amax] with zero point -128.
+    unsigned_relu: bool = False
+    #: Biases as int32 constants at the scale x_scale * w_scale (per channel), through a dequantize.
+    int32_bias: bool = False
+
+
+SYMMETRIC = Int8Scheme()
 
 Rule = Callable[[Node], "str | None"]
 
@@ -80,6 +100,14 @@ def weight_reason(node: Node, who: str) -> str | None:
     return None
 
 
+def compute_op_reason(node: Node, who: str) -> str | None:
+    """Why ``who`` keeps ``node`` in float, for a target whose int8 kernels are convolutions and matrix
+    products over constant weights (TensorRT, onnxruntime), or None when it computes ``node`` in int8."""
+    if node.op not in COMPUTE_OPS:
+        return f"{who} computes {node.op} in float between Q/DQ"
+    return weight_reason(node, who)
+
+
 def weight_axis(node: Node) -> int:
     """The weight axis of output channels: 0 for conv (O, I, ...) and dense (units, in), 1 for matmul (K, N)."""
     return 1 if node.op == "matmul" else 0
@@ -127,6 +155,47 @@ def activation_scale(amax: float) -> np.float32:
     return np.float32(amax / INT8_MAX if amax > 0 else 1.0)
 
 
+def _lower_bound_zero(activation: Node | None) -> float | None:
+    """The upper bound (inf when none) of a fused activation whose output is never below 0, else None."""
+    if activation is None:
+        return None
+    if activation.op == "relu":
+        return np.inf
+    if activation.op == "relu6":
+        return 6.0
+    low, high = activation.attrs.get("min"), activation.attrs.get("max")
+    return (np.inf if high is None else float(high)) if low is not None and float(low) == 0.0 else None
+
+
+def unsigned_scale(amax: float, bound: float) -> np.float32:
+    """The scale of [0, amax] over 255 steps, nudged so that 255 * scale stays within the activation's bound
+    (onnxruntime folds a Clip into the quantize only when the quantized range lies inside it)."""
+    scale = np.float32(amax / 255 if amax > 0 else 1.0 / 255)
+    while np.float32(scale * np.float32(255)) > bound:
+        scale = np.nextafter(scale, np.float32(0))
+    return scale
+
+
+def _activation_params(plan: QuantizationPlan, table: CalibrationTable, scheme: Int8Scheme) -> dict[int, tuple]:
+    """id(tensor) -> (scale, zero point) of every tensor the plan quantizes."""
+    bounds = {id(q.output): _lower_bound_zero(q.activation) for q in plan.ops}
+    params = {}
+    for value in plan.tensors:
+        amax = table.amax(value.name)
+        bound = bounds.get(id(value)) if scheme.unsigned_relu else None
+        if bound is None:
+            params[id(value)] = (activation_scale(amax), np.zeros((), np.int8))
+        else:
+            params[id(value)] = (unsigned_scale(amax, bound), np.full((), -128, np.int8))
+    return params
+
+
+def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``bias`` as int32 steps of ``scale`` (per channel), saturated to int32."""
+    steps = np.rint(np.asarray(bias, np.float64) / np.asarray(scale, np.float64))
+    return np.clip(steps, INT32.min, INT32.max).astype(np.int32)
+
+
 def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     """Per-channel symmetric scales; an all-zero channel borrows the largest scale (its int8 weights stay 0)."""
     other = tuple(i for i in range(w.ndim) if i != axis)
@@ -144,15 +213,16 @@ def quantize_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scales
 
 
-def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable) -> None:
+def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, scheme: Int8Scheme = SYMMETRIC) -> None:
     """Rewrite ``graph`` in place: Q/DQ around every quantized op, int8 weights with per-channel scales."""
     consumers = graph.consumers()
     quantized_nodes = {id(q.node) for q in plan.ops}
     results = {id(q.output) for q in plan.ops}
-    zero = np.zeros((), np.int8)
+    params = _activation_params(plan, table, scheme)
+    input_scales = {id(q.node): params[id(q.node.inputs[0])][0] for q in plan.ops}  # before the rewrite
     for value in plan.tensors:
-        scale = graph.constant(activation_scale(table.amax(value.name)), f"{value.name}_scale")
-        zp = graph.constant(zero, f"{value.name}_zero_point")
+        scale = graph.constant(params[id(value)][0], f"{value.name}_scale")
+        zp = graph.constant(params[id(value)][1], f"{value.name}_zero_point")
         q = graph.op("quantize", value, scale, zp, dtype="int8", name=f"{value.name}_quantize")
         for user in consumers.get(value, []):
             if id(value) in results or id(user) in quantized_nodes:
@@ -176,4 +246,13 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable) ->
             axis=axis, name=f"{node.name}_weight_dequantize",
         )  # fmt: skip
         node.inputs[1] = dq
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        if scheme.int32_bias and bias is not None and bias.is_constant and bias.type.dtype == "float32":
+            step = (input_scales[id(node)] * scales).astype(np.float32)
+            node.inputs[2] = graph.op(
+                "dequantize", graph.constant(quantize_bias(bias.data, step), f"{bias.name}_int32"),
+                graph.constant(step, f"{bias.name}_scale"), graph.constant(np.zeros(step.shape, np.int32),
+                                                                          f"{bias.name}_zero_point"),
+                axis=0, name=f"{node.name}_bias_dequantize",
+            )  # fmt: skip
     graph.toposort()

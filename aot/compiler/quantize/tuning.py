@@ -24,7 +24,7 @@ import numpy as np
 
 from aot.compiler.quantize.calibrate import clone, progress_bar
 from aot.compiler.quantize.engine import GraphRunner
-from aot.compiler.quantize.insert import QuantizationPlan, QuantizedOp, insert_qdq
+from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, QuantizationPlan, QuantizedOp, insert_qdq
 from aot.compiler.quantize.report import (
     OutputAccuracy,
     Score,
@@ -76,10 +76,11 @@ class Judge:
     split: str
     engine: str = "auto"
     like: GraphRunner | None = None  # a runner whose batching the variants reuse
+    scheme: Int8Scheme = SYMMETRIC  # how the build writes its Q/DQ: the variants judged must be written the same
 
     def variant(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> Graph:
         copy, mapping = clone(self.graph)
-        insert_qdq(copy, restrict(self.plan, keep_float, mapping), table)
+        insert_qdq(copy, restrict(self.plan, keep_float, mapping), table, self.scheme)
         return copy
 
     def measure(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> tuple[list[OutputAccuracy], Score]:

@@ -16,6 +16,10 @@ bundle, and handed to onnxruntime without a copy. Where onnxruntime is not
 installed the region runs its host plan and logs why, once; ``load(...,
 require=("onnxruntime",))`` refuses instead. ``describe`` says which.
 
+An int8 recipe (``aot-build --target onnxruntime --precision int8``) runs on onnxruntime's
+integer kernels where this CPU has an 8-bit dot product (VNNI), and on float kernels with
+its int8 weights where it has not (``int8.py``); ``describe`` says which, and why.
+
 Nothing here imports onnxruntime until an onnxruntime module is loaded
 (``session.py`` does, inside a function).
 """
@@ -32,6 +36,7 @@ import numpy as np
 from runtime_lite.backends import Backend, BackendContext, Where, register_backend
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime.footprint import Footprint
+from runtime_lite.backends.onnxruntime.int8 import EMULATED_KERNELS, INT8_CHOICES, Int8Kernels, kernels_here
 from runtime_lite.backends.onnxruntime.known_bugs import wrong_on
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
@@ -42,7 +47,7 @@ from runtime_lite.backends.onnxruntime.session import (
     import_onnxruntime,
 )
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
-from runtime_lite.backends.options import Option, accepting, boolean, choice
+from runtime_lite.backends.options import Option, accepting, boolean, choice, env_choice
 from runtime_lite.errors import BundleError, OptionError
 from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
@@ -93,13 +98,21 @@ LOAD_OPTIONS = (
         "intra-op threads spin between runs (onnxruntime's default); false: they sleep, leaving the cores to "
         "other work between requests",
     ),
+    Option(
+        "int8",
+        choice(*INT8_CHOICES),
+        env_choice("AOT_ONNXRUNTIME_INT8", INT8_CHOICES),
+        "an int8 recipe's kernels: auto (integer where the CPU has VNNI or another 8-bit dot product, else float), "
+        "integer, float (int8 weights dequantized at load, activations in float: float speed) or emulated (the "
+        "quantized function exactly, on float kernels) (default: $AOT_ONNXRUNTIME_INT8, else auto)",
+    ),
 )
 
 
 def session_settings(options: dict[str, Any]) -> SessionSettings:
     """The load options as session settings; OptionError naming the option for a value of the wrong kind."""
     count, level, arena, enabled = options["threads"], options["optimization"], options["arena"], options["enabled"]
-    spinning = options["spinning"]
+    spinning, int8 = options["spinning"], options["int8"]
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise OptionError(f"onnxruntime option threads={count!r}: must be an integer, 0 or more")
     if level not in OPTIMIZATION_LEVELS:
@@ -109,7 +122,28 @@ def session_settings(options: dict[str, Any]) -> SessionSettings:
     for name, value in (("arena", arena), ("enabled", enabled), ("spinning", spinning)):
         if not isinstance(value, bool):
             raise OptionError(f"onnxruntime option {name}={value!r}: must be true or false")
-    return SessionSettings(count, level, arena, enabled, spinning)
+    if int8 not in INT8_CHOICES:
+        raise OptionError(f"onnxruntime option int8={int8!r}: expected one of {', '.join(INT8_CHOICES)}")
+    return SessionSettings(count, level, arena, enabled, spinning, int8)
+
+
+def load_settings(options: dict[str, Any] | None) -> SessionSettings:
+    """The onnxruntime load options as given to ``load`` (its defaults where none were): every session the
+    bundle opens takes them, a TensorRT recipe's fallback session too."""
+    from runtime_lite.backends.options import resolve_options
+
+    return session_settings(options if options is not None else resolve_options("onnxruntime", LOAD_OPTIONS, None))
+
+
+def int8_kernels(settings: SessionSettings) -> Int8Kernels:
+    """The kernels an int8 recipe runs on: by the CPU and the ``int8`` option, unless the optimization level
+    leaves the Q/DQ unfused (onnxruntime fuses them at ``extended`` and ``all``)."""
+    if settings.optimization in ("disable", "basic"):
+        folded = "weights dequantized once at load" if settings.optimization == "basic" else "weights dequantized "\
+                 "at every run"  # fmt: skip
+        why = f"onnxruntime.optimization={settings.optimization} fuses and drops no Q/DQ ({folded})"
+        return Int8Kernels("emulated", why, dict(EMULATED_KERNELS))
+    return kernels_here(settings.int8)
 
 
 def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fallback: list[np.ndarray]):
@@ -134,12 +168,18 @@ def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fal
 
 
 def recipe_session(
-    recipe: memoryview, weights: dict[str, np.ndarray], inputs, outputs, settings: SessionSettings, where: str
+    recipe: memoryview,
+    weights: dict[str, np.ndarray],
+    inputs,
+    outputs,
+    settings: SessionSettings,
+    where: str,
+    int8: Int8Kernels | None = None,
 ) -> Session:
     """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
     where the check could not follow a shape onnxruntime would check statically (shapes.py), or where it could
     not bound a run's memory (footprint.py), or where this onnxruntime computes one of its nodes wrongly
-    (known_bugs.py))."""
+    (known_bugs.py)). ``int8``: the kernels of an int8 recipe (``int8_kernels``)."""
     facts = check_recipe(recipe, weights, where)
     input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
     if not settings.enabled:  # Session says so; no shape walk or version check for a recipe never run
@@ -156,7 +196,17 @@ def recipe_session(
     wrong = wrong_on(version, facts.nodes, facts.shapes)
     if wrong is not None:
         raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
-    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint)
+    config, disabled = (int8.config, int8.disabled) if int8 is not None else (None, ())
+    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
+
+
+def session_placement(session: Session, settings: SessionSettings, seconds: float, int8: Int8Kernels | None) -> str:
+    """Where a recipe runs, as ``describe`` says it: onnxruntime's version, threads, build time, int8 kernels."""
+    where = (
+        f"on onnxruntime {session.version}'s CPU provider ({settings.threads or 'default'} threads, "
+        f"session built in {seconds:.2f} s)"
+    )
+    return f"{where}; {int8.describe()}" if int8 is not None else where
 
 
 class OnnxRuntimeModule:
@@ -173,15 +223,15 @@ class OnnxRuntimeModule:
         plan, constants = fallback_constants(payloads, self.id, "onnxruntime")
         #: The recipe's initializers the bundle supplies, by name: read-only views of its blobs.
         self.weights = weights = recipe_weights(payloads, record, constants)
+        #: An int8 recipe's kernels here (integer or float, and why); None for a float recipe.
+        self.int8 = int8_kernels(settings) if record.precision == "int8" else None
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(
-                payloads["recipe"], weights, self.inputs, self.outputs, settings, "onnxruntime.payloads.recipe"
-            )
-            self.placement = (
-                f"on onnxruntime {self.session.version} (CPU, {settings.threads or 'default'} threads, "
-                f"session built in {time.perf_counter() - start:.2f} s)"
-            )
+                payloads["recipe"], weights, self.inputs, self.outputs, settings, "onnxruntime.payloads.recipe",
+                self.int8,
+            )  # fmt: skip
+            self.placement = session_placement(self.session, settings, time.perf_counter() - start, self.int8)
         except OnnxRuntimeUnavailable as e:
             self.session, self.placement = None, f"on the host: {e}"
         #: "onnxruntime" with a session, "host" on the fallback plan (the module's load warns or refuses).
@@ -236,4 +286,7 @@ class OnnxRuntimeBackend(Backend):
 
 BACKEND = register_backend(OnnxRuntimeBackend())
 
-__all__ = ["BACKEND", "LOAD_OPTIONS", "OnnxRuntimeBackend", "OnnxRuntimeModule", "recipe_session"]
+__all__ = [
+    "BACKEND", "LOAD_OPTIONS", "OnnxRuntimeBackend", "OnnxRuntimeModule", "int8_kernels", "load_settings",
+    "recipe_session", "session_placement",
+]  # fmt: skip

@@ -72,6 +72,8 @@ class SessionSettings:
     enabled: bool = True
     #: Intra-op threads spin between runs (onnxruntime's default); False: they sleep.
     spinning: bool = True
+    #: Which kernels run an int8 recipe: ``auto`` (by the CPU), ``integer`` or ``float`` (int8.py).
+    int8: str = "auto"
 
 
 class Session:
@@ -85,6 +87,8 @@ class Session:
         output_names: Sequence[str],
         settings: SessionSettings,
         footprint: Footprint | None = None,
+        config: Mapping[str, str] | None = None,
+        disabled: Sequence[str] = (),
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -98,6 +102,8 @@ class Session:
         options.enable_cpu_mem_arena = settings.arena
         if not settings.spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        for key, value in (config or {}).items():  # e.g. an int8 recipe's kernels (int8.py)
+            options.add_session_config_entry(key, value)
         options.log_severity_level = 3  # onnxruntime's own warnings are not this runtime's log
         # The OrtValues view the arrays (the bundle's blobs); they stay referenced as long as the session.
         self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
@@ -106,8 +112,9 @@ class Session:
         self.version = ort.__version__
         try:
             self._session = ort.InferenceSession(
-                recipe, options, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS
-            )
+                recipe, options, providers=["CPUExecutionProvider"],
+                disabled_optimizers=[*DISABLED_OPTIMIZERS, *disabled],
+            )  # fmt: skip
         except Exception as e:  # an onnxruntime too old for the recipe's opset, an op it lacks: the host runs it
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None

@@ -21,6 +21,8 @@ from runtime_lite.format.signature import TensorSpec
 
 #: Payloads a weight may live in.
 WEIGHT_PAYLOADS = ("fallback_weights", "recipe_weights")
+#: What a recipe computes in: float32, or int8 between explicit Q/DQ (``int8.py`` picks its kernels at load).
+PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ class OnnxRuntimeSpecs(Record):
     weights: tuple[WeightRef, ...] = declare(ListOf(Nested(WeightRef)), default=())
     #: The records of the arrays in ``recipe_weights``.
     recipe_constants: tuple[ConstantRecord, ...] = declare(ListOf(Nested(ConstantRecord)), default=())
+    precision: str = declare(STR, default="fp32", omit_default=True)
+
+    def check(self, field: str) -> None:
+        if self.precision not in PRECISIONS:
+            raise BundleError(f"bundle field '{field}.precision' = {self.precision!r}, not one of {PRECISIONS}")
 
 
-__all__ = ["OnnxRuntimeSpecs", "WeightRef", "WEIGHT_PAYLOADS"]
+__all__ = ["OnnxRuntimeSpecs", "PRECISIONS", "WeightRef", "WEIGHT_PAYLOADS"]

@@ -13,7 +13,8 @@ tagged with what they were built for, and a host plan of the same region. At
    recipe into the cache, once across processes;
 4. else the recipe on onnxruntime's CPU provider, where onnxruntime is installed
    (``onnxruntime_fallback``, on by default; the recipe is checked first, as an
-   onnxruntime module's is);
+   onnxruntime module's is, and the session takes the onnxruntime backend's load options,
+   ``--backend-option onnxruntime.threads=2`` and the int8 kernels included);
 5. else the host plan, with numpy: slower, but the bundle still runs, correctly,
    on a machine with no GPU at all.
 
@@ -91,7 +92,13 @@ def _engines(engines: tuple[EngineRecord, ...], payloads: dict[str, memoryview])
 class TensorRTModule:
     """One TensorRT region, resolved at load to an engine runner or its host plan."""
 
-    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
+    def __init__(
+        self,
+        payloads: dict[str, memoryview],
+        specs: dict[str, Any],
+        options: dict[str, Any],
+        onnxruntime_options: dict[str, Any] | None = None,
+    ):
         record = TensorRTSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
         self.id = record.region
         self.inputs: tuple[TensorSpec, ...] = record.inputs
@@ -106,7 +113,7 @@ class TensorRTModule:
         self.runner, self.placement = self._resolve(options)
         self.cpu_session = None
         if self.runner is None and options["onnxruntime_fallback"] is True:
-            self.cpu_session, self.placement = self._on_onnxruntime(self.placement)
+            self.cpu_session, self.placement = self._on_onnxruntime(self.placement, onnxruntime_options)
         #: "tensorrt" with an engine, "onnxruntime" with its recipe there, "host" on the fallback plan (the
         #: module's load warns or refuses; see placement.py)
         self.runs_on = (
@@ -171,15 +178,26 @@ class TensorRTModule:
         except (EngineBuildError, EngineIncompatible, OSError) as e:
             return None, f"on the host: building an engine for {device} failed: {e}"
 
-    def _on_onnxruntime(self, why: str) -> tuple[Any, str]:
-        """(an onnxruntime session over the recipe, or None; where the region runs and why)."""
-        from runtime_lite.backends.onnxruntime import OnnxRuntimeUnavailable, SessionSettings, recipe_session
+    def _on_onnxruntime(self, why: str, given: dict[str, Any] | None) -> tuple[Any, str]:
+        """(an onnxruntime session over the recipe, or None; where the region runs and why). ``given``: the
+        onnxruntime backend's load options, which this session takes as an onnxruntime module's does."""
+        from runtime_lite.backends.onnxruntime import (
+            OnnxRuntimeUnavailable,
+            int8_kernels,
+            load_settings,
+            recipe_session,
+            session_placement,
+        )
 
+        settings = load_settings(given)
+        int8 = int8_kernels(settings) if self.settings.precision == "int8" else None
+        start = time.perf_counter()
         try:  # the recipe is checked as an onnxruntime module's is (BundleError for a hostile one)
-            session = recipe_session(self.recipe, {}, self.inputs, self.outputs, SessionSettings(), SPECS_PAYLOAD)
+            session = recipe_session(self.recipe, {}, self.inputs, self.outputs, settings, SPECS_PAYLOAD, int8)
         except OnnxRuntimeUnavailable as e:
             return None, f"{why}; not on onnxruntime either: {e}"
-        return session, f"on onnxruntime {session.version}'s CPU provider{why.removeprefix('on the host')}"
+        where = session_placement(session, settings, time.perf_counter() - start, int8)
+        return session, f"{where}{why.removeprefix('on the host')}"
 
     def _runner(self, blob: Any, tags: dict[str, Any]) -> Any:
         from runtime_lite.backends.tensorrt.gpu import EngineRunner
@@ -229,7 +247,7 @@ class TensorRTBackend(Backend):
         return True  # a region without a usable engine runs its host plan
 
     def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]):
-        return TensorRTModule(payloads, compile_specs, dict(context.options))
+        return TensorRTModule(payloads, compile_specs, dict(context.options), context.given.get("onnxruntime"))
 
     def execute(self, context: BackendContext, handle: TensorRTModule, inputs: Sequence[np.ndarray]):
         return handle.run(inputs, context.trace)

@@ -2,7 +2,8 @@
 
 Payloads of one onnxruntime module:
 
-* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32) with no large weight
+* ``recipe``: the region as ONNX (``aot/compiler/backends/recipe.py``, fp32, or int8: float32
+  between explicit Q/DQ, int8 weights, int32 biases) with no large weight
   inside: each initializer over ``INLINE_BYTES`` is an external-data placeholder that
   ``compile_specs.weights`` resolves to an array of the bundle;
 * ``fallback`` + ``fallback_weights``: the region's host plan and its constants, run where
@@ -21,6 +22,7 @@ import hashlib
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.fallback import host_fallback
@@ -77,10 +79,61 @@ class _SharedWeights:
                 self.refs.append(WeightRef(name, "fallback_weights", index))
 
 
+def activations_as_uint8(model: onnx.ModelProto) -> None:
+    """Write each activation's int8 Q/DQ pair as uint8 with the zero point moved up by 128 (in place): the same
+    numbers.
+
+    On x86 onnxruntime's integer kernels take u8 activations, and it converts an s8
+    quantize to u8 only where one dequantize reads it: a tensor read by two convolutions
+    (a ResNet block's input, read by its first convolution and its shortcut) kept s8 and
+    left every convolution around it in float (8 of ResNet-50's 53). Weights stay s8 (its
+    kernels are u8 x s8); the graph and its host plan keep s8, which computes the same.
+    Only a quantize read by dequantizes alone moves, with them: an int8 tensor the region
+    takes or gives keeps its type.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    moved: dict[str, str] = {}
+
+    def shift(node: onnx.NodeProto) -> None:
+        zero_point = initializers[node.input[2]]
+        if zero_point.name not in moved:
+            shifted = numpy_helper.to_array(zero_point).astype(np.int16) + 128
+            copy = graph.initializer.add()
+            copy.CopyFrom(numpy_helper.from_array(shifted.astype(np.uint8), f"{zero_point.name}_u8"))
+            moved[zero_point.name] = copy.name
+        node.input[2] = moved[zero_point.name]
+
+    for node in graph.node:
+        if node.op_type != "QuantizeLinear" or len(node.input) < 3 or node.output[0] in outputs:
+            continue
+        zero_point = initializers.get(node.input[2])
+        users = readers.get(node.output[0], [])
+        if zero_point is None or zero_point.data_type != onnx.TensorProto.INT8 or node.input[0] in initializers:
+            continue
+        if not users or any(u.op_type != "DequantizeLinear" or u.input[2] not in initializers for u in users):
+            continue
+        for pair in [node, *users]:
+            shift(pair)
+    read = {name for node in graph.node for name in node.input}
+    for i in reversed(range(len(graph.initializer))):  # the int8 zero points only activations read
+        if graph.initializer[i].name in moved and graph.initializer[i].name not in read:
+            del graph.initializer[i]
+
+
 def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
+    """``options``: the backend's build options (``precision``: fp32, or int8 for a graph the build quantized)."""
+    precision = (options or {}).get("precision", "fp32")
     graph = region.as_graph()
     weights = _SharedWeights()
-    model = write_recipe(graph, "fp32", exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    if precision == "int8":
+        activations_as_uint8(model)
     recipe = model.SerializeToString()
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)
@@ -97,6 +150,7 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
         outputs=tuple(spec_of(v) for v in graph.outputs),
         weights=tuple(weights.refs),
         recipe_constants=tuple(weights.extra_records),
+        precision=precision,
     )
     notes = []
     if facts.unverified is not None:

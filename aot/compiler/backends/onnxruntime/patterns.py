@@ -60,10 +60,12 @@ def _static_kernel(ctx: PatternCheckContext) -> bool | Rejected:
 
 
 def _int8(ctx: PatternCheckContext) -> bool | Rejected:
-    """Q/DQ in int8 with a float scale: the form the recipe writes (a missing zero point becomes int8 0)."""
+    """Q/DQ in int8 with a float scale: the form the recipe writes (a missing zero point becomes int8 0);
+    a constant int32 dequantized is a bias (int8 builds for onnxruntime write them so)."""
     node = ctx.root.producer
     quantized = node.outputs[0] if node.op == "quantize" else node.inputs[0]
-    if quantized.type.dtype != "int8" or node.inputs[1].type.dtype != "float32":
+    bias = node.op == "dequantize" and quantized.is_constant and quantized.type.dtype == "int32"
+    if (quantized.type.dtype != "int8" and not bias) or node.inputs[1].type.dtype != "float32":
         return reject(f"{node.op} is {quantized.type.dtype} with a {node.inputs[1].type.dtype} scale; "
                       "onnxruntime regions quantize to int8 with a float32 scale")  # fmt: skip
     return _tensors(ctx)

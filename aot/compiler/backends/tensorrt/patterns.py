@@ -23,7 +23,7 @@ from aot.compiler.pattern_registry import (
     register_patterns,
     reject,
 )
-from aot.compiler.quantize.insert import weight_reason
+from aot.compiler.quantize.insert import compute_op_reason
 from aot.ir.graph import Node, Value
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS
 
@@ -92,9 +92,7 @@ def int8_reason(node: Node) -> str | None:
     TensorRT fuses Q/DQ around convolutions and matrix products with constant
     weights into int8 kernels; the per-channel weight scales must be known at build.
     """
-    if node.op not in (*CONV_OPS, "dense", "matmul"):
-        return f"tensorrt computes {node.op} in float between Q/DQ"
-    return weight_reason(node, "tensorrt")
+    return compute_op_reason(node, "tensorrt")
 
 
 def _conv_weights(ctx: PatternCheckContext) -> bool | Rejected:

@@ -1,0 +1,38 @@
+"""The CPU's model name and feature flags, read once where the runtime decides by them and where tools report them.
+
+The onnxruntime backend picks an int8 recipe's kernels by them (an 8-bit dot product or not,
+backends/onnxruntime/int8.py); ``runtime_lite.tools.machine`` names the CPU beside every speed figure.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+#: /proc/cpuinfo's name for the feature list: x86 says ``flags``, Arm ``Features``.
+FLAG_FIELDS = ("flags", "Features")
+#: CPU flags (Linux's names) of an 8-bit dot product, which integer kernels need to beat float ones.
+DOT_PRODUCT_FLAGS = {
+    "avx512_vnni": "AVX512-VNNI",
+    "avx_vnni": "AVX-VNNI",
+    "amx_int8": "AMX-INT8",
+    "asimddp": "the Arm dot-product extension",
+}
+
+
+def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif name.strip() in FLAG_FIELDS and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+__all__ = ["DOT_PRODUCT_FLAGS", "FLAG_FIELDS", "cpu_flags_and_model"]
