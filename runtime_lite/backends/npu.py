@@ -107,6 +107,7 @@ class NpuProgram:
         self.heads = tuple(expect_index(h, len(nodes), f"{FIELD}.heads[{i}][0]") for i, h in enumerate(record.heads))
         self.template = template
         self.kernels = self._compile_kernels(nodes)
+        self.constants = tuple(t for t in template if t is not None)
         self.peak_bytes = self._peak_bytes()
 
     def _compile_kernels(self, nodes: tuple) -> tuple[_Kernel, ...]:
@@ -183,7 +184,24 @@ class NpuProgram:
                 logger.debug("%s: %s", self.region, k.message)
             if budget.deadline is not None and time.monotonic() > budget.deadline:
                 raise TimeoutError(f"npu region {self.region} passed the run's max_run_seconds at {k.name!r}")
-        return [values[h] for h in self.heads]
+        return _fresh([values[h] for h in self.heads], [*inputs, *self.constants])
+
+
+def _owner(array: np.ndarray) -> int:
+    return id(array if array.base is None else array.base)
+
+
+def _fresh(outputs: list[np.ndarray], sources: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A backend call returns arrays of its own (aot/compiler/memory_plan.py): a view of an input is copied.
+
+    Layout dispatches (reshape, transpose, slice) are numpy views; inside the region
+    that is free, at its boundary the view becomes the bytes the DMA writes back.
+    numpy points a view's ``base`` at the array owning the memory, so one id per
+    source tells.
+    """
+    owners = {_owner(x) for x in sources if isinstance(x, np.ndarray)}
+    owners.update(id(x) for x in sources)
+    return [y.copy() if id(y) in owners or _owner(y) in owners else y for y in outputs]
 
 
 def check_json_budget(data: memoryview, what: str) -> None:

@@ -47,6 +47,9 @@ def _tensor(value: Value) -> NpuTensor:
 def _kernel_plans(region: Region) -> list[KernelPlan]:
     plans = []
     for composite in region.composites:
+        if composite.name == "npu.split":
+            plans.extend(_split_plans(composite))
+            continue
         if len(composite.outputs) != 1:
             raise BuildError(
                 f"npu region {region.id}: composite {composite.name} has {len(composite.outputs)} outputs; "
@@ -67,6 +70,20 @@ def _kernel_plans(region: Region) -> list[KernelPlan]:
             continue
         inputs, _ = boundary(composite.nodes, (), {}, bind_constants=False)
         plans.append(KernelPlan(name, composite.name, composite.nodes, inputs, output))
+    return plans
+
+
+def _split_plans(composite) -> list[KernelPlan]:
+    """A split as one DMA dispatch per piece it is read for: each a slice of the input (same host kernel)."""
+    (node,) = composite.nodes
+    axis, start = node.attrs["axis"] % node.inputs[0].type.rank, 0
+    plans, read = [], {id(v) for v in composite.outputs}
+    for output, size in zip(node.outputs, node.attrs["sizes"]):
+        if id(output) in read:
+            attrs = {"starts": [start], "ends": [start + size], "axes": [axis], "steps": [1]}
+            body = (BodyOp(op="slice", inputs=(("arg", 0),), attrs=attrs),)
+            plans.append(KernelPlan(output.name, composite.name, composite.nodes, [node.inputs[0]], output, body=body))
+        start += size
     return plans
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "int16"})
+#: Data movement: the DMA engine copies (or, where the layout allows, the dispatch is a zero-cost view).
+LAYOUT_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "transpose")
+DMA_OPS = (*LAYOUT_OPS, "concat", "split", "slice")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ class DeviceProfile:
             "sigmoid": "ACTIVATION",
             "tanh": "ACTIVATION",
             "gelu": "ACTIVATION",
+            "hard_swish": "ACTIVATION",
+            "hard_sigmoid": "ACTIVATION",
+            "reduce_mean": "POOLING",  # over the spatial axes only: global average pooling
+            "conv_transpose2d": "CONV",
+            "resize": "VECTOR",
+            "layer_norm": "VECTOR",
+            **dict.fromkeys(DMA_OPS, "DMA"),
         }
     )
 
