@@ -181,7 +181,9 @@ def npu_patterns() -> list[FusionPattern]:
         _pattern("conv1d", is_op("conv1d")(wildcard(), wildcard(), ...)),
         _pattern("matmul", is_op("matmul")(wildcard(), wildcard())),
         _pattern("dense", is_op("dense")(wildcard(), wildcard(), ...)),
-        _pattern("conv_transpose2d", is_op("conv_transpose2d")(wildcard(), wildcard(), ...), _and(check_conv_transpose)),
+        _pattern(
+            "conv_transpose2d", is_op("conv_transpose2d")(wildcard(), wildcard(), ...), _and(check_conv_transpose)
+        ),
         _pattern("avg_pool2d", is_op("avg_pool2d")(wildcard())),
         _pattern("global_avg_pool", is_op("reduce_mean")(wildcard()), _and(check_global_pool)),
         _pattern("max_pool2d", is_op("max_pool2d")(wildcard())),
