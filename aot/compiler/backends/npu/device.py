@@ -36,6 +36,8 @@ class DeviceProfile:
     vector_lanes: int = 64
     tile_start: int = 32
     tile_floor: int = 8
+    #: Cycles one switch between host and NPU costs (synchronisation, descriptors), beside the bytes it moves.
+    switch_cycles: int = 5000
     engines: dict[str, str] = field(
         default_factory=lambda: {
             "conv1d": "CONV",
