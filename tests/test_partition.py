@@ -104,6 +104,12 @@ def test_host_target_alone_partitions_nothing():
 
 def _graph_for(name: str) -> Graph:
     """The smallest graph each NPU pattern should claim, with nothing of higher priority around it."""
+    from tests.test_npu_int8_mobile import _graph as int8_chain
+
+    int8_cases = {"int8_lut": "hard_swish", "int8_global_avg_pool": "global_avg_pool", "int8_concat": "concat",
+                  "int8_move": "transpose"}  # fmt: skip
+    if name in int8_cases:
+        return int8_chain(int8_cases[name])
     g = Graph(name)
     f32 = "float32"
     x4 = g.add_input("x", TensorType((1, 4, 8, 8), f32))

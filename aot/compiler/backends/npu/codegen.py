@@ -26,6 +26,7 @@ from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
 from aot.compiler.backends.npu.int8 import lower_int8
+from aot.compiler.backends.npu.int8_mobile import LOWERINGS
 from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import plain
 from aot.compiler.partition import Region, boundary
@@ -36,8 +37,8 @@ from runtime_lite.format.dtypes import to_numpy_dtype
 from runtime_lite.format.records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
 
 FORMAT = fmt.NPU_GRAPH
-#: Composites lowered to one integer kernel (int8.py) instead of their ops' float kernels.
-INT8_COMPOSITES = frozenset({"npu.int8_conv", "npu.int8_dense"})
+#: Composites lowered to one integer kernel (int8.py, int8_mobile.py) instead of their ops' float kernels.
+INT8_LOWERINGS = {"npu.int8_conv": lower_int8, "npu.int8_dense": lower_int8, **LOWERINGS}
 
 
 def _tensor(value: Value) -> NpuTensor:
@@ -56,8 +57,8 @@ def _kernel_plans(region: Region) -> list[KernelPlan]:
                 "an NPU dispatch writes exactly one"
             )
         name, output = composite.nodes[-1].name, composite.outputs[0]
-        if composite.name in INT8_COMPOSITES:
-            lowered = lower_int8(composite.nodes)
+        if composite.name in INT8_LOWERINGS:
+            lowered = INT8_LOWERINGS[composite.name](composite.nodes)
             body = (
                 BodyOp(
                     op=lowered.op,

@@ -114,7 +114,11 @@ class _TierAllocator:
 
 
 def _is_view(k: KernelPlan) -> bool:
-    return k.body is None and len(k.nodes) == 1 and is_view(k.nodes[0])
+    """A float layout op alone, or an int8 one that moves the int8 bytes themselves (int8_mobile.py)."""
+    anchor = k.anchor or k.nodes[0]
+    if k.body is None:
+        return len(k.nodes) == 1 and is_view(anchor)
+    return len(k.body) == 1 and k.body[0].op == anchor.op and is_view(anchor)
 
 
 def _lifetimes(kernels: list[KernelPlan], kept: set[int]) -> dict[int, list[Value]]:

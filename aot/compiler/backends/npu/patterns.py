@@ -168,12 +168,18 @@ def _pattern(name: str, pattern, check=_standard, **annotations) -> FusionPatter
 
 def npu_patterns() -> list[FusionPattern]:
     """The NPU's patterns, highest priority first."""
+    from aot.compiler.backends.npu import int8_mobile as q  # it lowers with int8.py, which imports this module
+
     conv2d = is_op("conv2d")(wildcard(), wildcard(), ...)
     matmul = is_op("matmul")(wildcard(), wildcard()) | is_op("dense")(wildcard(), wildcard(), ...)
     patterns = [
         # quantized composites, run as integer kernels: dequantize -> op -> [activation] -> quantize
         _pattern("int8_conv", _int8_pattern(is_op("conv1d", "conv2d")), _symmetric_int8),
         _pattern("int8_dense", _int8_pattern(is_op("dense", "matmul")), _symmetric_int8),
+        _pattern("int8_lut", q.lut_pattern(), _and(q.check_lut)),
+        _pattern("int8_global_avg_pool", q.global_avg_pool_pattern(), _and(q.check_global_avg_pool)),
+        _pattern("int8_concat", q.concat_pattern(), _and(q.check_concat)),
+        _pattern("int8_move", q.move_pattern(), _and(q.check_move)),
         _pattern("conv2d_relu_fused", is_op("relu")(conv2d), conv=conv2d),
         _pattern("matmul_relu_fused", is_op("relu")(matmul), matmul=matmul),
         _pattern("depthwise_conv2d", conv2d, _depthwise, conv=conv2d),
