@@ -166,3 +166,38 @@ def test_a_calibrated_build_runs_hard_swish_between_quantized_convs_as_a_table()
     assert "npu.int8_lut" in names and "npu.int8_move" in names and names.count("npu.int8_conv") == 2
     checked, _ = int8_reference.replay_npu_int8(result.to_bytes(), samples[0])
     assert checked == 4  # two convs, the dense and the table
+
+
+@pytest.mark.parametrize(
+    "case, change, message",
+    [
+        ("global_avg_pool", {"multiplier": -1}, r"multipliers must be integers in \[0, 2147483647\]"),
+        ("global_avg_pool", {"shift": 99}, r"shifts must be integers in \[1, 62\]"),
+        ("global_avg_pool", {"axes": [2, 8]}, "axis 8 is out of range"),
+        ("global_avg_pool", {"act_min": 5, "act_max": 1}, "act_min 5 and act_max 1"),
+        ("concat", {"multipliers": [1 << 30], "shifts": [30]}, "3 inputs need 3 multipliers, got 1"),
+        ("concat", {"multipliers": [1 << 30]}, "1 multipliers but 3 shifts"),
+        ("concat", {"shifts": [30, 0, 30]}, r"shifts must be integers in \[1, 62\]"),
+        ("concat", {"axis": 4}, "axis 4 is out of range"),
+        ("hard_swish", "table of 128", r"an int8\[256\] table"),
+    ],
+)
+def test_int8_attributes_out_of_range_are_refused_at_load(case, change, message):
+    import json
+
+    from runtime_lite.backends import BackendContext
+    from runtime_lite.backends.npu import NpuBackend
+
+    result = aot.build(_graph(case), targets=["npu"], log=None)
+    payloads = {key: memoryview(bytes(result.blobs.payloads[blob]))
+                for key, blob in result.header["modules"][0]["payloads"].items()}  # fmt: skip
+    graph = json.loads(bytes(payloads["graph"]))
+    kernel = next(n for n in graph["nodes"] if n["op"] == "kernel")
+    if change == "table of 128":
+        table = graph["nodes"][kernel["inputs"][1][0]]
+        table["attrs"].update(shape=[[128]], nbytes=128)  # a consistent record, of the wrong size
+    else:
+        kernel["attrs"]["body"][0]["attrs"].update(change)
+    with pytest.raises(runtime_lite.BundleError, match=message) as caught:
+        NpuBackend().init(BackendContext(), {**payloads, "graph": memoryview(json.dumps(graph).encode())}, {})
+    assert "\n" not in str(caught.value) and "bundle field 'npu.graph" in str(caught.value)

@@ -207,3 +207,55 @@ def test_ocr_shaped_networks_run_as_one_npu_region(factory, shape):
     assert len(module.modules) == 1 and npu.regions["host"] == 0
     for a, b in zip(module.run([x]), want):
         np.testing.assert_array_equal(a, b)
+
+
+# -- hostile bundles: every new attribute out of range is refused at load, in one line ------
+
+
+def _payload_of(graph: Graph) -> dict:
+    import json
+
+    result = aot.build(graph, targets=["npu"], log=None)
+    blob = result.header["modules"][0]["payloads"]["graph"]
+    return json.loads(bytes(result.blobs.payloads[blob]))
+
+
+HOSTILE = [
+    ("transpose", {"perm": [0, 0, 1, 2]}, "repeated axis"),
+    ("transpose", {"perm": [0, 1, 2, 7]}, "out of bounds"),
+    ("squeeze", {"axes": [1]}, "size not equal to one"),
+    ("unsqueeze", {"axes": [9]}, "out of bounds"),
+    ("reshape", {"shape": [3, 7]}, "reshape"),
+    ("flatten", {"axis": 2}, "declares"),  # a valid axis, but another shape than the node's
+    ("slice", {"axes": [9]}, "axis 9 is out of range"),
+    ("slice", {"steps": [0]}, "a step of 0"),
+    ("slice", {"ends": [4]}, "declares"),
+    ("concat", {"axis": 7}, "axis 7 is out of range"),
+    ("global_avg_pool", {"axes": [2, 9]}, "axis 9 is out of range"),
+    ("global_avg_pool", {"keepdims": 5}, "keepdims must be 0 or 1"),
+    ("hard_sigmoid", {"alpha": float("nan")}, "alpha must be a finite number"),
+    ("layer_norm", {"epsilon": -1.0}, "epsilon must be a finite positive number"),
+    ("layer_norm", {"axis": 4}, "axis 4 is out of range"),
+    ("resize", {"scales": [1.0, 2.0]}, "one entry per axis"),
+    ("resize", {"scales": [1.0, 1.0, 3.0, 3.0]}, "declares"),
+    ("resize", {"mode": "cubic"}, "mode must be nearest or linear"),
+    ("conv_transpose2d", {"strides": [0, 2]}, "strides"),
+    ("conv_transpose2d", {"output_padding": [1, 1]}, "declares"),
+    ("split", {"starts": [5]}, "declares"),
+]
+
+
+@pytest.mark.parametrize("name, change, message", HOSTILE, ids=[f"{n}-{next(iter(c))}" for n, c, _ in HOSTILE])
+def test_new_op_attributes_out_of_range_are_refused_at_load(name, change, message):
+    import json
+
+    from runtime_lite.backends import BackendContext
+    from runtime_lite.backends.npu import NpuBackend
+
+    graph = _payload_of(_graph_for(name))
+    (kernel,) = [n for n in graph["nodes"] if n["op"] == "kernel"][:1]
+    kernel["attrs"]["body"][0]["attrs"].update(change)
+    payload = {"graph": memoryview(json.dumps(graph).encode())}
+    with pytest.raises(runtime_lite.BundleError, match=message) as caught:
+        NpuBackend().init(BackendContext(), payload, {})
+    assert "\n" not in str(caught.value) and "bundle field 'npu.graph.nodes[" in str(caught.value)

@@ -22,6 +22,7 @@ import numpy as np
 
 from runtime_lite import format as fmt
 from runtime_lite.backends import Backend, BackendContext, register_backend
+from runtime_lite.backends.npu_checks import check_dispatch
 from runtime_lite.errors import BundleError
 from runtime_lite.execution.limits import BudgetExceeded, current_budget
 from runtime_lite.execution.plan import bind_cost, bind_kernel, check_result_count, guarded
@@ -126,6 +127,7 @@ class NpuProgram:
             if not isinstance(attrs, NpuKernel):
                 continue
             run = _compile_body(attrs.body, len(node.inputs), f"{FIELD}.nodes[{i}].attrs")
+            _check_single_op(attrs, [nodes[s].attrs for s in node.inputs], f"{FIELD}.nodes[{i}].attrs")
             event = {  # the record's own fields first: it cannot override what a profile relies on
                 **attrs.dispatch.to_record(),
                 "backend": "npu",
@@ -185,6 +187,15 @@ class NpuProgram:
             if budget.deadline is not None and time.monotonic() > budget.deadline:
                 raise TimeoutError(f"npu region {self.region} passed the run's max_run_seconds at {k.name!r}")
         return _fresh([values[h] for h in self.heads], [*inputs, *self.constants])
+
+
+def _check_single_op(kernel: NpuKernel, sources: list, field: str) -> None:
+    """A one-op dispatch's attributes against the shapes its inputs declare (npu_checks.py)."""
+    if len(kernel.body) != 1 or any(source != "arg" for source, _ in kernel.body[0].inputs):
+        return
+    operands = [sources[index] for _, index in kernel.body[0].inputs]
+    check_dispatch(kernel.body[0].op, kernel.body[0].attrs, [o.shape for o in operands],
+                   [o.dtype for o in operands], kernel.shape, field)  # fmt: skip
 
 
 def _owner(array: np.ndarray) -> int:

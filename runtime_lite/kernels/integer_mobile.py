@@ -47,14 +47,12 @@ def int8_lut(x, table):
     return table[x.view(np.uint8) ^ np.uint8(0x80)]  # two's complement + 128 is the sign bit flipped
 
 
-def _check_requantize(multipliers: list, shifts: list, count: int | None) -> None:
+def _check_requantize(multipliers: list, shifts: list) -> None:
     for name, values, low, high in (("multiplier", multipliers, 0, 2**31 - 1), ("shift", shifts, 1, 62)):
         if not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in values):
             raise ValueError(f"attribute {name}s must be integers in [{low}, {high}], got {values!r}")
-    if count is not None and not len(multipliers) == len(shifts) == count:
-        raise ValueError(
-            f"{count} inputs need {count} multipliers and shifts, got {len(multipliers)} and {len(shifts)}"
-        )
+    if len(multipliers) != len(shifts):
+        raise ValueError(f"{len(multipliers)} multipliers but {len(shifts)} shifts: one of each per input")
 
 
 def _check_mean_attrs(attrs: dict) -> None:
@@ -63,7 +61,7 @@ def _check_mean_attrs(attrs: dict) -> None:
         raise ValueError(f"attribute axes must be a non-empty list of integers, got {axes!r}")
     if attrs["keepdims"] not in (0, 1):
         raise ValueError(f"attribute keepdims must be 0 or 1, got {attrs['keepdims']!r}")
-    _check_requantize([attrs["multiplier"]], [attrs["shift"]], None)
+    _check_requantize([attrs["multiplier"]], [attrs["shift"]])
     _check_activation(attrs["act_min"], attrs["act_max"])
 
 
@@ -89,7 +87,7 @@ def _check_concat_attrs(attrs: dict) -> None:
     multipliers, shifts = attrs["multipliers"], attrs["shifts"]
     if not (isinstance(multipliers, list) and isinstance(shifts, list)):
         raise ValueError("attributes multipliers and shifts must be lists")
-    _check_requantize(multipliers, shifts, len(multipliers))
+    _check_requantize(multipliers, shifts)
 
 
 def _concat_cost(*xs, axis, multipliers, shifts) -> int:
