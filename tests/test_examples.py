@@ -22,7 +22,7 @@ def test_quickstart_runs_and_matches_the_reference(tmp_path):
         assert (tmp_path / f"small_cnn-{target}.aotb").exists()
         assert (tmp_path / f"outputs-{target}" / "probabilities.npy").exists()
     assert "$ aot-build " in result.stdout and "$ runtime-lite run " in result.stdout  # as a user types them
-    assert "npu: 7 ops in 2 regions" in result.stdout and "'runs_on': 'npu'" in result.stdout
+    assert "npu: 9 ops in 1 region" in result.stdout and "'runs_on': 'npu'" in result.stdout
 
 
 def test_quickstart_removes_its_temporary_directory(tmp_path):

@@ -21,7 +21,6 @@ from aot.ir.types import TensorType
 from tests.helpers import rand
 from tests.test_partition import _graph_for
 from tests.torch_models import randomize_batch_norm
-from tests.torchvision_compat import import_torchvision
 
 NEW_OPS = ["hard_swish", "hard_sigmoid", "global_avg_pool", "conv_transpose2d", "layer_norm", "resize", "reshape",
            "flatten", "squeeze", "unsqueeze", "transpose", "concat", "split", "slice"]  # fmt: skip
@@ -140,13 +139,14 @@ def test_checks_say_why_they_decline(case, reason):
     assert reason in str(pg)  # --print-graph shows it under the op
 
 
-torchvision = import_torchvision()
-
-
-@pytest.mark.skipif(torchvision is None, reason="torchvision is not installed")
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0"])
 def test_mobile_networks_run_as_one_npu_region(name):
     """Before these ops: 30, 33 and 18 backend calls (hard-swish, SE blocks' pooling and gates on the host)."""
+    from tests.torchvision_compat import import_torchvision  # imported here: it registers ops for the whole session
+
+    torchvision = import_torchvision()
+    if torchvision is None:
+        pytest.skip("torchvision is not installed")
     torch.manual_seed(0)
     model = randomize_batch_norm(torchvision.models.get_model(name, weights=None).eval())
     x = torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(1))
