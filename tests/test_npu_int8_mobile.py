@@ -201,3 +201,28 @@ def test_int8_attributes_out_of_range_are_refused_at_load(case, change, message)
     with pytest.raises(runtime_lite.BundleError, match=message) as caught:
         NpuBackend().init(BackendContext(), {**payloads, "graph": memoryview(json.dumps(graph).encode())}, {})
     assert "\n" not in str(caught.value) and "bundle field 'npu.graph" in str(caught.value)
+
+
+def test_mobilenet_v3_small_at_int8_is_one_region_bit_exact_to_the_reference():
+    """Calibrated on random images: hard-swish tables and pooling in integers, every kernel checked."""
+    import collections
+
+    import torch
+
+    from tests.torch_models import randomize_batch_norm
+    from tests.torchvision_compat import import_torchvision
+
+    torchvision = import_torchvision()
+    if torchvision is None:
+        pytest.skip("torchvision is not installed")
+    torch.manual_seed(0)
+    model = randomize_batch_norm(torchvision.models.get_model("mobilenet_v3_small", weights=None).eval())
+    samples = [{"x": np.random.default_rng(s).standard_normal((1, 3, 64, 64)).astype(np.float32)} for s in range(6)]
+    program = torch.export.export(model, (torch.from_numpy(samples[0]["x"]),))
+    result = aot.build(program, targets=["npu"], quantize=QuantizeConfig(samples, holdout=0.34), log=None)
+    assert len(result.partitioned.regions) == 1 and result.regions["host"] == 0
+    kinds = collections.Counter(c.name for c in result.partitioned.composites)
+    assert kinds["npu.int8_conv"] > 40 and kinds["npu.int8_lut"] > 5
+    checked, _ = int8_reference.replay_npu_int8(result.to_bytes(), [samples[-1]["x"]])
+    assert checked == sum(n for k, n in kinds.items() if k in ("npu.int8_conv", "npu.int8_dense", "npu.int8_lut",
+                                                             "npu.int8_global_avg_pool", "npu.int8_concat"))  # fmt: skip
