@@ -8,7 +8,8 @@ npu``; both bundles and onnxruntime run alternately in one process, median of th
 rounds. ``npu / host`` is the cost of emulating the NPU (the same numpy kernels run,
 plus the region calls); the outputs of the two bundles are compared bit for bit.
 Partition scaling times ``partition(graph, ["npu"])`` on synthetic graphs of
-residual blocks (conv, batch_norm, relu, add) of growing size.
+residual blocks (conv, batch_norm, relu, add) and of MobileNetV3-shaped blocks
+(with and without a host island per block) of growing size (``--scaling-only``).
 """
 
 from __future__ import annotations
@@ -103,14 +104,46 @@ def residual_graph(blocks: int) -> Graph:
     return g
 
 
-def bench_partition_scaling(sizes=(1_000, 5_000, 20_000)) -> list[tuple[int, float, int]]:
+def mobile_graph(blocks: int, islands: bool = False) -> Graph:
+    """MobileNetV3-shaped blocks (conv, hard_swish, squeeze-excite with reduce_mean and hard_sigmoid,
+    a reshape, a concat); ``islands``: an exp per block (no npu pattern) cuts one region per block."""
+    g = Graph(f"mobile{blocks}")
+    x = g.add_input("x", TensorType((1, 8, 8, 8), "float32"))
+    w = g.constant(np.zeros((8, 8, 1, 1), np.float32), "w")
+    half = g.constant(np.zeros((4, 16, 1, 1), np.float32), "half")
+    conv = dict(strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1])
+    for _ in range(blocks):
+        h = g.op("hard_swish", g.op("conv2d", x, w, **conv))
+        gate = g.op("hard_sigmoid", g.op("conv2d", g.op("reduce_mean", h, axes=[2, 3], keepdims=1), w, **conv),
+                    alpha=1 / 6, beta=0.5)  # fmt: skip
+        h = g.op("multiply", h, gate)
+        if islands:
+            h = g.op("exp", h)
+        both = g.op("concat", h, g.op("reshape", x, shape=[1, 8, 8, 8]), axis=1)
+        x = g.op("add", g.op("conv2d", both, half, **conv), g.op("slice", x, starts=[0], ends=[4], axes=[1],
+                                                                       steps=[1]))  # fmt: skip
+        x = g.op("concat", x, x, axis=1)
+    g.outputs = [x]
+    return g
+
+
+SCALING_GRAPHS = {
+    "residual": lambda n: residual_graph(n // 6),
+    "mobile": lambda n: mobile_graph(n // 13),
+    "mobile + host islands": lambda n: mobile_graph(n // 14, islands=True),
+}
+
+
+def bench_partition_scaling(sizes=(1_000, 5_000, 20_000)) -> list[tuple[str, int, float, int]]:
     rows = []
-    for nodes in sizes:
-        graph = residual_graph(nodes // 6)
-        start = time.perf_counter()
-        pg = partition(graph, ["npu"])
-        rows.append((len(graph.nodes), time.perf_counter() - start, len(pg.regions)))
-        print(f"partition {len(graph.nodes):6d} nodes: {rows[-1][1]:.2f} s, {rows[-1][2]} regions", flush=True)
+    for kind, make in SCALING_GRAPHS.items():
+        for nodes in sizes:
+            graph = make(nodes)
+            start = time.perf_counter()
+            pg = partition(graph, ["npu"])
+            rows.append((kind, len(graph.nodes), time.perf_counter() - start, len(pg.regions)))
+            print(f"partition {kind:22s} {len(graph.nodes):6d} nodes: {rows[-1][2]:.2f} s, {rows[-1][3]} regions",
+                  flush=True)  # fmt: skip
     return rows
 
 
@@ -146,12 +179,14 @@ def render(rows: list[dict], scaling, command: str) -> str:
     ]
     lines += [
         "",
-        "Partitioning time for the NPU on synthetic residual graphs (conv, batch_norm, relu, add):",
+        "Partitioning time for the NPU on synthetic graphs: residual blocks (conv, batch_norm, relu, add),",
+        "MobileNetV3-shaped blocks (hard_swish, squeeze-excite, reshape, concat, slice), and the same with a",
+        "host-only op per block (one region per block):",
         "",
-        "| nodes | partition (s) | regions | µs per node |",
-        "|---:|---:|---:|---:|",
+        "| graph | nodes | partition (s) | regions | µs per node |",
+        "|---|---:|---:|---:|---:|",
     ]
-    lines += [f"| {n:,} | {s:.2f} | {k} | {s / n * 1e6:.0f} |" for n, s, k in scaling]
+    lines += [f"| {kind} | {n:,} | {s:.2f} | {k} | {s / n * 1e6:.0f} |" for kind, n, s, k in scaling]
     return "\n".join(lines) + "\n"
 
 
@@ -160,7 +195,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(ZOO_MODELS), choices=ZOO_MODELS)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--scaling-only", action="store_true", help="only time partitioning (nothing written)")
     args = parser.parse_args()
+    if args.scaling_only:
+        bench_partition_scaling()
+        return
     command = command_line("bench_npu.py")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -55,7 +55,26 @@ def dense(x, w, bias, multiplier, shift, *, act_min, act_max) -> np.ndarray:
     return requantize(acc, multiplier, shift, act_min, act_max)
 
 
-REFERENCE = {"int8_conv": conv, "int8_dense": dense}
+def lut(x, table) -> np.ndarray:
+    """A table indexed from -128: entry ``i`` is the function's value at ``i - 128``."""
+    return np.array([table[int(v) + 128] for v in x.reshape(-1)], np.int8).reshape(x.shape)
+
+
+def mean(x, *, axes, keepdims, multiplier, shift, act_min, act_max) -> np.ndarray:
+    """The int64 sum over ``axes``, requantized once (the count is folded into the multiplier)."""
+    total = np.sum(x.astype(np.int64), axis=tuple(axes), keepdims=bool(keepdims))
+    return requantize(total, np.int64(multiplier), np.int64(shift), act_min, act_max)
+
+
+def concat(*xs, axis, multipliers, shifts) -> np.ndarray:
+    """Every input requantized to the output's scale (no shortcut for an identity rescale), then joined."""
+    parts = [
+        requantize(x.astype(np.int64), np.int64(m), np.int64(s), -128, 127) for x, m, s in zip(xs, multipliers, shifts)
+    ]
+    return np.concatenate(parts, axis=axis)
+
+
+REFERENCE = {"int8_conv": conv, "int8_dense": dense, "int8_lut": lut, "int8_mean": mean, "int8_concat": concat}
 
 
 def replay_npu_int8(bundle: bytes, inputs: dict) -> tuple[int, int]:

@@ -121,6 +121,10 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     rows = (_f(4, 96, 128) * 20).astype(np.int8)
     per_unit = (np.zeros(160, np.int32), np.full(160, 1 << 30, np.int32), np.full(160, 38, np.int32))
     cases["int8_dense"] = ([rows, (_f(160, 128) * 20).astype(np.int8), *per_unit], {"act_min": 0, "act_max": 127})
+    cases["int8_lut"] = ([q, np.arange(-128, 128).astype(np.int8)[::-1].copy()], {})
+    cases["int8_mean"] = ([q], {"axes": [2, 3], "keepdims": 1, "multiplier": 1 << 30, "shift": 40, "act_min": -128,
+                                "act_max": 127})  # fmt: skip
+    cases["int8_concat"] = ([q, q[:, :8]], {"axis": 1, "multipliers": [1 << 30, 1 << 30], "shifts": [30, 31]})
     return cases
 
 

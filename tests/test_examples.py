@@ -22,7 +22,7 @@ def test_quickstart_runs_and_matches_the_reference(tmp_path):
         assert (tmp_path / f"small_cnn-{target}.aotb").exists()
         assert (tmp_path / f"outputs-{target}" / "probabilities.npy").exists()
     assert "$ aot-build " in result.stdout and "$ runtime-lite run " in result.stdout  # as a user types them
-    assert "npu: 7 ops in 2 regions" in result.stdout and "'runs_on': 'npu'" in result.stdout
+    assert "npu: 9 ops in 1 region" in result.stdout and "'runs_on': 'npu'" in result.stdout
 
 
 def test_quickstart_removes_its_temporary_directory(tmp_path):
@@ -58,6 +58,8 @@ def test_byoc_npu_example_partitions_and_computes(tmp_path):
     assert "'npu.conv2d_relu_fused'" in out
     assert 'region npu_0 {Codegen="npu"}' in out and "CONV" in out
     assert "OK: the NPU computed the convolution for real" in out
+    assert "regions: 1 ({'host': 0, 'npu': 43})" in out and "2 host<->npu transitions (1 backend call)" in out
+    assert "OK: one NPU region, logits bit-exact with the host plan" in out
 
 
 def test_tensorrt_example_degrades_gracefully_without_a_gpu(tmp_path):

@@ -543,6 +543,8 @@ def test_an_instruction_names_exactly_as_many_result_slots_as_its_op_returns(see
 def test_two_modules_with_one_id_are_refused(seeds):
     seed = seeds["cnn-npu"]
     header = copy.deepcopy(seed.header)
+    if len(header["modules"]) == 1:  # the whole CNN is one NPU region: a second module to clash with
+        header["modules"].append(copy.deepcopy(header["modules"][0]))
     header["modules"][1]["id"] = header["modules"][0]["id"]
     with pytest.raises(BundleError, match=r"modules\[1\]\.id.*repeats"):
         runtime_lite.load(seed.pack(header))

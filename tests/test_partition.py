@@ -104,6 +104,12 @@ def test_host_target_alone_partitions_nothing():
 
 def _graph_for(name: str) -> Graph:
     """The smallest graph each NPU pattern should claim, with nothing of higher priority around it."""
+    from tests.test_npu_int8_mobile import _graph as int8_chain
+
+    int8_cases = {"int8_lut": "hard_swish", "int8_global_avg_pool": "global_avg_pool", "int8_concat": "concat",
+                  "int8_move": "transpose"}  # fmt: skip
+    if name in int8_cases:
+        return int8_chain(int8_cases[name])
     g = Graph(name)
     f32 = "float32"
     x4 = g.add_input("x", TensorType((1, 4, 8, 8), f32))
@@ -149,6 +155,27 @@ def _graph_for(name: str) -> Graph:
         out = g.op("dequantize", q, g.constant(np.float32(0.1)), g.constant(np.int8(3)))
     elif name == "quantize":
         out = g.op("quantize", x4, g.constant(np.float32(0.1)), g.constant(np.int8(0)), dtype="int8")
+    elif name in ("hard_swish", "hard_sigmoid"):
+        out = g.op(name, x4)
+    elif name == "global_avg_pool":
+        out = g.op("reduce_mean", x4, axes=[2, 3], keepdims=1)
+    elif name == "conv_transpose2d":
+        out = g.op(name, x4, const(4, 2, 2, 2), strides=[2, 2], pads=[0, 0, 0, 0], dilations=[1, 1],
+                   output_padding=[0, 0])  # fmt: skip
+    elif name == "layer_norm":
+        out = g.op("layer_norm", x4, const(8), const(8), axis=-1)
+    elif name == "resize":
+        out = g.op("resize", x4, mode="linear", scales=[1.0, 1.0, 2.0, 2.0])
+    elif name in ("reshape", "flatten", "squeeze", "unsqueeze", "transpose"):
+        attrs = {"reshape": {"shape": [1, 4, 64]}, "flatten": {"axis": 1}, "squeeze": {"axes": [0]},
+                 "unsqueeze": {"axes": [0]}, "transpose": {"perm": [0, 2, 3, 1]}}[name]  # fmt: skip
+        out = g.op(name, x4, **attrs)
+    elif name == "concat":
+        out = g.op("concat", x4, x4, axis=1)
+    elif name == "split":
+        out = g.add_node("split", [x4], {"axis": 1, "sizes": [1, 3]}).outputs[1]
+    elif name == "slice":
+        out = g.op("slice", x4, starts=[1], ends=[3], axes=[1], steps=[1])
     else:  # pragma: no cover
         raise AssertionError(name)
     g.outputs = [out]
@@ -208,15 +235,16 @@ def test_build_says_why_work_stayed_on_the_host():
     nodes = [
         onnx.helper.make_node("Conv", ["x", "w"], ["c"]),
         onnx.helper.make_node("Relu", ["c"], ["r"]),
-        onnx.helper.make_node("Reshape", ["r", "shape"], ["y"]),
+        onnx.helper.make_node("Reshape", ["r", "shape"], ["f"]),
+        onnx.helper.make_node("Exp", ["f"], ["y"]),  # no npu pattern
     ]
     inits = {"w": rand(4, 3, 3, 3), "shape": np.array([0, -1], np.int64)}
     model = make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits, input_shapes={"x": ["N", 3, 8, 8]})
     result = aot.build(model, targets=["npu"])
     (note,) = [n for n in result.notes if n.startswith("npu left on the host")]
-    assert "refused conv2d, relu" in note and "has a symbolic shape float32[N,3,8,8]" in note
-    assert "no npu pattern for reshape" in note
+    assert "refused conv2d, relu, reshape" in note and "has a symbolic shape float32[N,3,8,8]" in note
+    assert "no npu pattern for exp" in note
     printed = str(result.partitioned)
     assert "# stays on the host: npu.conv2d: %x has a symbolic shape float32[N,3,8,8]" in printed
     fixed = aot.build(model, targets=["npu"], input_shapes={"x": (1, 3, 8, 8)})
-    assert [n for n in fixed.notes if "refused" in n] == [] and fixed.regions["npu"] == 2
+    assert [n for n in fixed.notes if "refused" in n] == [] and fixed.regions["npu"] == 3

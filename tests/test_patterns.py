@@ -115,9 +115,9 @@ def test_npu_registers_its_patterns_in_priority_order():
     assert names == [
         f"npu.{n}"
         for n in (
-            "int8_conv int8_dense conv2d_relu_fused matmul_relu_fused depthwise_conv2d conv2d conv1d matmul dense "
-            "avg_pool2d "
-            "max_pool2d batch_norm softmax gelu relu relu6 sigmoid tanh divide subtract multiply add "
-            "dequantize quantize"
+            "int8_conv int8_dense int8_lut int8_global_avg_pool int8_concat int8_move conv2d_relu_fused matmul_relu_fused depthwise_conv2d conv2d conv1d matmul dense "
+            "conv_transpose2d avg_pool2d global_avg_pool max_pool2d batch_norm softmax gelu relu relu6 sigmoid tanh "
+            "hard_swish hard_sigmoid layer_norm resize reshape flatten squeeze unsqueeze transpose concat split slice "
+            "divide subtract multiply add dequantize quantize"
         ).split()
     ]

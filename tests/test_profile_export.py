@@ -47,7 +47,8 @@ def test_chrome_trace_has_one_event_per_instruction_and_dispatch(npu_bundle):
     for e in events:
         assert e["ts"] >= 0 and e["dur"] >= 0
     for d in dispatches:
-        assert isinstance(d["args"]["cycles"], int) and d["args"]["cycles"] > 0 and d["args"]["engine"]
+        assert isinstance(d["args"]["cycles"], int) and d["args"]["engine"]
+        assert d["args"]["cycles"] > 0 or d["args"].get("view")  # a view (the flatten) moves nothing: 0 cycles
         region = regions[d["args"]["module"]]  # a dispatch lies inside its region's call
         assert region["ts"] <= d["ts"] and d["ts"] + d["dur"] <= region["ts"] + region["dur"] + 1e-3
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}

@@ -155,6 +155,8 @@ def build(
         backend = get_compiler_backend(name)
         if backend.report is not None and name in configured:
             reports[name] = backend.report(configured[name])
+        if backend.partition_report is not None and name in configured:
+            reports[name] = [*reports.get(name, []), *backend.partition_report(partitioned, configured[name])]
     result = BuildResult(graph, plan, header, blobs, ordered, notes, stats, timings, partitioned, reports, quantization)
     if quantization is not None and quantization.samples:
         stage("accuracy", lambda: quantization.measure(log))

@@ -896,3 +896,10 @@ register_op(
     strides=REQUIRED, pads=REQUIRED, dilations=REQUIRED, groups=1, act_min=-128, act_max=127,
 )  # fmt: skip
 register_op("int8_dense", "x w bias multiplier shift", _int8_dense, act_min=-128, act_max=127)
+# runtime_lite/kernels/integer_mobile.py: a lookup table, global average pooling, a requantizing concat
+register_op("int8_lut", "x table", lambda c: [c.types[0]])
+register_op(
+    "int8_mean", "x", lambda c: [_reduce("int8_mean")(c)[0].with_dtype("int8")],
+    axes=REQUIRED, keepdims=1, multiplier=REQUIRED, shift=REQUIRED, act_min=-128, act_max=127,
+)  # fmt: skip
+register_op("int8_concat", "xs*", _concat, axis=REQUIRED, multipliers=REQUIRED, shifts=REQUIRED)

@@ -22,6 +22,7 @@ import numpy as np
 
 from runtime_lite import format as fmt
 from runtime_lite.backends import Backend, BackendContext, register_backend
+from runtime_lite.backends.npu_checks import check_dispatch
 from runtime_lite.backends.npu_parameters import ParameterGuard, parameter_checks
 from runtime_lite.errors import BundleError
 from runtime_lite.execution.limits import BudgetExceeded, current_budget
@@ -108,6 +109,7 @@ class NpuProgram:
         self.heads = tuple(expect_index(h, len(nodes), f"{FIELD}.heads[{i}][0]") for i, h in enumerate(record.heads))
         self.template = template
         self.kernels = self._compile_kernels(nodes)
+        self.constants = tuple(t for t in template if t is not None)
         self.peak_bytes = self._peak_bytes()
         shapes = {i: t.shape for i, t in enumerate(template) if t is not None}
         shapes.update({a.index: a.shape for a in self.args} | {k.index: k.shape for k in self.kernels})
@@ -131,6 +133,7 @@ class NpuProgram:
             if not isinstance(attrs, NpuKernel):
                 continue
             run = _compile_body(attrs.body, len(node.inputs), f"{FIELD}.nodes[{i}].attrs")
+            _check_single_op(attrs, [nodes[s].attrs for s in node.inputs], f"{FIELD}.nodes[{i}].attrs")
             event = {  # the record's own fields first: it cannot override what a profile relies on
                 **attrs.dispatch.to_record(),
                 "backend": "npu",
@@ -192,7 +195,33 @@ class NpuProgram:
                 logger.debug("%s: %s", self.region, k.message)
             if budget.deadline is not None and time.monotonic() > budget.deadline:
                 raise TimeoutError(f"npu region {self.region} passed the run's max_run_seconds at {k.name!r}")
-        return [values[h] for h in self.heads]
+        return _fresh([values[h] for h in self.heads], [*inputs, *self.constants])
+
+
+def _check_single_op(kernel: NpuKernel, sources: list, field: str) -> None:
+    """A one-op dispatch's attributes against the shapes its inputs declare (npu_checks.py)."""
+    if len(kernel.body) != 1 or any(source != "arg" for source, _ in kernel.body[0].inputs):
+        return
+    operands = [sources[index] for _, index in kernel.body[0].inputs]
+    check_dispatch(kernel.body[0].op, kernel.body[0].attrs, [o.shape for o in operands],
+                   [o.dtype for o in operands], kernel.shape, field)  # fmt: skip
+
+
+def _owner(array: np.ndarray) -> int:
+    return id(array if array.base is None else array.base)
+
+
+def _fresh(outputs: list[np.ndarray], sources: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A backend call returns arrays of its own (aot/compiler/memory_plan.py): a view of an input is copied.
+
+    Layout dispatches (reshape, transpose, slice) are numpy views; inside the region
+    that is free, at its boundary the view becomes the bytes the DMA writes back.
+    numpy points a view's ``base`` at the array owning the memory, so one id per
+    source tells.
+    """
+    owners = {_owner(x) for x in sources if isinstance(x, np.ndarray)}
+    owners.update(id(x) for x in sources)
+    return [y.copy() if id(y) in owners or _owner(y) in owners else y for y in outputs]
 
 
 def check_json_budget(data: memoryview, what: str) -> None:

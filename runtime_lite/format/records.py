@@ -204,6 +204,8 @@ class DispatchRecord(Record):
     cycles: int = declare(INT)
     #: "int8": an integer kernel (int8 products, int32 accumulation); "float" otherwise.
     precision: str = declare(STR, default="float")
+    #: A layout op that moves no bytes: its output is its input read with another shape.
+    view: bool = declare(BOOL, default=False, omit_default=True)
 
     def describe(self, name: str) -> str:
         """One log line."""
@@ -215,6 +217,7 @@ class DispatchRecord(Record):
             f"dispatch {name}: engine={self.engine} reads={reads} writes={writes} tiles={tiles} "
             f"fused={fused} cycles={self.cycles}"
             + (f" precision={self.precision}" if self.precision != "float" else "")
+            + (" view" if self.view else "")
         )
 
 

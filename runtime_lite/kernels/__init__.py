@@ -28,6 +28,7 @@ from runtime_lite.kernels import (  # noqa: E402,F401
     elementwise,
     indexing,
     integer,
+    integer_mobile,
     linalg,
     logic,
     normalization,

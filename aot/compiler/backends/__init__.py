@@ -13,6 +13,7 @@ compiler backend is a :class:`CompilerBackend` value:
   (``aot-build --backend-option NAME.KEY=VALUE``, ``build(backend_options=...)``),
   and ``make_options`` turning them into the object ``codegen`` takes;
 * ``report``: optional lines for the build summary (e.g. the engine cache's hits);
+* ``partition_report``: optional lines about how the graph was cut for it (transitions, host islands);
 * ``int8``: which ops it computes in int8 when a build quantizes (docs/quantization.md), and
   ``int8_scheme``: how it wants the Q/DQ written (``aot.compiler.quantize.insert.Int8Scheme``).
 
@@ -65,6 +66,9 @@ class CompilerBackend:
     make_options: Callable[[dict[str, Any], TextIO | None], Any] | None = None
     #: ``report(options)``: extra lines for the build summary once codegen ran.
     report: Callable[[Any], list[str]] | None = None
+    #: ``partition_report(partitioned, options)``: summary lines about how the graph was cut for this
+    #: backend (the NPU's host<->device transitions and host islands); it may add refusals to print.
+    partition_report: Callable[[Any, Any], list[str]] | None = None
     #: ``int8(node)``: why this backend keeps ``node`` in float, or None when it computes it in int8
     #: (``aot.compiler.quantize``); None: the backend has no int8 path.
     int8: Callable[[Any], str | None] | None = None

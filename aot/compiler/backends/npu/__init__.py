@@ -12,6 +12,7 @@ from aot.compiler.backends import CompilerBackend, register_compiler_backend
 from aot.compiler.backends.npu.codegen import npu_codegen
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.patterns import int8_reason, npu_patterns, register
+from aot.compiler.backends.npu.transitions import partition_report
 from aot.errors import BuildError
 from runtime_lite.backends.options import Option, choice, integer
 
@@ -25,6 +26,7 @@ OPTIONS = (
     Option("vector_lanes", integer, DEFAULT_PROFILE.vector_lanes, "lanes of the VECTOR engine"),
     Option("tile_start", integer, DEFAULT_PROFILE.tile_start, "first tile edge tried when an output exceeds L1"),
     Option("tile_floor", integer, DEFAULT_PROFILE.tile_floor, "smallest tile edge before the tiler gives up"),
+    Option("switch_cycles", integer, DEFAULT_PROFILE.switch_cycles, "cycles one host<->npu switch costs"),
     Option(
         "precision", choice("fp32", "int8"), "fp32",
         "int8: quantized convolutions and matrix products run as integer kernels (needs --calibration)",
@@ -52,6 +54,7 @@ BACKEND = register_compiler_backend(
         options=OPTIONS,
         make_options=make_options,
         int8=int8_reason,
+        partition_report=partition_report,
     )  # fmt: skip
 )
 

@@ -26,6 +26,7 @@ from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.npu.device import DEFAULT_PROFILE, DeviceProfile
 from aot.compiler.backends.npu.dispatch import KernelPlan, plan_dispatch
 from aot.compiler.backends.npu.int8 import lower_int8
+from aot.compiler.backends.npu.int8_mobile import LOWERINGS
 from aot.compiler.backends.weights import constant_record
 from aot.compiler.host_plan import plain
 from aot.compiler.partition import Region, boundary
@@ -36,8 +37,8 @@ from runtime_lite.format.dtypes import to_numpy_dtype
 from runtime_lite.format.records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
 
 FORMAT = fmt.NPU_GRAPH
-#: Composites lowered to one integer kernel (int8.py) instead of their ops' float kernels.
-INT8_COMPOSITES = frozenset({"npu.int8_conv", "npu.int8_dense"})
+#: Composites lowered to one integer kernel (int8.py, int8_mobile.py) instead of their ops' float kernels.
+INT8_LOWERINGS = {"npu.int8_conv": lower_int8, "npu.int8_dense": lower_int8, **LOWERINGS}
 
 
 def _tensor(value: Value) -> NpuTensor:
@@ -47,14 +48,17 @@ def _tensor(value: Value) -> NpuTensor:
 def _kernel_plans(region: Region) -> list[KernelPlan]:
     plans = []
     for composite in region.composites:
+        if composite.name == "npu.split":
+            plans.extend(_split_plans(composite))
+            continue
         if len(composite.outputs) != 1:
             raise BuildError(
                 f"npu region {region.id}: composite {composite.name} has {len(composite.outputs)} outputs; "
                 "an NPU dispatch writes exactly one"
             )
         name, output = composite.nodes[-1].name, composite.outputs[0]
-        if composite.name in INT8_COMPOSITES:
-            lowered = lower_int8(composite.nodes)
+        if composite.name in INT8_LOWERINGS:
+            lowered = INT8_LOWERINGS[composite.name](composite.nodes)
             body = (
                 BodyOp(
                     op=lowered.op,
@@ -67,6 +71,20 @@ def _kernel_plans(region: Region) -> list[KernelPlan]:
             continue
         inputs, _ = boundary(composite.nodes, (), {}, bind_constants=False)
         plans.append(KernelPlan(name, composite.name, composite.nodes, inputs, output))
+    return plans
+
+
+def _split_plans(composite) -> list[KernelPlan]:
+    """A split as one DMA dispatch per piece it is read for: each a slice of the input (same host kernel)."""
+    (node,) = composite.nodes
+    axis, start = node.attrs["axis"] % node.inputs[0].type.rank, 0
+    plans, read = [], {id(v) for v in composite.outputs}
+    for output, size in zip(node.outputs, node.attrs["sizes"]):
+        if id(output) in read:
+            attrs = {"starts": [start], "ends": [start + size], "axes": [axis], "steps": [1]}
+            body = (BodyOp(op="slice", inputs=(("arg", 0),), attrs=attrs),)
+            plans.append(KernelPlan(output.name, composite.name, composite.nodes, [node.inputs[0]], output, body=body))
+        start += size
     return plans
 
 

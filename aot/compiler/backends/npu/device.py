@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "int16"})
+#: Data movement: the DMA engine copies (or, where the layout allows, the dispatch is a zero-cost view).
+LAYOUT_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "transpose")
+DMA_OPS = (*LAYOUT_OPS, "concat", "split", "slice")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class DeviceProfile:
     vector_lanes: int = 64
     tile_start: int = 32
     tile_floor: int = 8
+    #: Cycles one switch between host and NPU costs (synchronisation, descriptors), beside the bytes it moves.
+    switch_cycles: int = 5000
     engines: dict[str, str] = field(
         default_factory=lambda: {
             "conv1d": "CONV",
@@ -47,6 +52,13 @@ class DeviceProfile:
             "sigmoid": "ACTIVATION",
             "tanh": "ACTIVATION",
             "gelu": "ACTIVATION",
+            "hard_swish": "ACTIVATION",
+            "hard_sigmoid": "ACTIVATION",
+            "reduce_mean": "POOLING",  # over the spatial axes only: global average pooling
+            "conv_transpose2d": "CONV",
+            "resize": "VECTOR",
+            "layer_norm": "VECTOR",
+            **dict.fromkeys(DMA_OPS, "DMA"),
         }
     )
 

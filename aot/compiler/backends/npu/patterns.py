@@ -15,9 +15,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aot.compiler.backends.npu.device import DEFAULT_PROFILE, SUPPORTED_DTYPES
+from aot.compiler.backends.npu.device import DEFAULT_PROFILE, LAYOUT_OPS, SUPPORTED_DTYPES
+from aot.compiler.backends.npu.mobile import (
+    check_conv_transpose,
+    check_global_pool,
+    check_layer_norm,
+    check_layout,
+    check_resize,
+)
 from aot.compiler.pattern import is_const, is_op, wildcard
-from aot.compiler.pattern_registry import FusionPattern, PatternCheckContext, Rejected, register_patterns, reject
+from aot.compiler.pattern_registry import (
+    Check,
+    FusionPattern,
+    PatternCheckContext,
+    Rejected,
+    all_of,
+    register_patterns,
+    reject,
+)
 from aot.compiler.quantize.insert import matmul_weight_reason, weight_reason
 from aot.ir.graph import Node
 
@@ -142,18 +157,29 @@ def _int8_pattern(compute):
     return is_op("quantize")(activated, is_const(), ...)
 
 
+def _and(check) -> Check:
+    """An op-specific check, then the standard one (dtypes, static shapes, no escaping intermediate)."""
+    return all_of(check, _standard)
+
+
 def _pattern(name: str, pattern, check=_standard, **annotations) -> FusionPattern:
     return FusionPattern(f"npu.{name}", pattern, {"root": pattern, **annotations}, check)
 
 
 def npu_patterns() -> list[FusionPattern]:
     """The NPU's patterns, highest priority first."""
+    from aot.compiler.backends.npu import int8_mobile as q  # it lowers with int8.py, which imports this module
+
     conv2d = is_op("conv2d")(wildcard(), wildcard(), ...)
     matmul = is_op("matmul")(wildcard(), wildcard()) | is_op("dense")(wildcard(), wildcard(), ...)
     patterns = [
         # quantized composites, run as integer kernels: dequantize -> op -> [activation] -> quantize
         _pattern("int8_conv", _int8_pattern(is_op("conv1d", "conv2d")), _symmetric_int8),
         _pattern("int8_dense", _int8_pattern(is_op("dense", "matmul")), _symmetric_int8),
+        _pattern("int8_lut", q.lut_pattern(), _and(q.check_lut)),
+        _pattern("int8_global_avg_pool", q.global_avg_pool_pattern(), _and(q.check_global_avg_pool)),
+        _pattern("int8_concat", q.concat_pattern(), _and(q.check_concat)),
+        _pattern("int8_move", q.move_pattern(), _and(q.check_move)),
         _pattern("conv2d_relu_fused", is_op("relu")(conv2d), conv=conv2d),
         _pattern("matmul_relu_fused", is_op("relu")(matmul), matmul=matmul),
         _pattern("depthwise_conv2d", conv2d, _depthwise, conv=conv2d),
@@ -161,7 +187,11 @@ def npu_patterns() -> list[FusionPattern]:
         _pattern("conv1d", is_op("conv1d")(wildcard(), wildcard(), ...)),
         _pattern("matmul", is_op("matmul")(wildcard(), wildcard())),
         _pattern("dense", is_op("dense")(wildcard(), wildcard(), ...)),
+        _pattern(
+            "conv_transpose2d", is_op("conv_transpose2d")(wildcard(), wildcard(), ...), _and(check_conv_transpose)
+        ),
         _pattern("avg_pool2d", is_op("avg_pool2d")(wildcard())),
+        _pattern("global_avg_pool", is_op("reduce_mean")(wildcard()), _and(check_global_pool)),
         _pattern("max_pool2d", is_op("max_pool2d")(wildcard())),
         _pattern("batch_norm", is_op("batch_norm")(wildcard(), is_const(), is_const(), is_const(), is_const())),
         _pattern("softmax", is_op("softmax")(wildcard())),
@@ -170,6 +200,16 @@ def npu_patterns() -> list[FusionPattern]:
         _pattern("relu6", is_op("relu6")(wildcard()) | is_op("clip")(wildcard()).has_attr(min=0.0, max=6.0)),
         _pattern("sigmoid", is_op("sigmoid")(wildcard())),
         _pattern("tanh", is_op("tanh")(wildcard())),
+        _pattern("hard_swish", is_op("hard_swish")(wildcard())),
+        _pattern("hard_sigmoid", is_op("hard_sigmoid")(wildcard())),
+        _pattern("layer_norm", is_op("layer_norm")(wildcard(), is_const(), ...), _and(check_layer_norm)),
+        _pattern("resize", is_op("resize")(wildcard()), _and(check_resize)),
+        # data movement: the DMA engine, or a zero-cost view where the layout allows (dispatch.py)
+        *(_pattern(op, is_op(op)(wildcard(), ...), _and(check_layout)) for op in LAYOUT_OPS),
+        _pattern("concat", is_op("concat")(wildcard(), ...)),
+        # one node, several outputs: nothing is intermediate, each piece is its own DMA (codegen.py)
+        _pattern("split", is_op("split")(wildcard()), _tensors_supported),
+        _pattern("slice", is_op("slice")(wildcard())),
         _pattern("divide", is_op("divide")(wildcard(), wildcard())),
         _pattern("subtract", is_op("subtract")(wildcard(), wildcard())),
         _pattern("multiply", is_op("multiply")(wildcard(), wildcard())),
