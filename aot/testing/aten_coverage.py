@@ -119,7 +119,11 @@ def core_ops() -> tuple[str, ...]:
     import torch
 
     packets = set()
-    for name in dir(torch.ops.aten):
+    # Every registered aten op, not dir(torch.ops.aten): that lists only the packets touched so far in this
+    # process, so importing torchvision (which touches avg_pool1d) used to change the count.
+    names = {op.split("::", 1)[1].split(".", 1)[0] for op in torch._C._dispatch_get_all_op_names()
+             if op.startswith("aten::")}  # fmt: skip
+    for name in sorted(names):
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = packet.overloads()
