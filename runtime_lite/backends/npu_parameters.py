@@ -11,7 +11,8 @@ point is 0). So these are refused, naming the node and the field:
 
 * a scale that is not finite and positive;
 * a non-zero zero point on a ``quantize`` whose result an integer kernel reads, or on
-  a ``dequantize`` that reads an integer kernel's result;
+  a ``dequantize`` that reads an integer kernel's result (``INT8_READERS``: the products,
+  and the lookup tables, means and concats of docs/npu.md);
 * a ``multiplier`` outside ``[2**30, 2**31)`` (allowed otherwise only as 0, a channel
   whose rescale is 0, or below ``2**30`` at the deepest shift, 62, where the compiler
   drops mantissa bits), a ``shift`` outside ``[1, 62]``.
@@ -31,7 +32,11 @@ import numpy as np
 from runtime_lite.errors import BundleError
 from runtime_lite.format.records import NpuKernel, NpuNode
 
-INTEGER_KERNELS = frozenset({"int8_conv", "int8_dense"})
+INTEGER_KERNELS = frozenset({"int8_conv", "int8_dense"})  # with a Q31 multiplier and shift among their operands
+#: Every kernel that reads int8 values as they are, and which of its operands are such values (None: all of them).
+INT8_READERS: dict[str, tuple[int, ...] | None] = {
+    "int8_conv": (0,), "int8_dense": (0,), "int8_lut": (0,), "int8_mean": (0,), "int8_concat": None,
+}  # fmt: skip
 Q31_LOW, Q31_HIGH = 2**30, 2**31
 MIN_SHIFT, MAX_SHIFT = 1, 62
 #: Parameters up to this many elements (per-channel vectors) are remembered once verified.
@@ -95,7 +100,8 @@ class ParameterCheck:
 
 def parameter_checks(nodes: Sequence[NpuNode], field: str) -> list[ParameterCheck]:
     """Every int8 parameter of the graph that a legal bundle constrains (module docstring)."""
-    integer = {i for i, n in enumerate(nodes) if isinstance(n.attrs, NpuKernel) and _integer_ops(n)}
+    integer = {i for i, n in enumerate(nodes)
+               if isinstance(n.attrs, NpuKernel) and any(op.op in INT8_READERS for op in n.attrs.body)}  # fmt: skip
     read_by_integer = {source for i in integer for source in _integer_operands(nodes[i])}
     checks = []
     for i, node in enumerate(nodes):
@@ -129,13 +135,15 @@ def _operand_node(node: NpuNode, op, k: int) -> int | None:
     return node.inputs[op.inputs[k][1]]
 
 
-def _integer_ops(node: NpuNode) -> list:
-    return [op for op in node.attrs.body if op.op in INTEGER_KERNELS]
-
-
 def _integer_operands(node: NpuNode) -> set[int]:
-    """The graph nodes whose int8 values an integer kernel in ``node``'s body reads as ``x_q``."""
-    return {node.inputs[op.inputs[0][1]] for op in _integer_ops(node) if op.inputs and op.inputs[0][0] == "arg"}
+    """The graph nodes whose int8 values an integer kernel in ``node``'s body reads as they are."""
+    found = set()
+    for op in node.attrs.body:
+        if op.op not in INT8_READERS:
+            continue
+        positions = INT8_READERS[op.op] or range(len(op.inputs))
+        found |= {node.inputs[op.inputs[k][1]] for k in positions if k < len(op.inputs) and op.inputs[k][0] == "arg"}
+    return found
 
 
 class ParameterGuard:
