@@ -137,6 +137,7 @@ BUILTIN_BACKENDS = {
     "npu": "runtime_lite.backends.npu",
     "tensorrt": "runtime_lite.backends.tensorrt",
     "onnxruntime": "runtime_lite.backends.onnxruntime",
+    "openvino": "runtime_lite.backends.openvino",
 }
 
 
