@@ -48,7 +48,11 @@ OPTIONS = {"openvino": {"threads": THREADS, "hint": "latency", "precision": "f32
 
 def original_on_openvino(path: str):
     """OpenVINO's own path for the file: read it, compile it for the CPU with the delegate's settings."""
-    config = {"INFERENCE_NUM_THREADS": str(THREADS), "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    config = {
+        "INFERENCE_NUM_THREADS": str(THREADS),
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": OPTIONS["openvino"]["precision"],
+    }
     return ov.Core().compile_model(path, "CPU", config)
 
 
@@ -104,8 +108,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--precision", choices=("f32", "bf16"), default="f32", help="OpenVINO's (both sides'); onnxruntime's is f32"
+    )
     args = parser.parse_args()
-    print(f"CPU: {cpu()}; {THREADS} threads each; openvino {ov.get_version().split('-')[0]}")
+    OPTIONS["openvino"]["precision"] = args.precision
+    print(f"CPU: {cpu()}; {THREADS} threads each; openvino {ov.get_version().split('-')[0]} in {args.precision}")
     print("model               placement   onnxruntime ms   bundle/ort   ov-file/ort   Module.run over engine   rel L2")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
