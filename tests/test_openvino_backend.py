@@ -161,6 +161,8 @@ def test_declared_options_reach_the_compiled_model():
     assert "float32" in str(compiled.get_property("INFERENCE_PRECISION_HINT"))
     assert "1 threads, throughput hint, f32" in module.placement["openvino_0"]["detail"]
     assert module.run({"x": X})[0].shape == (1, 10)
+    (event,) = [e for e in module.profile({"x": X}).events if e.get("module") == "openvino_0"]
+    assert event["placement"] == "openvino" and event["module"] == "openvino_0" and event["wall_s"] > 0
 
 
 @pytest.mark.parametrize(

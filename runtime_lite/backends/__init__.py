@@ -138,6 +138,7 @@ BUILTIN_BACKENDS = {
     "tensorrt": "runtime_lite.backends.tensorrt",
     "onnxruntime": "runtime_lite.backends.onnxruntime",
     "openvino": "runtime_lite.backends.openvino",
+    "auto": "runtime_lite.backends.auto",
 }
 
 

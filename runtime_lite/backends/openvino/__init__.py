@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import Backend, BackendContext, Where, register_backend
+from runtime_lite.backends import register_backend
+from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime import recipe_weights
 from runtime_lite.backends.onnxruntime.footprint import Footprint
@@ -98,8 +98,10 @@ def recipe_engine(
     return Engine(recipe, weights, input_names, output_names, settings, footprint)
 
 
-class OpenVinoModule:
+class OpenVinoModule(CpuEngineModule):
     """One region, resolved at load to an OpenVINO compiled model or its host plan."""
+
+    backend = "openvino"
 
     def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
@@ -131,44 +133,11 @@ class OpenVinoModule:
             self.fallback = bind_fallback(plan, constants, self.id, "openvino", (len(self.inputs), len(self.outputs)))
         logger.info("openvino region %s runs %s", self.id, self.placement)
 
-    def close(self) -> None:
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            engine.close()
 
-    def run(self, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
-        start = time.perf_counter() if trace is not None else 0.0
-        engine = self.engine
-        outputs = engine.run(inputs) if engine is not None else self.fallback.execute(list(inputs))
-        if trace is not None:
-            trace.append(
-                {"backend": "openvino", "module": self.id, "node": self.id, "placement": self.runs_on,
-                 "start_s": start, "wall_s": time.perf_counter() - start}
-            )  # fmt: skip
-        return outputs
-
-
-class OpenVinoBackend(Backend):
+class OpenVinoBackend(CpuEngineBackend):
     name = "openvino"
     load_options = LOAD_OPTIONS
-    #: As for onnxruntime: the weights are only viewed as arrays by verified records and handed to the engine
-    #: as data; the recipe check reads their dtype and shape from those records, never their values.
-    tensor_payloads = frozenset({"fallback_weights", "recipe_weights"})
-
-    def is_available(self) -> bool:
-        return True  # without openvino a region runs its host plan
-
-    def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]):
-        return OpenVinoModule(payloads, compile_specs, dict(context.options))
-
-    def execute(self, context: BackendContext, handle: OpenVinoModule, inputs: Sequence[np.ndarray]):
-        return handle.run(inputs, context.trace)
-
-    def close(self, handle: OpenVinoModule) -> None:
-        handle.close()
-
-    def describe(self, handle: OpenVinoModule) -> Where:
-        return Where(handle.runs_on, handle.placement)
+    module_class = OpenVinoModule
 
 
 BACKEND = register_backend(OpenVinoBackend())
