@@ -148,6 +148,40 @@ def test_the_in_memory_recipe_changes_only_the_placeholders():
         check_recipe(in_memory(seed.payloads[index], weights), weights, "recipe")
 
 
+@needs_openvino
+def test_a_symbolic_batch_runs_at_any_size_and_an_empty_one_on_the_host_plan():
+    """OpenVINO's CPU plugin refuses a zero batch ("Batch size is zero"); the host plan, bound then, runs it."""
+    model = small_cnn_model(batch="N")
+    module = runtime_lite.load(_build(model).to_bytes())
+    handle = module._modules[0].handle
+    for batch in (1, 3, 2):
+        x = rand(batch, 3, 8, 8, seed=batch)
+        assert _error(module.run({"x": x}), onnxruntime_outputs(model, {"x": x})) <= 1e-5
+    assert handle.fallback is None  # not bound while the engine ran everything
+    empty = np.zeros((0, 3, 8, 8), np.float32)
+    (out,) = module.run({"x": empty})
+    assert out.shape == onnxruntime_outputs(model, {"x": empty})[0].shape == (0, 10)
+    assert handle.fallback is not None and module.placement["openvino_0"]["runs_on"] == "openvino"
+
+
+@needs_openvino
+def test_a_run_openvino_fails_is_one_line(monkeypatch):
+    module = runtime_lite.load(_build(small_cnn_model()).to_bytes())
+    request = module._modules[0].handle.engine._request()
+
+    class FailingRequest:  # test double: OpenVINO's many-line failure from inside its plugin
+        def __getattr__(self, name):
+            return getattr(request, name)
+
+        def infer(self):
+            raise RuntimeError("Exception from src/inference/src/cpp/infer_request.cpp:224:\n[CPU] Add: broken\n\n")
+
+    monkeypatch.setattr(module._modules[0].handle.engine, "_request", lambda: FailingRequest())
+    with pytest.raises(ExecutionError, match=r"openvino failed the run: \[CPU\] Add: broken") as error:
+        module.run({"x": X})
+    assert "\n" not in str(error.value)
+
+
 # -- options ---------------------------------------------------------------------------------------------
 
 

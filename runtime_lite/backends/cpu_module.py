@@ -1,14 +1,17 @@
 """What the OpenVINO and ``auto`` backends share: a region that runs on a CPU engine, else on its host plan.
 
 A module (``init``'s handle) holds ``engine`` (anything with ``run(inputs)`` and ``close()``;
-None where the region fell back), ``fallback`` (the bound host plan, where it did),
-``runs_on`` and ``placement`` (``describe``); the backend only hands calls through.
+None where the region fell back), ``bind_host`` (binds the region's host plan: at load where
+there is no engine, else on the first empty input, which OpenVINO's CPU plugin refuses:
+"Batch size is zero"), ``runs_on`` and ``placement`` (``describe``); the backend only hands
+calls through.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,9 +25,19 @@ class CpuEngineModule:
     backend = ""
     id: str
     engine: Any = None
+    #: The host plan, bound (``bind_host()``) only where it runs: an engine rarely needs it (load time).
     fallback: Any = None
+    bind_host: Callable[[], Any]
     runs_on = "host"
     placement = ""
+    _binding = threading.Lock()
+
+    def host_plan(self) -> Any:
+        if self.fallback is None:
+            with self._binding:
+                if self.fallback is None:
+                    self.fallback = self.bind_host()
+        return self.fallback
 
     def engine_label(self) -> str:
         """What a profile's trace calls where the region ran."""
@@ -38,7 +51,10 @@ class CpuEngineModule:
     def run(self, inputs: Sequence[np.ndarray], trace: list | None = None) -> list[np.ndarray]:
         start = time.perf_counter() if trace is not None else 0.0
         engine = self.engine
-        outputs = engine.run(inputs) if engine is not None else self.fallback.execute(list(inputs))
+        if engine is not None and all(x.size for x in inputs):
+            outputs = engine.run(inputs)
+        else:
+            outputs = self.host_plan().execute(list(inputs))
         if trace is not None:
             trace.append(
                 {"backend": self.backend, "module": self.id, "node": self.id, "placement": self.engine_label(),

@@ -39,7 +39,6 @@ from runtime_lite.backends.openvino import recipe_engine
 from runtime_lite.backends.openvino.engine import EngineSettings, OpenVinoUnavailable, import_openvino
 from runtime_lite.backends.options import Option, accepting, boolean, choice, integer
 from runtime_lite.errors import BundleError
-from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
 from runtime_lite.tools.machine import cpu
 
@@ -160,9 +159,10 @@ class AutoModule(CpuEngineModule):
         check_recipe(recipe, self.weights, RECIPE_FIELD)  # before any engine, whatever this host has
         self.engine_name, self.engine, self.placement = self._choose(recipe, options)
         self.runs_on = "auto" if self.engine is not None else "host"
-        self.fallback: HostPlan | None = None
+        arity = (len(self.inputs), len(self.outputs))
+        self.bind_host = lambda: bind_fallback(plan, constants, self.id, "auto", arity)
         if self.engine is None:
-            self.fallback = bind_fallback(plan, constants, self.id, "auto", (len(self.inputs), len(self.outputs)))
+            self.host_plan()
         logger.info("auto region %s runs %s", self.id, self.placement)
 
     def _build(self, name: str, recipe, threads: int) -> Any:

@@ -37,7 +37,6 @@ from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.openvino.engine import HINTS, PRECISIONS, Engine, EngineSettings, OpenVinoUnavailable
 from runtime_lite.backends.options import Option, accepting, boolean, choice
 from runtime_lite.errors import BundleError
-from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
 
 logger = logging.getLogger("runtime_lite.openvino")
@@ -127,10 +126,10 @@ class OpenVinoModule(CpuEngineModule):
             self.engine, self.placement = None, f"on the host: {e}"
         #: "openvino" with an engine, "host" on the fallback plan (the module's load warns or refuses).
         self.runs_on = "openvino" if self.engine is not None else "host"
-        #: The host plan, checked and bound only where it runs.
-        self.fallback: HostPlan | None = None
+        arity = (len(self.inputs), len(self.outputs))
+        self.bind_host = lambda: bind_fallback(plan, constants, self.id, "openvino", arity)
         if self.engine is None:
-            self.fallback = bind_fallback(plan, constants, self.id, "openvino", (len(self.inputs), len(self.outputs)))
+            self.host_plan()
         logger.info("openvino region %s runs %s", self.id, self.placement)
 
 
