@@ -173,7 +173,7 @@ def test_a_run_openvino_fails_is_one_line(monkeypatch):
         def __getattr__(self, name):
             return getattr(request, name)
 
-        def infer(self):
+        def infer(self, **options):
             raise RuntimeError("Exception from src/inference/src/cpp/infer_request.cpp:224:\n[CPU] Add: broken\n\n")
 
     monkeypatch.setattr(module._modules[0].handle.engine, "_request", lambda: FailingRequest())

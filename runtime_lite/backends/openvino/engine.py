@@ -131,7 +131,7 @@ class Engine:
         self._feed(request, inputs)
         try:
             if budget.deadline is None:
-                request.infer()
+                request.infer(share_outputs=True)  # views: the copies below are the only ones
             else:
                 self._run_until(request, budget.deadline)
         except RuntimeError as e:  # OpenVINO's own failure: several lines of its sources; the first that says why
