@@ -187,13 +187,14 @@ def test_a_run_openvino_fails_is_one_line(monkeypatch):
 
 @needs_openvino
 def test_declared_options_reach_the_compiled_model():
-    options = {"threads": "1", "hint": "throughput", "precision": "f32"}
+    options = {"threads": "1", "hint": "throughput", "precision": "f32", "pinning": "off"}
     module = runtime_lite.load(_build(small_cnn_model()).to_bytes(), backend_options={"openvino": options})
     compiled = module._modules[0].handle.engine._compiled
     assert int(compiled.get_property("INFERENCE_NUM_THREADS")) == 1
     assert str(compiled.get_property("PERFORMANCE_HINT")).upper().endswith("THROUGHPUT")
     assert "float32" in str(compiled.get_property("INFERENCE_PRECISION_HINT"))
-    assert "1 threads, throughput hint, f32" in module.placement["openvino_0"]["detail"]
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
+    assert "1 threads, throughput hint, f32, unpinned" in module.placement["openvino_0"]["detail"]
     assert module.run({"x": X})[0].shape == (1, 10)
     (event,) = [e for e in module.profile({"x": X}).events if e.get("module") == "openvino_0"]
     assert event["placement"] == "openvino" and event["module"] == "openvino_0" and event["wall_s"] > 0
@@ -209,6 +210,7 @@ def test_declared_options_reach_the_compiled_model():
         ({"hint": 1}, "hint=1"),
         ({"precision": "int4"}, "precision='int4'"),
         ({"enabled": "sometimes"}, "enabled='sometimes'"),
+        ({"pinning": "tight"}, "pinning='tight'"),
         ({"streams": 2}, "no option 'streams'"),
         ("threads=2", "must be a mapping"),
     ],

@@ -75,6 +75,13 @@ LOAD_OPTIONS = (
         "is openvino's own default on CPUs with AMX or AVX512-BF16",
     ),
     Option("enabled", boolean, True, "false: never hand the recipe to openvino, run the host plan"),
+    Option(
+        "pinning",
+        boolean,
+        None,
+        "pin the inference threads to cores (unset: openvino's choice, pinned on Linux); false suits a host whose "
+        "cores other processes share",
+    ),
 )
 
 
@@ -104,7 +111,9 @@ class OpenVinoModule(CpuEngineModule):
 
     def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
-        settings = EngineSettings(options["threads"], options["hint"], options["precision"], options["enabled"])
+        settings = EngineSettings(
+            options["threads"], options["hint"], options["precision"], options["enabled"], options["pinning"]
+        )
         self.id = record.region
         self.inputs: tuple[TensorSpec, ...] = record.inputs
         self.outputs: tuple[TensorSpec, ...] = record.outputs
@@ -120,7 +129,7 @@ class OpenVinoModule(CpuEngineModule):
             )
             self.placement = (
                 f"on openvino {self.engine.version} (CPU, {self.engine.threads} threads, {settings.hint} hint, "
-                f"{settings.precision}, compiled in {time.perf_counter() - start:.2f} s)"
+                f"{settings.precision}{'' if settings.pinning is None else ', pinned' if settings.pinning else ', unpinned'}, compiled in {time.perf_counter() - start:.2f} s)"
             )
         except OpenVinoUnavailable as e:
             self.engine, self.placement = None, f"on the host: {e}"

@@ -59,11 +59,15 @@ class EngineSettings:
     precision: str = "f32"
     #: False: never hand the recipe to OpenVINO (the load option ``enabled``).
     enabled: bool = True
+    #: Pin the inference threads to cores (ENABLE_CPU_PINNING); None: OpenVINO's own choice (pinned on Linux).
+    pinning: bool | None = None
 
     def config(self) -> dict[str, str]:
         config = {"PERFORMANCE_HINT": HINTS[self.hint], "INFERENCE_PRECISION_HINT": PRECISIONS[self.precision]}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = str(self.threads)
+        if self.pinning is not None:
+            config["ENABLE_CPU_PINNING"] = "YES" if self.pinning else "NO"
         return config
 
 
