@@ -54,6 +54,8 @@ def original_on_openvino(path: str):
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": OPTIONS["openvino"]["precision"],
     }
+    if OPTIONS["openvino"].get("pinning") is not None:
+        config["ENABLE_CPU_PINNING"] = "YES" if OPTIONS["openvino"]["pinning"] else "NO"
     return ov.Core().compile_model(path, "CPU", config)
 
 
@@ -115,9 +117,15 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=("f32", "bf16"), default="f32", help="OpenVINO's (both sides'); onnxruntime's is f32"
     )
+    parser.add_argument("--unpinned", action="store_true", help="OpenVINO's threads not pinned (both sides)")
     args = parser.parse_args()
     OPTIONS["openvino"]["precision"] = args.precision
-    print(f"CPU: {cpu()}; {THREADS} threads each; openvino {ov.get_version().split('-')[0]} in {args.precision}")
+    if args.unpinned:
+        OPTIONS["openvino"]["pinning"] = False
+    print(
+        f"CPU: {cpu()}; {THREADS} threads each; openvino {ov.get_version().split('-')[0]} in {args.precision}"
+        + (", unpinned" if args.unpinned else "")
+    )
     print("model               placement   onnxruntime ms   bundle/ort   ov-file/ort   Module.run over engine   rel L2")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
