@@ -45,6 +45,7 @@ from tests import hostile  # noqa: E402
 FAMILY_CASES = {
     "bundle": lambda seeds, count, rng: hostile.cases(seeds["bundle"], count, rng),
     "onnxruntime": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["onnxruntime"], count, rng),
+    "openvino": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["openvino"], count, rng),
     "budget": lambda seeds, count, rng: hostile.budget_cases(seeds["bundle"], count, rng),
     "cache": lambda seeds, count, rng: hostile.cache_cases(count, rng),
 }
@@ -58,7 +59,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2000, help="cases between progress lines")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing bundles go")
     parser.add_argument(
-        "--families", default="bundle,budget,cache", help="comma-separated: bundle, onnxruntime, budget, cache"
+        "--families",
+        default="bundle,budget,cache",
+        help="comma-separated: bundle, onnxruntime, openvino, budget, cache",
     )
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop after the batch that passes this many seconds (the summary says so)")  # fmt: skip
@@ -69,8 +72,9 @@ def main() -> int:
         parser.error(f"unknown families {unknown}; choose from {sorted(FAMILY_CASES)}")
 
     seeds = {"bundle": hostile.seeds()}
-    if "onnxruntime" in families:
-        seeds["onnxruntime"] = hostile.onnxruntime_seeds()
+    for recipes in ("onnxruntime", "openvino"):  # the same recipes, run by either engine
+        if recipes in families:
+            seeds[recipes] = hostile.onnxruntime_seeds(recipes)
     seed_list = [s for group in seeds.values() for s in group]
     rng = random.Random(args.seed)
     harness = hostile.Harness(workers=args.workers)

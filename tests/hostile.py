@@ -662,8 +662,9 @@ HOSTILE_LOCATIONS = ["../../../../etc/passwd", "/etc/shadow", "*/_ORT_MEM_ADDR_/
 HOSTILE_OPS = ["If", "Loop", "Scan", "FusedConv", "Identity", "", "Conv", "Gather", "Expand", "Reshape", "Resize"]
 
 
-def onnxruntime_seeds() -> list[Seed]:
-    """onnxruntime bundles of the small CNN and of the geometry model (and a wide layer: external weights)."""
+def onnxruntime_seeds(target: str = "onnxruntime") -> list[Seed]:
+    """onnxruntime bundles of the small CNN and of the geometry model (and a wide layer: external weights);
+    ``target`` another backend that runs the same recipes (``openvino``, ``auto``)."""
     import aot
     from tests.conftest import small_cnn_model
 
@@ -671,9 +672,9 @@ def onnxruntime_seeds() -> list[Seed]:
     models = {"cnn": (small_cnn_model(1, 13), (1, 3, 8, 8)), "geometry": (_geometry_model(), (1, 2, 9, 11))}
     for model_name, (model, shape) in models.items():
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        result = aot.build(model, targets=["onnxruntime"], min_region_size=1, log=None)
+        result = aot.build(model, targets=[target], min_region_size=1, log=None)
         payloads = [bytes(p) for p in result.blobs.payloads]
-        found.append(Seed(f"{model_name}-onnxruntime", copy.deepcopy(result.header), payloads, [x]))
+        found.append(Seed(f"{model_name}-{target}", copy.deepcopy(result.header), payloads, [x]))
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import random
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.openvino import engine
 from runtime_lite.backends.openvino.memory_recipe import MEMORY_LOCATION, in_memory
 from runtime_lite.errors import ExecutionError, OptionError, PlacementError
+from tests import hostile
 from tests.conftest import small_cnn_model
 from tests.helpers import make_model, onnxruntime_outputs, rand, wide_model
 from tests.hostile import Seed
@@ -288,6 +290,20 @@ def test_a_hostile_recipe_is_refused_before_openvino_parses_it(what, read_model_
         runtime_lite.load(_with_recipe(seed, index, recipe))
     assert "openvino.payloads.recipe" in str(error.value) and "\n" not in str(error.value)
     assert read_model_calls == []
+
+
+@needs_openvino
+def test_mutated_openvino_recipes_are_rejected_refused_or_run_never_worse():
+    """The hostile-bundle campaign's recipe family (tests/hostile.py) on OpenVINO modules, in worker processes
+    with an address-space cap: each case is refused by the recipe check, refused by OpenVINO in one line,
+    falls back, or runs; never a crash, a hang, a file read or a foreign exception."""
+    harness = hostile.Harness(workers=2)
+    try:
+        harness.run(hostile.onnxruntime_cases(hostile.onnxruntime_seeds("openvino"), 120, random.Random(41)))
+    finally:
+        harness.close()
+    assert not harness.failures, "\n".join(f"{what}: {outcome}" for what, outcome, _ in harness.failures)
+    assert harness.outcomes["ran"] > 0 and harness.outcomes["rejected at load"] > 0, harness.outcomes
 
 
 @pytest.mark.parametrize("cut", [1, 7, 100])
