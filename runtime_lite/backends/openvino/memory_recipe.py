@@ -77,8 +77,8 @@ def _entry(key: str, value: str) -> bytes:
 def _tensor(data: memoryview, arrays: Mapping[str, np.ndarray]) -> bytes:
     fields = list(_fields(data))
     name = next((bytes(p).decode() for n, _, p in fields if n == TENSOR_NAME), None)
-    if name not in arrays:
-        return bytes(data)
+    if name not in arrays or not any(n == TENSOR_EXTERNAL_DATA for n, _, _ in fields):
+        return bytes(data)  # not a placeholder (an inline tensor of the same name keeps its own bytes)
     array = arrays[name]
     kept = b"".join(bytes(raw) for n, raw, _ in fields if n != TENSOR_EXTERNAL_DATA)
     location = (("location", MEMORY_LOCATION), ("offset", str(array.ctypes.data)), ("length", str(array.nbytes)))
