@@ -71,11 +71,17 @@ def sides_times(sides: dict, rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def bench_model(name: str, rounds: int, workdir: Path) -> dict:
+def bench_model(name: str, rounds: int, workdir: Path, auto: bool = False) -> dict:
     path = source(name, workdir)
     bundle = workdir / f"{name}.openvino.aotb"
     aot.build(path, targets=["openvino"], log=None).save(bundle)
     module = runtime_lite.load(bundle, backend_options=OPTIONS)
+    sides = {}
+    if auto:  # --target auto, measured at load (no cached verdict: cache=false), at the same thread count
+        auto_bundle = workdir / f"{name}.auto.aotb"
+        aot.build(path, targets=["auto"], log=None).save(auto_bundle)
+        placed = runtime_lite.load(auto_bundle, backend_options={"auto": {"threads": THREADS, "cache": False}})
+        sides["auto"] = lambda: placed.run(feeds)
     placement = sorted({p["runs_on"] for p in module.placement.values()})
     session = reference_session(path)
     feeds = model_feeds(session)
@@ -88,10 +94,17 @@ def bench_model(name: str, rounds: int, workdir: Path) -> dict:
             "bundle": lambda: module.run(feeds),
             "openvino_file": lambda: file_request.infer(ordered, share_inputs=True),
             "onnxruntime": lambda: session.run(None, feeds),
+            **sides,
         },
         rounds,
     )
     row = {"model": name, "placement": placement, "rel_l2": error}
+    if auto:
+        (detail,) = {p["detail"] for p in placed.placement.values()}
+        row["auto_chose"] = detail.split(" (")[0].removeprefix("on ")
+        row["auto_vs_faster_file"] = statistics.median(times["auto"]) / min(
+            statistics.median(times["openvino_file"]), statistics.median(times["onnxruntime"])
+        )
     ort_ms = statistics.median(times["onnxruntime"]) * 1e3
     row["onnxruntime_ms"] = ort_ms
     for side in ("bundle", "openvino_file"):
@@ -118,6 +131,9 @@ def main() -> None:
         "--precision", choices=("f32", "bf16"), default="f32", help="OpenVINO's (both sides'); onnxruntime's is f32"
     )
     parser.add_argument("--unpinned", action="store_true", help="OpenVINO's threads not pinned (both sides)")
+    parser.add_argument(
+        "--auto", action="store_true", help="also a --target auto bundle: what it chose, its time over the faster file"
+    )
     args = parser.parse_args()
     OPTIONS["openvino"]["precision"] = args.precision
     if args.unpinned:
@@ -129,13 +145,15 @@ def main() -> None:
     print("model               placement   onnxruntime ms   bundle/ort   ov-file/ort   Module.run over engine   rel L2")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            row = bench_model(name, args.rounds, Path(tmp))
+            row = bench_model(name, args.rounds, Path(tmp), args.auto)
             overhead = f"{row['overhead_us']:8.1f} us" if "overhead_us" in row else "       n/a"
             print(
                 f"{name:<20}{','.join(row['placement']):<12}{row['onnxruntime_ms']:>14.2f}"
                 f"{row['bundle_ratio']:>13.3f}{row['openvino_file_ratio']:>14.3f}{overhead:>25}{row['rel_l2']:>10.1e}",
                 flush=True,
             )
+            if args.auto:
+                print(f"{'':<20}auto chose {row['auto_chose']}: {row['auto_vs_faster_file']:.3f}x the faster file")
 
 
 if __name__ == "__main__":

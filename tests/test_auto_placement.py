@@ -130,11 +130,28 @@ def test_the_fastest_engine_wins_within_the_budget(monkeypatch):
     slow, fast = CostlyEngine(clock, 0.5), CostlyEngine(clock, 0.01)
     measured = auto.time_engines({"slow": slow, "fast": fast}, [], runs=10, budget_s=2.0)
     assert measured == pytest.approx({"slow": 0.5, "fast": 0.01})
-    # 1 s each, the untimed first run included: the slow engine's second run ends its share, the fast one's 10 fit
-    assert slow.runs == 1 + 1 and fast.runs == 1 + 10
+    # Two passes of 0.5 s each per engine, an untimed run first: the slow engine's timed run ends each of its
+    # shares (1 + 1 a pass), the fast one's 5 timed runs a pass fit (1 + 5 a pass)
+    assert slow.runs == 2 * (1 + 1) and fast.runs == 2 * (1 + 5)
     glacial = CostlyEngine(clock, 30.0)
     assert auto.time_engines({"glacial": glacial}, [], runs=10, budget_s=2.0) == {"glacial": 30.0}
-    assert glacial.runs == 2  # at least one timed run, then the budget stops it
+    assert glacial.runs == 2 * 2  # at least one timed run a pass, then the budget stops it
+
+
+class NoisyEngine(CostlyEngine):
+    """Test double: an engine whose first timed runs met another process on the cores (10x their cost)."""
+
+    def run(self, inputs):
+        self.clock.now += self.cost * (10 if 1 <= self.runs <= 5 else 1)
+        self.runs += 1
+
+
+def test_a_disturbed_block_does_not_decide(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(auto, "time", clock)
+    disturbed, steady = NoisyEngine(clock, 0.001), CostlyEngine(clock, 0.002)
+    measured = auto.time_engines({"disturbed": disturbed, "steady": steady}, [], runs=10, budget_s=2.0)
+    assert min(measured, key=measured.get) == "disturbed" and measured["disturbed"] == pytest.approx(0.001)
 
 
 @pytest.mark.parametrize(
