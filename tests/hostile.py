@@ -517,9 +517,12 @@ class Harness:
     outcomes: Counter = field(default_factory=Counter)
     failures: list[tuple[str, str, bytes]] = field(default_factory=list)
     seconds: float = 0.0
+    #: How workers start: "fork" (fast), or "spawn" where the caller's process already ran an engine whose
+    #: threads a forked child would inherit without (OpenVINO's: a forked worker hangs in it).
+    start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        self._context = multiprocessing.get_context("fork")
+        self._context = multiprocessing.get_context(self.start_method)
         self._pool: list[Any] = [None] * self.workers
 
     def _start(self, i: int):

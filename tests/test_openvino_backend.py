@@ -297,7 +297,7 @@ def test_mutated_openvino_recipes_are_rejected_refused_or_run_never_worse():
     """The hostile-bundle campaign's recipe family (tests/hostile.py) on OpenVINO modules, in worker processes
     with an address-space cap: each case is refused by the recipe check, refused by OpenVINO in one line,
     falls back, or runs; never a crash, a hang, a file read or a foreign exception."""
-    harness = hostile.Harness(workers=2)
+    harness = hostile.Harness(workers=2, start_method="spawn")  # this process ran OpenVINO: no forked workers
     try:
         harness.run(hostile.onnxruntime_cases(hostile.onnxruntime_seeds("openvino"), 120, random.Random(41)))
     finally:

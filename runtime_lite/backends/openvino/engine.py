@@ -16,6 +16,7 @@ request is cancelled (``InferRequest.cancel``, after ``wait_for`` timed out).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,21 @@ def import_openvino() -> Any:
     except Exception as e:  # a broken install (missing shared library, ABI mismatch)
         raise OpenVinoUnavailable(f"openvino failed to import: {type(e).__name__}: {e}") from None
     return openvino
+
+
+_CORES: dict[int, Any] = {}
+
+
+def _core(ov: Any) -> Any:
+    """One ``ov.Core`` per process: creating one looks for plugins (a cold start pays it once), and reading and
+    compiling models through it is thread-safe. Per process id: a forked child that inherited its parent's Core
+    inherits none of its threads, and hangs in it (the hostile-bundle harness forks its workers)."""
+    pid = os.getpid()
+    core = _CORES.get(pid)
+    if core is None:
+        _CORES.clear()
+        core = _CORES[pid] = ov.Core()
+    return core
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,7 @@ class Engine:
         self.version = ov.get_version().split("-")[0]
         #: The arrays OpenVINO reads in place: referenced as long as the engine.
         self._weights = dict(weights)
-        core = ov.Core()
+        core = _core(ov)
         try:
             model = core.read_model(in_memory(recipe, self._weights))
             self._compiled = core.compile_model(model, "CPU", settings.config())
