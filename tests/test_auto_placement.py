@@ -127,31 +127,32 @@ class CostlyEngine:
 def test_the_fastest_engine_wins_within_the_budget(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(auto, "time", clock)
-    slow, fast = CostlyEngine(clock, 0.5), CostlyEngine(clock, 0.01)
+    slow, fast = CostlyEngine(clock, 0.5), CostlyEngine(clock, 2**-6)  # binary fractions: exact sums
     measured = auto.time_engines({"slow": slow, "fast": fast}, [], runs=10, budget_s=2.0)
-    assert measured == pytest.approx({"slow": 0.5, "fast": 0.01})
-    # Two passes of 0.5 s each per engine, an untimed run first: the slow engine's timed run ends each of its
-    # shares (1 + 1 a pass), the fast one's 5 timed runs a pass fit (1 + 5 a pass)
-    assert slow.runs == 2 * (1 + 1) and fast.runs == 2 * (1 + 5)
+    assert measured == {"slow": 0.5, "fast": 2**-6}
+    # Two passes, each engine's block 0.5 s: untimed runs for its first 0.2 s, then timed ones. The slow engine's
+    # one untimed and one timed run fill each block; the fast one settles for 13 runs, then its 5 timed runs fit
+    assert slow.runs == 2 * (1 + 1) and fast.runs == 2 * (13 + 5)
     glacial = CostlyEngine(clock, 30.0)
     assert auto.time_engines({"glacial": glacial}, [], runs=10, budget_s=2.0) == {"glacial": 30.0}
-    assert glacial.runs == 2 * 2  # at least one timed run a pass, then the budget stops it
+    assert glacial.runs == 2 * 2  # at least one untimed and one timed run a pass, then the budget stops it
 
 
 class NoisyEngine(CostlyEngine):
-    """Test double: an engine whose first timed runs met another process on the cores (10x their cost)."""
+    """Test double: an engine whose timed runs of the first pass met another process on the cores (10x)."""
 
     def run(self, inputs):
-        self.clock.now += self.cost * (10 if 1 <= self.runs <= 5 else 1)
+        self.clock.now += self.cost * (10 if 205 <= self.runs < 210 else 1)  # 205 untimed runs settle it first
         self.runs += 1
 
 
 def test_a_disturbed_block_does_not_decide(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(auto, "time", clock)
-    disturbed, steady = NoisyEngine(clock, 0.001), CostlyEngine(clock, 0.002)
+    disturbed, steady = NoisyEngine(clock, 2**-10), CostlyEngine(clock, 2**-9)
     measured = auto.time_engines({"disturbed": disturbed, "steady": steady}, [], runs=10, budget_s=2.0)
-    assert min(measured, key=measured.get) == "disturbed" and measured["disturbed"] == pytest.approx(0.001)
+    assert disturbed.runs == 2 * (205 + 5)
+    assert min(measured, key=measured.get) == "disturbed" and measured["disturbed"] == 2**-10
 
 
 @pytest.mark.parametrize(

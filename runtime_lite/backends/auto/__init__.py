@@ -5,7 +5,8 @@ No engine wins everywhere: onnxruntime leads on some models and CPUs, OpenVINO o
 backend's recipe, which both engines read (aot/compiler/backends/cpu_recipe.py). On the
 first load on a host, each installed engine is built over it and timed on the region's
 own signature (symbolic dims at 1) within a small bounded budget (``runs`` timed runs or
-``budget_s`` seconds per region, whichever ends first, in two alternating passes); the
+``budget_s`` seconds per region, whichever ends first, in two alternating passes, each engine's
+block settled by untimed runs first); the
 fastest is kept, the others closed. The verdict is cached (verdict.py) per region, CPU,
 threads and engine versions, so later loads build only the chosen engine and choose the
 same; ``engine=onnxruntime|openvino`` pins it. ``describe`` says what was measured and
@@ -125,25 +126,34 @@ def sample_inputs(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     return arrays
 
 
+#: The part of each block spent on untimed runs first: an engine's threads (and the other engine's, still
+#: spinning from its block) settle, as benchmarks/bench_host.settle lets them before each timed run.
+SETTLE_SHARE = 0.4
+
+
 def time_engines(
     engines: dict[str, Any], inputs: list[np.ndarray], runs: int, budget_s: float, passes: int = 2
 ) -> dict[str, float]:
     """Each engine's seconds a run: the lowest of its per-pass medians. A pass gives each engine, in a block of
-    its own (so no engine's spinning threads meet another's), one untimed run and then up to ``runs / passes``
-    timed ones within its share of ``budget_s``; the blocks alternate between passes, so a moment when another
-    process held the cores costs one block, not the engine's verdict."""
+    its own (so no engine's spinning threads meet another's), untimed runs for ``SETTLE_SHARE`` of its share
+    of ``budget_s`` (one at least), then up to ``runs / passes`` timed ones within the rest; the blocks
+    alternate between passes, so a moment when another process held the cores costs one block, not the
+    engine's verdict."""
     share = budget_s / max(len(engines) * passes, 1)
     per_pass = max(1, runs // passes)
     best: dict[str, float] = {}
     for _ in range(passes):
         for name, engine in engines.items():
-            until = time.perf_counter() + share
+            start = time.perf_counter()
+            settled, until = start + SETTLE_SHARE * share, start + share
             engine.run(inputs)
+            while time.perf_counter() < settled:
+                engine.run(inputs)
             times = []
             while len(times) < per_pass and (not times or time.perf_counter() < until):
-                start = time.perf_counter()
+                begin = time.perf_counter()
                 engine.run(inputs)
-                times.append(time.perf_counter() - start)
+                times.append(time.perf_counter() - begin)
             best[name] = min(best.get(name, math.inf), statistics.median(times))
     return best
 
