@@ -59,6 +59,7 @@ from tests import hostile, hostile_surfaces  # noqa: E402
 FAMILY_CASES = {
     "bundle": lambda seeds, count, rng: hostile.cases(seeds["bundle"], count, rng),
     "onnxruntime": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["onnxruntime"], count, rng),
+    "openvino": lambda seeds, count, rng: hostile.onnxruntime_cases(seeds["openvino"], count, rng),
     "budget": lambda seeds, count, rng: hostile.budget_cases(seeds["bundle"], count, rng),
     "cache": lambda seeds, count, rng: hostile.cache_cases(count, rng),
     # issue 40's surfaces (tests/hostile_surfaces.py)
@@ -69,7 +70,8 @@ FAMILY_CASES = {
 }
 #: Seeds a family needs beyond the bundle seeds, made only when it is drawn.
 EXTRA_SEEDS = {
-    "onnxruntime": lambda: hostile.onnxruntime_seeds(),
+    "onnxruntime": lambda: hostile.onnxruntime_seeds("onnxruntime"),
+    "openvino": lambda: hostile.onnxruntime_seeds("openvino"),  # the same recipes, run by OpenVINO
     "int8": lambda: [hostile_surfaces.int8_npu_seed()],
     "ortshape": lambda: [hostile_surfaces.onnxruntime_relu_seed()],
 }

@@ -517,9 +517,12 @@ class Harness:
     outcomes: Counter = field(default_factory=Counter)
     failures: list[tuple[str, str, bytes]] = field(default_factory=list)
     seconds: float = 0.0
+    #: How workers start: "fork" (fast), or "spawn" where the caller's process already ran an engine whose
+    #: threads a forked child would inherit without (OpenVINO's: a forked worker hangs in it).
+    start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        self._context = multiprocessing.get_context("fork")
+        self._context = multiprocessing.get_context(self.start_method)
         self._pool: list[Any] = [None] * self.workers
 
     def _start(self, i: int):
@@ -662,8 +665,9 @@ HOSTILE_LOCATIONS = ["../../../../etc/passwd", "/etc/shadow", "*/_ORT_MEM_ADDR_/
 HOSTILE_OPS = ["If", "Loop", "Scan", "FusedConv", "Identity", "", "Conv", "Gather", "Expand", "Reshape", "Resize"]
 
 
-def onnxruntime_seeds() -> list[Seed]:
-    """onnxruntime bundles of the small CNN and of the geometry model (and a wide layer: external weights)."""
+def onnxruntime_seeds(target: str = "onnxruntime") -> list[Seed]:
+    """onnxruntime bundles of the small CNN and of the geometry model (and a wide layer: external weights);
+    ``target`` another backend that runs the same recipes (``openvino``, ``auto``)."""
     import aot
     from tests.conftest import small_cnn_model
 
@@ -671,9 +675,9 @@ def onnxruntime_seeds() -> list[Seed]:
     models = {"cnn": (small_cnn_model(1, 13), (1, 3, 8, 8)), "geometry": (_geometry_model(), (1, 2, 9, 11))}
     for model_name, (model, shape) in models.items():
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        result = aot.build(model, targets=["onnxruntime"], min_region_size=1, log=None)
+        result = aot.build(model, targets=[target], min_region_size=1, log=None)
         payloads = [bytes(p) for p in result.blobs.payloads]
-        found.append(Seed(f"{model_name}-onnxruntime", copy.deepcopy(result.header), payloads, [x]))
+        found.append(Seed(f"{model_name}-{target}", copy.deepcopy(result.header), payloads, [x]))
     return found
 
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.source_tree import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,15 +27,18 @@ import runtime_lite
 module = runtime_lite.load({str(bundle)!r})
 out = module.run([np.zeros((1, 3, 8, 8), np.float32)])
 assert out[0].shape == (1, 10)
-forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'torch', 'tensorrt', 'ray', 'starlette', 'grpc', 'google')]
+forbidden = [m for m in sys.modules if m.split('.')[0] in ('aot', 'click', 'onnx', 'onnxruntime', 'openvino', 'torch', 'tensorrt', 'ray', 'starlette', 'grpc', 'google')]
 print(','.join(forbidden))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert result.stdout.strip() == "", f"runtime_lite imported {result.stdout.strip()}"
 
 
-#: The one runtime_lite module that delegates to onnxruntime, and may import it inside its functions.
-ONNXRUNTIME_DELEGATE = "runtime_lite/backends/onnxruntime/session.py"
+#: The one runtime_lite module per CPU engine that delegates to it, and may import it inside its functions.
+DELEGATES = {
+    "onnxruntime": "runtime_lite/backends/onnxruntime/session.py",
+    "openvino": "runtime_lite/backends/openvino/engine.py",
+}
 
 
 def test_runtime_sources_import_nothing_from_the_compiler():
@@ -42,22 +47,23 @@ def test_runtime_sources_import_nothing_from_the_compiler():
     assert offenders == []
 
 
-def _imports_onnxruntime(node: ast.AST) -> bool:
+def _imports(node: ast.AST, engine: str) -> bool:
     if isinstance(node, ast.Import):
-        return any(a.name.split(".")[0] == "onnxruntime" for a in node.names)
-    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "onnxruntime"
+        return any(a.name.split(".")[0] == engine for a in node.names)
+    return isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == engine
 
 
-def test_only_the_onnxruntime_delegate_imports_onnxruntime_and_only_inside_functions():
-    """``import runtime_lite`` (and any bundle without onnxruntime modules) must never load onnxruntime."""
+@pytest.mark.parametrize("engine", list(DELEGATES))
+def test_only_the_engines_delegate_imports_it_and_only_inside_functions(engine):
+    """``import runtime_lite`` (and any bundle without modules for that engine) must never load it."""
     offenders = []
     for path in python_sources("runtime_lite"):
         tree = ast.parse(path.read_text())
         inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for n in ast.walk(f)}
         for node in ast.walk(tree):
-            if _imports_onnxruntime(node):
+            if _imports(node, engine):
                 where = str(path.relative_to(ROOT))
-                if where != ONNXRUNTIME_DELEGATE or id(node) not in inside:
+                if where != DELEGATES[engine] or id(node) not in inside:
                     offenders.append(f"{where}:{node.lineno}")
     assert offenders == []
 

@@ -123,7 +123,8 @@ def test_targets_and_options_of_installed_plugins_are_listed_and_checked(plugin_
     typo = _aot_build(plugin_python, str(tmp_path / "m.onnx"), "--target", "myacel")
     assert (
         typo.returncode != 0
-        and "unknown target 'myacel' (installed: host, myaccel, npu, onnxruntime, tensorrt)" in typo.stderr
+        and "unknown target 'myacel' (installed: host, auto, myaccel, npu, onnxruntime, openvino, tensorrt)"
+        in typo.stderr
     )
     backends = subprocess.run([str(plugin_python), "-m", "runtime_lite", "backends"], capture_output=True, text=True)
     assert "myaccel (available)" in backends.stdout and "myaccel.check_finite" in backends.stdout

@@ -95,7 +95,12 @@ def test_input_shape_options_are_checked(small_model):
 
 
 def test_unknown_target(small_model):
-    raises(BuildError, lambda: aot.build(small_model, targets=["fpga"]), "'fpga'", "host, npu, onnxruntime, tensorrt")
+    raises(
+        BuildError,
+        lambda: aot.build(small_model, targets=["fpga"]),
+        "'fpga'",
+        "host, auto, npu, onnxruntime, openvino, tensorrt",
+    )
 
 
 def test_unwritable_output_leaves_nothing(small_build, tmp_path):

@@ -30,7 +30,7 @@ import runtime_lite
 module = runtime_lite.load(sys.argv[1])
 outputs = module.run({k: np.load(v) for k, v in zip(sys.argv[2::2], sys.argv[3::2])})
 np.save("out.npy", outputs[0])
-for name in ("aot", "onnx", "click", "torch", "onnxruntime", "tensorrt"):
+for name in ("aot", "onnx", "click", "torch", "onnxruntime", "openvino", "tensorrt"):
     try:
         __import__(name)
     except ImportError:

@@ -216,7 +216,7 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     multiple=True,
     metavar="BACKEND",
     help="Backend to offload to, highest priority first; repeatable. The host always runs the rest. "
-    "Any installed backend: built in (npu, tensorrt, onnxruntime) or from a plugin package (--list-backends).",
+    "Any installed backend: built in (npu, tensorrt, onnxruntime, openvino) or from a plugin package (--list-backends).",
 )
 @click.option(
     "--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224."

@@ -149,6 +149,8 @@ BUILTIN_BACKENDS = {
     "npu": "runtime_lite.backends.npu",
     "tensorrt": "runtime_lite.backends.tensorrt",
     "onnxruntime": "runtime_lite.backends.onnxruntime",
+    "openvino": "runtime_lite.backends.openvino",
+    "auto": "runtime_lite.backends.auto",
 }
 
 

@@ -37,7 +37,7 @@ from runtime_lite.errors import OptionError
 
 ENTRY_POINT_GROUP = "aot.backends"
 #: Backends shipped with aot, imported on first use.
-BUILTIN_BACKENDS = ("npu", "tensorrt", "onnxruntime")
+BUILTIN_BACKENDS = ("npu", "tensorrt", "onnxruntime", "openvino", "auto")
 
 
 @dataclass

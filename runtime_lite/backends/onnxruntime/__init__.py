@@ -146,10 +146,13 @@ def int8_kernels(settings: SessionSettings) -> Int8Kernels:
     return kernels_here(settings.int8)
 
 
-def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fallback: list[np.ndarray]):
-    """Each recipe initializer's array, a read-only view into the bundle: name -> array."""
+def recipe_weights(
+    payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fallback: list[np.ndarray], field: str = SPECS_FIELD
+):
+    """Each recipe initializer's array, a read-only view into the bundle: name -> array (errors name ``field``,
+    the module record's compile specs: the OpenVINO backend reads the same record under its own name)."""
     recipe_only = [
-        c.view(payloads.get("recipe_weights"), f"{SPECS_FIELD}.recipe_constants[{i}]")
+        c.view(payloads.get("recipe_weights"), f"{field}.recipe_constants[{i}]")
         for i, c in enumerate(specs.recipe_constants)
     ]
     sources = {"fallback_weights": fallback, "recipe_weights": recipe_only}
@@ -158,11 +161,11 @@ def recipe_weights(payloads: dict[str, memoryview], specs: OnnxRuntimeSpecs, fal
         arrays = sources[ref.payload]
         if ref.constant >= len(arrays):
             raise BundleError(
-                f"bundle field '{SPECS_FIELD}.weights[{i}].constant' = {ref.constant}, but {ref.payload} "
+                f"bundle field '{field}.weights[{i}].constant' = {ref.constant}, but {ref.payload} "
                 f"holds {len(arrays)} constants"
             )
         if ref.name in weights:
-            raise BundleError(f"bundle field '{SPECS_FIELD}.weights[{i}].name': {ref.name!r} is named twice")
+            raise BundleError(f"bundle field '{field}.weights[{i}].name': {ref.name!r} is named twice")
         weights[ref.name] = arrays[ref.constant]
     return weights
 

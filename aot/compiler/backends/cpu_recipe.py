@@ -1,0 +1,41 @@
+"""Backends that run the onnxruntime backend's recipes on another CPU engine: OpenVINO, or whichever is faster.
+
+The onnxruntime backend's recipe (aot/compiler/backends/onnxruntime) is plain ONNX whose
+weights are the host plan's own blobs, and its compile specs say nothing engine-specific.
+So a backend for another CPU engine needs nothing of its own at build time: the same
+patterns (registered again under its name), the same codegen (its notes relabelled). Only
+the module's backend name tells the run side which engine, or which choice, runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aot.compiler.backends import CompilerBackend, ModuleArtifact, register_compiler_backend
+from aot.compiler.backends.onnxruntime import onnxruntime_codegen, onnxruntime_patterns
+from aot.compiler.partition import Region
+from aot.compiler.pattern_registry import FusionPattern, register_patterns
+
+
+def recipe_patterns(name: str) -> list[FusionPattern]:
+    """onnxruntime's patterns, each under ``<name>.``."""
+    return [dataclasses.replace(p, name=f"{name}." + p.name.split(".", 1)[1]) for p in onnxruntime_patterns()]
+
+
+def register_recipe_backend(name: str) -> CompilerBackend:
+    """Register ``name`` as a target whose modules carry onnxruntime's recipes."""
+
+    def codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
+        artifact = onnxruntime_codegen(region, options)
+        artifact.notes = [
+            f"{name}:" + note.removeprefix("onnxruntime:") if note.startswith("onnxruntime:") else note
+            for note in artifact.notes
+        ]
+        return artifact
+
+    codegen.__name__ = codegen.__qualname__ = f"{name}_codegen"
+    register_patterns(list(reversed(recipe_patterns(name))))
+    return register_compiler_backend(CompilerBackend(name, codegen, bind_constants=True, min_region_size=1))
+
+
+__all__ = ["recipe_patterns", "register_recipe_backend"]

@@ -1,0 +1,259 @@
+"""The ``auto`` backend, run side: each region on whichever installed CPU engine ran it fastest here.
+
+No engine wins everywhere: onnxruntime leads on some models and CPUs, OpenVINO on others
+(issue 41). An ``auto`` module (``aot-build --target auto``) carries the onnxruntime
+backend's recipe, which both engines read (aot/compiler/backends/cpu_recipe.py). On the
+first load on a host, each installed engine is built over it and timed on the region's
+own signature (symbolic dims at 1) within a small bounded budget (``runs`` timed runs or
+``budget_s`` seconds per region, whichever ends first, in two alternating passes, each engine's
+block settled by untimed runs first); the
+fastest is kept, the others closed. The verdict is cached (verdict.py) per region, CPU,
+threads and engine versions, so later loads build only the chosen engine and choose the
+same; ``engine=onnxruntime|openvino`` pins it. ``describe`` says what was measured and
+chosen, or that the verdict came from the cache. Without any engine the region runs
+its host plan, as the onnxruntime and OpenVINO backends' do.
+
+The recipe is checked (recipe_check.py) before either engine sees it, and each engine
+keeps the load's run budgets as it does as a backend of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime_lite.backends import register_backend
+from runtime_lite.backends.auto.verdict import VERSION, cache_path, read_verdict, write_verdict
+from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
+from runtime_lite.backends.fallback import bind_fallback, fallback_constants
+from runtime_lite.backends.onnxruntime import recipe_session, recipe_weights
+from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
+from runtime_lite.backends.onnxruntime.session import OnnxRuntimeUnavailable, SessionSettings, import_onnxruntime
+from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
+from runtime_lite.backends.openvino import recipe_engine
+from runtime_lite.backends.openvino.engine import EngineSettings, OpenVinoUnavailable, import_openvino
+from runtime_lite.backends.options import Option, accepting, boolean, choice, integer
+from runtime_lite.errors import BundleError
+from runtime_lite.format.signature import TensorSpec
+from runtime_lite.tools.machine import cpu
+
+logger = logging.getLogger("runtime_lite.auto")
+
+SPECS_FIELD = "auto.compile_specs"
+RECIPE_FIELD = "auto.payloads.recipe"
+UNAVAILABLE = (OnnxRuntimeUnavailable, OpenVinoUnavailable)
+
+
+def _onnxruntime(recipe, weights, inputs, outputs, threads: int):
+    return recipe_session(recipe, weights, inputs, outputs, SessionSettings(threads=threads), RECIPE_FIELD)
+
+
+def _openvino(recipe, weights, inputs, outputs, threads: int):
+    return recipe_engine(recipe, weights, inputs, outputs, EngineSettings(threads=threads), RECIPE_FIELD)
+
+
+#: Each candidate engine: (its version, or Unavailable; an engine over a checked recipe, or Unavailable).
+ENGINES: dict[str, tuple[Callable[[], str], Callable[..., Any]]] = {
+    "onnxruntime": (lambda: import_onnxruntime().__version__, _onnxruntime),
+    "openvino": (lambda: import_openvino().get_version().split("-")[0], _openvino),
+}
+
+
+def _is_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
+        raise ValueError("expected seconds, more than 0 and at most 60")
+    return float(value)
+
+
+@accepting(_is_seconds)
+def seconds(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("expected seconds, more than 0 and at most 60") from None
+    return _is_seconds(value)
+
+
+def _is_runs(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise ValueError("expected a number of runs from 1 to 1000")
+    return value
+
+
+@accepting(_is_runs)
+def runs(text: str) -> int:
+    return _is_runs(integer(text))
+
+
+def _is_threads(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("expected a thread count, 0 (each engine's default) or more")
+    return value
+
+
+@accepting(_is_threads)
+def threads(text: str) -> int:
+    """A thread count for every engine: 0 (each engine's default) or more."""
+    return _is_threads(integer(text))
+
+
+LOAD_OPTIONS = (
+    Option("engine", choice("auto", *ENGINES), "auto", f"auto: measure; or pin one ({'|'.join(ENGINES)})"),
+    Option("threads", threads, 0, "threads of each engine (0: each engine's default, one per core)"),
+    Option("runs", runs, 10, "timed runs per engine and region while measuring, at most"),
+    Option("budget_s", seconds, 2.0, "seconds per region while measuring, at most (the runs stop there)"),
+    Option("cache", boolean, True, "reuse and keep the verdict (default_cache_dir()/placement); false: measure"),
+)
+
+
+def sample_inputs(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
+    """Inputs of the region's signature (symbolic dims at 1): normal floats, zeros otherwise (valid indices)."""
+    rng = np.random.default_rng(0)
+    arrays = []
+    for spec in specs:
+        shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+        if np.issubdtype(spec.dtype, np.floating):
+            arrays.append(rng.standard_normal(shape).astype(spec.dtype))
+        else:
+            arrays.append(np.zeros(shape, spec.dtype))
+    return arrays
+
+
+#: The part of each block spent on untimed runs first: an engine's threads (and the other engine's, still
+#: spinning from its block) settle, as benchmarks/bench_host.settle lets them before each timed run.
+SETTLE_SHARE = 0.4
+
+
+def time_engines(
+    engines: dict[str, Any], inputs: list[np.ndarray], runs: int, budget_s: float, passes: int = 2
+) -> dict[str, float]:
+    """Each engine's seconds a run: the lowest of its per-pass medians. A pass gives each engine, in a block of
+    its own (so no engine's spinning threads meet another's), untimed runs for ``SETTLE_SHARE`` of its share
+    of ``budget_s`` (one at least), then up to ``runs / passes`` timed ones within the rest; the blocks
+    alternate between passes, so a moment when another process held the cores costs one block, not the
+    engine's verdict."""
+    share = budget_s / max(len(engines) * passes, 1)
+    per_pass = max(1, runs // passes)
+    best: dict[str, float] = {}
+    for _ in range(passes):
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            settled, until = start + SETTLE_SHARE * share, start + share
+            engine.run(inputs)
+            while time.perf_counter() < settled:
+                engine.run(inputs)
+            times = []
+            while len(times) < per_pass and (not times or time.perf_counter() < until):
+                begin = time.perf_counter()
+                engine.run(inputs)
+                times.append(time.perf_counter() - begin)
+            best[name] = min(best.get(name, math.inf), statistics.median(times))
+    return best
+
+
+class AutoModule(CpuEngineModule):
+    """One region, resolved at load to the fastest installed CPU engine, or its host plan."""
+
+    backend = "auto"
+
+    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
+        record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)
+        self.id = record.region
+        self.inputs: tuple[TensorSpec, ...] = record.inputs
+        self.outputs: tuple[TensorSpec, ...] = record.outputs
+        if "recipe" not in payloads:
+            raise BundleError(f"bundle field 'auto.payloads': module {self.id!r} has no 'recipe' payload")
+        plan, constants = fallback_constants(payloads, self.id, "auto")
+        self.weights = recipe_weights(payloads, record, constants, SPECS_FIELD)
+        recipe = payloads["recipe"]
+        check_recipe(recipe, self.weights, RECIPE_FIELD)  # before any engine, whatever this host has
+        self.engine_name, self.engine, self.placement = self._choose(recipe, options)
+        self.runs_on = "auto" if self.engine is not None else "host"
+        arity = (len(self.inputs), len(self.outputs))
+        self.bind_host = lambda: bind_fallback(plan, constants, self.id, "auto", arity)
+        if self.engine is None:
+            self.host_plan()
+        logger.info("auto region %s runs %s", self.id, self.placement)
+
+    def _build(self, name: str, recipe, threads: int) -> Any:
+        return ENGINES[name][1](recipe, self.weights, self.inputs, self.outputs, threads)
+
+    def _choose(self, recipe, options: dict[str, Any]) -> tuple[str | None, Any, str]:
+        names = list(ENGINES) if options["engine"] == "auto" else [options["engine"]]
+        versions, missing = {}, {}
+        for name in names:
+            try:
+                versions[name] = ENGINES[name][0]()
+            except UNAVAILABLE as e:
+                missing[name] = str(e)
+        if not versions:
+            return None, None, "on the host: " + "; ".join(missing.values())
+        threads = options["threads"]
+        if len(versions) == 1:
+            (name,) = versions
+            return self._only(name, recipe, threads, "pinned" if options["engine"] != "auto" else "the one installed")
+        key = {
+            "version": VERSION,
+            "region": hashlib.sha256(recipe).hexdigest(),
+            "signature": [str(s) for s in self.inputs],
+            "cpu": cpu(),
+            "threads": threads,
+            "engines": versions,
+        }
+        path = cache_path(key)
+        cached = read_verdict(path, key) if options["cache"] else None
+        if cached is not None:
+            name, measured = cached
+            engine, why = self._only(name, recipe, threads, "cached verdict")[1:]
+            if engine is not None:
+                return name, engine, why.replace("cached verdict", f"cached verdict of {_timings(measured)}")
+        engines, refused = {}, {}
+        for name in versions:
+            try:
+                engines[name] = self._build(name, recipe, threads)
+            except UNAVAILABLE as e:
+                refused[name] = str(e)
+        if not engines:
+            return None, None, "on the host: " + "; ".join(refused.values())
+        measured = time_engines(engines, sample_inputs(self.inputs), options["runs"], options["budget_s"])
+        name = min(measured, key=measured.get)
+        for other, engine in engines.items():
+            if other != name:
+                engine.close()
+        if options["cache"]:
+            write_verdict(path, key, name, measured)
+        skipped = "".join(f"; {n} not used: {why}" for n, why in refused.items())
+        detail = f"on {name} {versions[name]} (CPU, measured here: {_timings(measured)}{skipped})"
+        return name, engines[name], detail
+
+    def _only(self, name: str, recipe, threads: int, why: str) -> tuple[str | None, Any, str]:
+        try:
+            engine = self._build(name, recipe, threads)
+        except UNAVAILABLE as e:
+            return None, None, f"on the host: {e}"
+        return name, engine, f"on {name} {engine.version} (CPU, {why})"
+
+    def engine_label(self) -> str:
+        return self.engine_name or "host"
+
+
+def _timings(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{name} {s * 1e3:.2f} ms" for name, s in sorted(seconds.items(), key=lambda item: item[1]))
+
+
+class AutoBackend(CpuEngineBackend):
+    name = "auto"
+    load_options = LOAD_OPTIONS
+    module_class = AutoModule
+
+
+BACKEND = register_backend(AutoBackend())
+
+__all__ = ["BACKEND", "LOAD_OPTIONS", "AutoBackend", "AutoModule", "sample_inputs", "time_engines"]
