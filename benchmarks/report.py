@@ -39,6 +39,11 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "Latency of int8 bundles over onnxruntime fp32 on the original file (2 threads, batch 1), accuracy against "
         "the float model, build time.",
     ),
+    "openvino": (
+        "OpenVINO delegate (`--target openvino`) and placement by measurement (`--target auto`)",
+        "The same ONNX recipes run by OpenVINO's CPU plugin, over onnxruntime on the original file; `auto` times "
+        "each installed engine per region on the first load and keeps the faster.",
+    ),
     "host-models": (
         "Host plan (numpy) against onnxruntime: modern models",
         "runtime_lite's own numpy kernels over onnxruntime on the same ONNX file, batch 1, 2 threads each. The "
