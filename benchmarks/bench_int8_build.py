@@ -58,6 +58,10 @@ def main() -> None:
     parser.add_argument("--target", default="npu")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from report import machine
+
+    print(machine(), flush=True)  # the CPU, its ISA and VNNI: a build time means little without them
     model, calibration = os.path.abspath(args.model), os.path.abspath(args.calibration)
     checkouts = args.checkout or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     (stack,) = [os.path.join(calibration, f) for f in os.listdir(calibration) if f.endswith(".npy")]

@@ -94,6 +94,9 @@ def main() -> None:
     parser.add_argument("--stalled", type=int, default=200, help="stalled connections in the slow family")
     parser.add_argument("--seed", type=int, default=2029)
     args = parser.parse_args()
+    from runtime_lite.tools.machine import cpu
+
+    print(cpu(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "fixed.aotb").write_bytes(mlp_bundle(seed=3, batch=1))
