@@ -134,6 +134,26 @@ def integer(text: str) -> int:
         raise ValueError("expected an integer") from None
 
 
+def thread_count(default: str) -> Callable[[str], int]:
+    """A ``threads`` option's parser: 0 (``default``, e.g. "onnxruntime's default") or more, as text or an int."""
+
+    def accepts(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a thread count (0: {default}), got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"must be 0 ({default}) or more")
+        return value
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"expected a thread count (0: {default})") from None
+        return accepts(value)
+
+    return accepting(accepts)(parse)
+
+
 def choice(*values: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in values:

@@ -39,7 +39,7 @@ from runtime_lite.backends.onnxruntime.session import OnnxRuntimeUnavailable, Se
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.openvino import recipe_engine
 from runtime_lite.backends.openvino.engine import EngineSettings, OpenVinoUnavailable, import_openvino
-from runtime_lite.backends.options import Option, accepting, boolean, choice, integer
+from runtime_lite.backends.options import Option, accepting, boolean, choice, integer, thread_count
 from runtime_lite.errors import BundleError
 from runtime_lite.format.signature import TensorSpec
 from runtime_lite.tools.machine import cpu
@@ -92,16 +92,7 @@ def runs(text: str) -> int:
     return _is_runs(integer(text))
 
 
-def _is_threads(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError("expected a thread count, 0 (each engine's default) or more")
-    return value
-
-
-@accepting(_is_threads)
-def threads(text: str) -> int:
-    """A thread count for every engine: 0 (each engine's default) or more."""
-    return _is_threads(integer(text))
+threads = thread_count("each engine's default")
 
 
 LOAD_OPTIONS = (

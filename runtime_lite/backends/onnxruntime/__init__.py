@@ -47,7 +47,7 @@ from runtime_lite.backends.onnxruntime.session import (
     import_onnxruntime,
 )
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
-from runtime_lite.backends.options import Option, accepting, boolean, choice, env_choice
+from runtime_lite.backends.options import Option, boolean, choice, env_choice, thread_count
 from runtime_lite.errors import BundleError, OptionError
 from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
@@ -57,23 +57,7 @@ logger = logging.getLogger("runtime_lite.onnxruntime")
 SPECS_FIELD = "onnxruntime.compile_specs"
 
 
-def _thread_count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a thread count (0: onnxruntime's default), got {type(value).__name__}")
-    if value < 0:
-        raise ValueError("must be 0 (onnxruntime's default) or more")
-    return value
-
-
-@accepting(_thread_count)
-def threads(text: str) -> int:
-    """A thread count: 0 (onnxruntime's default, one per physical core) or more."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError("expected a thread count (0: onnxruntime's default)") from None
-    return _thread_count(value)
-
+threads = thread_count("onnxruntime's default, one per physical core")
 
 #: What a deployment may set at load: ``load(path, backend_options={"onnxruntime": {...}})``.
 LOAD_OPTIONS = (

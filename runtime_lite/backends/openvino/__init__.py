@@ -35,7 +35,7 @@ from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.openvino.engine import HINTS, PRECISIONS, Engine, EngineSettings, OpenVinoUnavailable
-from runtime_lite.backends.options import Option, accepting, boolean, choice
+from runtime_lite.backends.options import Option, boolean, choice, thread_count
 from runtime_lite.errors import BundleError
 from runtime_lite.format.signature import TensorSpec
 
@@ -45,23 +45,7 @@ SPECS_FIELD = "openvino.compile_specs"
 RECIPE_FIELD = "openvino.payloads.recipe"
 
 
-def _thread_count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a thread count (0: openvino's default), got {type(value).__name__}")
-    if value < 0:
-        raise ValueError("must be 0 (openvino's default) or more")
-    return value
-
-
-@accepting(_thread_count)
-def threads(text: str) -> int:
-    """A thread count: 0 (openvino's default, one per physical core) or more."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError("expected a thread count (0: openvino's default)") from None
-    return _thread_count(value)
-
+threads = thread_count("openvino's default, one per physical core")
 
 #: What a deployment may set at load: ``load(path, backend_options={"openvino": {...}})``.
 LOAD_OPTIONS = (
