@@ -25,7 +25,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+
 from runtime_lite.backends.onnxruntime.shapes import BadGeometry, Node, Shape, walk
+from runtime_lite.execution.limits import BudgetExceeded
 
 #: Bytes per element of each ONNX element type (TensorProto.DataType).
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
@@ -155,3 +158,18 @@ class Footprint:
 
 
 __all__ = ["ITEMSIZE", "Footprint"]
+
+
+def check_run(footprint: Footprint | None, inputs: Sequence, engine: str, max_memory: int) -> None:
+    """Before ``engine`` runs a recipe on ``inputs``: BudgetExceeded where the walk sizes its activations past
+    ``max_memory``, ValueError where the inputs' shapes cannot fit the recipe (None: nothing to size)."""
+    if footprint is None:
+        return
+    try:
+        need = footprint.peak_bytes([np.shape(x) for x in inputs])
+    except BadGeometry as e:
+        raise ValueError(f"inputs of shapes {[list(np.shape(x)) for x in inputs]} do not fit: {e}") from None
+    if need > max_memory:
+        raise BudgetExceeded(
+            f"{engine} would hold {need:,} bytes of activations, more than max_memory = {max_memory:,}"
+        )

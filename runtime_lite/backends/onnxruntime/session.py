@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends.onnxruntime.footprint import Footprint
-from runtime_lite.backends.onnxruntime.shapes import BadGeometry
-from runtime_lite.execution.limits import BudgetExceeded, current_budget
+from runtime_lite.backends.onnxruntime.footprint import Footprint, check_run
+from runtime_lite.execution.limits import current_budget
 
 #: ``optimization`` load option -> onnxruntime's GraphOptimizationLevel member.
 OPTIMIZATION_LEVELS = {
@@ -123,15 +122,7 @@ class Session:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         budget = current_budget()
-        if self._footprint is not None:
-            try:
-                need = self._footprint.peak_bytes([np.shape(x) for x in inputs])
-            except BadGeometry as e:
-                raise ValueError(f"inputs of shapes {[list(np.shape(x)) for x in inputs]} do not fit: {e}") from None
-            if need > budget.max_memory:
-                raise BudgetExceeded(
-                    f"onnxruntime would hold {need:,} bytes of activations, more than max_memory = {budget.max_memory:,}"
-                )
+        check_run(self._footprint, inputs, "onnxruntime", budget.max_memory)
         feeds = dict(zip(self._inputs, inputs))
         if budget.deadline is None:
             return self._session.run(self._outputs, feeds)

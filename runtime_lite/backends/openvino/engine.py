@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends.onnxruntime.footprint import Footprint
-from runtime_lite.backends.onnxruntime.shapes import BadGeometry
+from runtime_lite.backends.onnxruntime.footprint import Footprint, check_run
 from runtime_lite.backends.openvino.memory_recipe import in_memory
-from runtime_lite.execution.limits import BudgetExceeded, current_budget
+from runtime_lite.execution.limits import current_budget
 
 #: ``hint`` load option -> OpenVINO's PERFORMANCE_HINT.
 HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT"}
@@ -138,15 +137,7 @@ class Engine:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         budget = current_budget()
-        if self._footprint is not None:
-            try:
-                need = self._footprint.peak_bytes([np.shape(x) for x in inputs])
-            except BadGeometry as e:
-                raise ValueError(f"inputs of shapes {[list(np.shape(x)) for x in inputs]} do not fit: {e}") from None
-            if need > budget.max_memory:
-                raise BudgetExceeded(
-                    f"openvino would hold {need:,} bytes of activations, more than max_memory = {budget.max_memory:,}"
-                )
+        check_run(self._footprint, inputs, "openvino", budget.max_memory)
         request = self._request()
         self._feed(request, inputs)
         try:
