@@ -149,7 +149,8 @@ class _Refused(Exception):
     """Why the walk stopped; turned into one BundleError by ``check_recipe``."""
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+def read_varint(data: memoryview, pos: int) -> tuple[int, int]:
+    """The protobuf varint at ``pos`` and the position after it; refused where truncated or over 10 bytes."""
     if pos < len(data) and data[pos] < 0x80:  # most keys, lengths and enums are one byte
         return data[pos], pos + 1
     result = shift = 0
@@ -178,7 +179,7 @@ def _fields(data: memoryview, message: str, known: Mapping[int, str]) -> Iterato
         if key < 0x80:
             pos += 1
         else:
-            key, pos = _varint(data, pos)
+            key, pos = read_varint(data, pos)
         name = known.get(key >> 3)
         if name is None:
             number = key >> 3
@@ -189,7 +190,7 @@ def _fields(data: memoryview, message: str, known: Mapping[int, str]) -> Iterato
             if pos < end and data[pos] < 0x80:
                 size, pos = data[pos], pos + 1
             else:
-                size, pos = _varint(data, pos)
+                size, pos = read_varint(data, pos)
             stop = pos + size
             if stop > end:
                 raise _Refused(f"{message}.{name} runs past the end of its message")
@@ -198,7 +199,7 @@ def _fields(data: memoryview, message: str, known: Mapping[int, str]) -> Iterato
             if pos < end and data[pos] < 0x80:
                 value, pos = data[pos], pos + 1
             else:
-                value, pos = _varint(data, pos)
+                value, pos = read_varint(data, pos)
         elif wire in (FIXED64, FIXED32):
             width = 8 if wire == FIXED64 else 4
             if pos + width > end:
@@ -224,7 +225,7 @@ def _packed_ints(wire: int, value: int | memoryview) -> list[int]:
         return [value]
     out, pos = [], 0
     while pos < len(value):
-        number, pos = _varint(value, pos)
+        number, pos = read_varint(value, pos)
         out.append(number)
     return out
 
@@ -460,4 +461,4 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
     return facts
 
 
-__all__ = ["ALLOWED_OPS", "PLACEHOLDER", "RecipeFacts", "check_recipe"]
+__all__ = ["ALLOWED_OPS", "PLACEHOLDER", "RecipeFacts", "check_recipe", "read_varint"]

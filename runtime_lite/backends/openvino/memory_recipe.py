@@ -21,22 +21,13 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
+from runtime_lite.backends.onnxruntime.recipe_check import read_varint
+
 #: OpenVINO's (and onnxruntime's) in-memory external-data location.
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
 # Field numbers (onnx.proto).
 MODEL_GRAPH, GRAPH_INITIALIZER, TENSOR_NAME, TENSOR_EXTERNAL_DATA = 7, 5, 8, 13
 LEN = 2
-
-
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _encode_varint(value: int) -> bytes:
@@ -54,13 +45,13 @@ def _fields(data: memoryview) -> Iterator[tuple[int, memoryview, memoryview | No
     pos = 0
     while pos < len(data):
         start = pos
-        key, pos = _varint(data, pos)
+        key, pos = read_varint(data, pos)
         wire, payload = key & 7, None
         if wire == LEN:
-            size, pos = _varint(data, pos)
+            size, pos = read_varint(data, pos)
             payload, pos = data[pos : pos + size], pos + size
         elif wire == 0:
-            _, pos = _varint(data, pos)
+            _, pos = read_varint(data, pos)
         else:
             pos += 8 if wire == 1 else 4
         yield key >> 3, data[start:pos], payload
