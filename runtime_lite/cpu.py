@@ -6,6 +6,7 @@ backends/onnxruntime/int8.py); ``runtime_lite.tools.machine`` names the CPU besi
 
 from __future__ import annotations
 
+import functools
 import platform
 from pathlib import Path
 
@@ -20,16 +21,19 @@ DOT_PRODUCT_FLAGS = {
 }
 
 
-def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere."""
-    model, flags = platform.processor() or platform.machine(), set()
+@functools.cache
+def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, frozenset[str]]:
+    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere.
+
+    Read once per process: every int8 load asks, and /proc/cpuinfo repeats the flags per core."""
+    model, flags = platform.processor() or platform.machine(), frozenset()
     try:
         for line in cpuinfo.read_text().splitlines():
             name, _, value = line.partition(":")
             if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
                 model = value.strip()
             elif name.strip() in FLAG_FIELDS and not flags:
-                flags = set(value.split())
+                flags = frozenset(value.split())
     except OSError:
         pass
     return model, flags
