@@ -271,10 +271,18 @@ def test_the_callers_stream_carries_the_work(machine, tmp_path):
 
     streams = _cudart().STREAMS
     streams.clear()
-    out = module.run({"data": DATA}, stream=CallerStream(), outputs_on="device")[0]
+    caller = CallerStream()
+    out = module.run({"data": DATA}, stream=caller, outputs_on="device")[0]
     assert set(streams) == {4242} and out.stream == 4242
     assert out.__cuda_array_interface__["stream"] == 4242
     assert relative_l2(out.numpy(), _host()) <= 1e-5
+    # freed in order on 4242 when it goes: it holds the caller's stream, which a GPU must not destroy first
+    # (on a real H200 a cupy stream dropped before the result crashed the process in cudaFreeAsync)
+    survivor = weakref.ref(caller)
+    del caller
+    assert survivor() is not None
+    del out
+    assert survivor() is None
 
 
 def test_consecutive_runs_are_ordered_on_the_device_and_the_host_waits_only_to_reuse_staging(machine, tmp_path):

@@ -96,6 +96,13 @@ class DeviceRun:
 
     outputs_on: str = "host"
     stream: int | None = None
+    #: the caller's stream object itself, held by results freed on that stream (see EngineRunner.run)
+    stream_object: Any = None
+
+    @property
+    def stream_argument(self) -> Any:
+        """What to hand a runner: the caller's object where there is one (the results keep it alive)."""
+        return self.stream if self.stream_object is None else self.stream_object
 
 
 _RUN: contextvars.ContextVar[DeviceRun | None] = contextvars.ContextVar("runtime_lite_device_run", default=None)
@@ -334,11 +341,12 @@ class DeviceArray:
     def __init__(
         self, cuda: Any, ptr: int, shape: Sequence[int], dtype: np.dtype, stream: int, *,
         ready: ReadyEvent | None = None, keepalive: Any = None, device_id: int = 0, stream_ordered: bool = True,
-        stream_owner: OwnedStream | None = None,
+        stream_owner: Any = None,
     ):  # fmt: skip
         self._cuda, self.ptr, self.shape, self.dtype = cuda, ptr, tuple(shape), np.dtype(dtype)
         self.stream, self.ready, self.device_id = stream, ready, device_id
-        self._stream_owner = stream_owner  # keeps a runner's stream alive for the stream-ordered free
+        # keeps the stream it is freed on alive: the runner's OwnedStream or the caller's stream object
+        self._stream_owner = stream_owner
         self._keepalive, self._stream_ordered = keepalive, stream_ordered
         self._consumers: set[int] = set()
         self._lock = threading.Lock()
@@ -474,7 +482,7 @@ def to_host(value: Any) -> np.ndarray:
     return out
 
 
-def to_device(array: np.ndarray, stream: int | None = None) -> DeviceArray:
+def to_device(array: np.ndarray, stream: int | None = None, stream_owner: Any = None) -> DeviceArray:
     """A host array copied into a new DeviceArray (an output the caller wants on the GPU that the host computed)."""
     cuda = cudart()
     array = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d output 1-d
@@ -486,7 +494,7 @@ def to_device(array: np.ndarray, stream: int | None = None) -> DeviceArray:
         check(cuda, "cudaMemcpyAsync", ptr, array.ctypes.data, array.nbytes, kind, stream)
     ready = ReadyEvent(cuda, stream)
     ready.synchronize()  # pageable source: it must not change before the copy is done
-    return memory.array(ptr, array.shape, array.dtype, stream, ready=ready)
+    return memory.array(ptr, array.shape, array.dtype, stream, ready=ready, stream_owner=stream_owner)
 
 
 @functools.cache

@@ -173,7 +173,8 @@ class Module:
         if outputs_on != "host" or stream is not None or _any_on_device(values):
             if outputs_on not in OUTPUTS_ON:
                 raise InputError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
-            run = DeviceRun(outputs_on, None if stream is None else stream_handle(stream))
+            handle = None if stream is None else stream_handle(stream)
+            run = DeviceRun(outputs_on, handle, None if isinstance(stream, int) else stream)
             values = [_device_input(v, s.name) for v, s in zip(values, self.inputs)]
             for value, spec in zip(values, self.inputs):
                 if isinstance(value, DeviceInput):
@@ -243,7 +244,7 @@ def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
             placed.append(value)
         else:  # computed on the host, the caller's own GPU input, or a result repeated: a DeviceArray of its own
             try:
-                placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream))
+                placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream, run.stream_object))
             except RuntimeError as e:  # no cuda-python, no device
                 raise ExecutionError(
                     f"outputs_on='device': output {len(placed)} cannot be put on a GPU ({e})"

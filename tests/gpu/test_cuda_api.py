@@ -39,7 +39,7 @@ def test_the_runner_calls_take_the_argument_types_we_pass():
     mode = cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
     calls = [
         ("cudaGetDeviceCount",), ("cudaGetDevice",), ("cudaGetDeviceProperties", 0), ("cudaRuntimeGetVersion",),
-        ("cudaStreamCreate",), ("cudaMalloc", nbytes), ("cudaMallocHost", nbytes), ("cudaMallocAsync", nbytes, stream),
+        ("cudaStreamCreate",), ("cudaStreamCreateWithFlags", cudart.cudaStreamNonBlocking), ("cudaMalloc", nbytes), ("cudaMallocHost", nbytes), ("cudaMallocAsync", nbytes, stream),
         ("cudaMemcpyAsync", address, host.ctypes.data, nbytes, h2d, stream),
         ("cudaMemcpy", host.ctypes.data, address, nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost),
         ("cudaEventCreateWithFlags", cudart.cudaEventDisableTiming), ("cudaEventRecord", event, stream),

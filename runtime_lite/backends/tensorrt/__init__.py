@@ -221,7 +221,7 @@ class TensorRTModule:
         start = time.perf_counter() if trace is not None else 0.0
         device = current_run()  # GPU arrays in or out (Module.run's outputs_on/stream): see execution/device.py
         if self.runner is not None:
-            options = {} if device is None else {"outputs_on": device.outputs_on, "stream": device.stream}
+            options = {} if device is None else {"outputs_on": device.outputs_on, "stream": device.stream_argument}
             outputs = self.runner.run(inputs, **options)
             outputs = [o if isinstance(o, DeviceArray) else o.astype(s.dtype, copy=False)
                        for o, s in zip(outputs, self.outputs)]  # fmt: skip

@@ -257,6 +257,7 @@ class EngineRunner:
         self.staged_bytes = 0
         self.cuda_graphs = cuda_graphs
         self._graphs: dict[tuple, Any] = {}  # input shapes -> graph exec, or None where capture failed
+        self._capture_stream: int | None = None
         self._shapes: tuple | None = None
         self._output_shapes: dict[str, tuple[int, ...]] = {}
         self._addresses: dict[str, int] = {}
@@ -282,7 +283,11 @@ class EngineRunner:
 
         ``stream``: the caller's CUDA stream to run on (default: the runner's own). Host
         results are complete on return; device results are ready in stream order (their
-        ``__cuda_array_interface__``/``__dlpack__`` tell consumers what to wait for).
+        ``__cuda_array_interface__``/``__dlpack__`` tell consumers what to wait for). A
+        device result is freed in order on the stream it was made on, so it holds the
+        caller's stream object (CuPy, torch, cuda-python) until it goes: freeing on a
+        destroyed stream crashes the process on real hardware. A bare int handle cannot be
+        held; that stream must outlive the results.
         """
         if outputs_on not in OUTPUTS_ON:
             raise ValueError(f"outputs_on must be one of {', '.join(OUTPUTS_ON)}, got {outputs_on!r}")
@@ -294,9 +299,9 @@ class EngineRunner:
             if self.stream is None:
                 raise RuntimeError("this EngineRunner was closed")
             run_stream = self.stream if stream is None else stream_handle(stream)
-            return self._run(inputs, outputs_on, run_stream)
+            return self._run(inputs, outputs_on, run_stream, stream_keeper=None if stream is None else stream)
 
-    def _run(self, inputs: Sequence[Any], outputs_on: str, stream: int) -> list[Any]:
+    def _run(self, inputs: Sequence[Any], outputs_on: str, stream: int, stream_keeper: Any = None) -> list[Any]:
         context = self.context
         self._after_last_run(stream)
         graphed = self.cuda_graphs
@@ -330,7 +335,7 @@ class EngineRunner:
             self._bind(name, destinations[name])
         self._execute(key, stream)
         if outputs_on == "device":
-            results = self._device_results(destinations, stream, keep, copy=not fresh)
+            results = self._device_results(destinations, stream, keep, copy=not fresh, stream_keeper=stream_keeper)
             self._staged = self._last_done if staged else None
             self._last_stream = stream
         else:
@@ -419,15 +424,21 @@ class EngineRunner:
         cuda = self.cuda
         mode = cuda.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
         try:
-            _cuda(cuda, "cudaStreamBeginCapture", self.stream, mode)
+            if self._capture_stream is None:
+                # Captured on a non-blocking stream of its own, launched on the run's: while a blocking stream
+                # captures, any other thread's legacy-stream call (a synchronous cudaMemcpy, a result's
+                # numpy()) fails with cudaErrorStreamCaptureImplicit, and so does the capture (seen on an H200).
+                flags = cuda.cudaStreamNonBlocking
+                self._capture_stream = int(_cuda(cuda, "cudaStreamCreateWithFlags", flags))
+            _cuda(cuda, "cudaStreamBeginCapture", self._capture_stream, mode)
         except RuntimeError as e:
             logger.info("tensorrt: CUDA graph capture unavailable (%s); running without graphs", e)
             return None
         enqueued = False
         try:
-            enqueued = bool(self.context.execute_async_v3(self.stream))
+            enqueued = bool(self.context.execute_async_v3(self._capture_stream))
         finally:
-            err, graph = cuda.cudaStreamEndCapture(self.stream)
+            err, graph = cuda.cudaStreamEndCapture(self._capture_stream)
         if not enqueued or err != cuda.cudaError_t.cudaSuccess:
             logger.info("tensorrt: this engine cannot be captured in a CUDA graph; running without graphs")
             return None
@@ -445,6 +456,11 @@ class EngineRunner:
             if graph is not None:
                 self.cuda.cudaGraphExecDestroy(graph)
 
+    def _drop_capture_stream(self) -> None:
+        stream, self._capture_stream = self._capture_stream, None
+        if stream is not None:
+            self.cuda.cudaStreamDestroy(stream)
+
     def _host_results(self, stream: int) -> list[np.ndarray]:
         results = []
         for name in self.outputs:
@@ -456,7 +472,9 @@ class EngineRunner:
         _cuda(self.cuda, "cudaStreamSynchronize", stream)
         return results
 
-    def _device_results(self, destinations: dict[str, int], stream: int, keep: list, copy: bool) -> list[DeviceArray]:
+    def _device_results(
+        self, destinations: dict[str, int], stream: int, keep: list, copy: bool, stream_keeper: Any = None
+    ) -> list[DeviceArray]:
         arrays = {}
         for name in self.outputs:
             shape, dtype = self._output_shapes[name], self.dtypes[name]
@@ -469,7 +487,7 @@ class EngineRunner:
             arrays[name] = (address, shape, dtype)
         ready = ReadyEvent(self.cuda, stream)
         self._last_done = ready
-        owner = self._own_stream if stream == self.stream else None
+        owner = self._own_stream if stream == self.stream else stream_keeper
         return [
             self.memory.array(
                 address,
@@ -495,6 +513,7 @@ class EngineRunner:
             if done is not None:
                 done.synchronize()
             self._drop_graphs()
+            self._drop_capture_stream()
             for buffer in (*self.staging.values(), *self.results.values()):
                 buffer.release()
             self.pinned.close()

@@ -166,6 +166,11 @@ def cudaStreamCreate():  # noqa: N802
 
 
 @_count
+def cudaStreamCreateWithFlags(flags):  # noqa: N802
+    return OK, next(_IDS)
+
+
+@_count
 def cudaStreamSynchronize(stream):  # noqa: N802
     return (OK,)
 
