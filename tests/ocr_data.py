@@ -94,6 +94,20 @@ def text_lines(count: int, seed: int = 0, width: int | None = 320) -> list[tuple
     return [(text, render_line(text, rng, width)) for text in (random_text(rng) for _ in range(count))]
 
 
+def text_page(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A white page of black text lines, as the detector's input [1, 3, H, W] (noise makes it see nothing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = random.Random(seed)
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    for top in range(4, max(height - 20, 5), 30):
+        font = ImageFont.truetype(rng.choice(fonts()), rng.randint(16, 24))
+        draw.text((rng.randint(2, 12), top), random_text(rng), fill="black", font=font)
+    pixels = (np.asarray(image, np.float32) / 255 - 0.5) / 0.5
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1)[None])
+
+
 def ctc_decode(probabilities: np.ndarray) -> str:
     """Greedy CTC: the best class per step, repeats merged, blanks dropped ([1, T, C] -> text)."""
     classes, chars = probabilities[0].argmax(-1), alphabet()
