@@ -63,6 +63,10 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "What the NPU's emulation costs over the host plan of the same model (it runs the host's kernels), and "
         "how many regions the partition makes.",
     ),
+    "gpu-runner": (
+        "TensorRT engine runner on a GPU",
+        "What the runner costs per call over the bare copies it must make, on a lent GPU (files named by the GPU).",
+    ),
     "runtime": ("Runtime costs: dispatch, loading, import", "Per-instruction dispatch, `load`, `import runtime_lite`."),
     "soak": ("Soak: mixed load / run / unload", "Minutes of mixed load, run and unload: every result checked, RSS."),
     "serving": (
