@@ -41,3 +41,22 @@ def test_real_ocr_networks_run_as_few_npu_calls_with_the_host_plans_numbers(kind
     left = sorted({e.get("op", "?") for e in profile.plan_events if e.get("backend") not in ("npu", None)})
     assert 1 <= len(calls) <= 5, f"{kind}: {len(calls)} NPU calls; on the host: {left}"
     assert relative_l2(profile.outputs[0], host.run({"x": x})[0]) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["cls", "rec"])
+def test_real_ocr_networks_at_int8_are_one_region_bit_exact_to_the_integer_reference(kind):
+    """Calibrated on rendered lines: every integer kernel the NPU ran is replayed by tests/int8_reference.py."""
+    import collections
+
+    from tests import int8_reference
+
+    shape = CASES[kind]
+    samples = [{"x": image} for _, image in text_lines(8, seed=11, width=shape[3])]
+    config = aot.QuantizeConfig(samples, holdout=0.25, method="minmax", report=False)
+    result = aot.build(str(model_path(kind)), targets=["npu"], input_shapes={"x": shape}, quantize=config, log=None)
+    assert len(result.partitioned.regions) == 1
+    kinds = collections.Counter(c.name for c in result.partitioned.composites)
+    integer = sum(n for k, n in kinds.items() if k.startswith("npu.int8_"))
+    assert integer > 10, kinds
+    checked, _ = int8_reference.replay_npu_int8(result.to_bytes(), [samples[-1]["x"]])
+    assert checked == integer
