@@ -94,6 +94,27 @@ def text_lines(count: int, seed: int = 0, width: int | None = 320) -> list[tuple
     return [(text, render_line(text, rng, width)) for text in (random_text(rng) for _ in range(count))]
 
 
+#: The detector's normalization (rapidocr's DetPreProcess: ImageNet mean and deviation on [0, 1] pixels).
+DET_MEAN, DET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def text_page(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A white page of ``height`` x ``width`` with rendered text lines on it, as the detector's input [1, 3, H, W].
+
+    The detector answers ~1e-7 everywhere on noise, so its numerics are only meaningful on text.
+    """
+    rng = random.Random(seed)
+    page = np.ones((height, width, 3), np.float32)
+    top = rng.randint(0, 8)
+    while top + HEIGHT <= height:
+        line = (render_line(random_text(rng), rng)[0].transpose(1, 2, 0) + 1) / 2  # back to [0, 1] pixels
+        left = rng.randint(0, 16)
+        span = min(line.shape[1], width - left)
+        page[top : top + HEIGHT, left : left + span] = line[:, :span]
+        top += HEIGHT + rng.randint(0, 12)
+    return np.ascontiguousarray(((page - DET_MEAN) / DET_STD).transpose(2, 0, 1)[None])
+
+
 def ctc_decode(probabilities: np.ndarray) -> str:
     """Greedy CTC: the best class per step, repeats merged, blanks dropped ([1, T, C] -> text)."""
     classes, chars = probabilities[0].argmax(-1), alphabet()

@@ -224,10 +224,15 @@ def _transpose(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> 
 
 @exports("reshape")
 def _reshape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """To the ``shape`` attribute, or to a target computed in the recipe (``Shape`` -> ... -> ``Concat``)."""
     shape = node.attrs["shape"]
-    if shape is None or len(ins) != 1:
-        raise BuildError(f"{w.label} recipe: reshape {node.name!r} has a run-time target shape")
-    w.emit("Reshape", [ins[0], w.ints(shape, "shape")], outs, allowzero=node.attrs["allowzero"])
+    if len(ins) > 1:
+        target = ins[1] if node.inputs[1].type.dtype == "int64" else w.cast(ins[1], "int64")
+    elif shape is not None:
+        target = w.ints(shape, "shape")
+    else:
+        raise BuildError(f"{w.label} recipe: reshape {node.name!r} has no target shape")
+    w.emit("Reshape", [ins[0], target], outs, allowzero=node.attrs["allowzero"])
 
 
 @exports("pad")

@@ -68,7 +68,7 @@ ALLOWED_OPS = frozenset(
         *("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSum", "ArgMax", "ArgMin", "CumSum"),
         # layout and indexing
         *("Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Reshape", "Pad", "Resize"),
-        *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu"),
+        *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu", "Shape"),
         # int8
         *("QuantizeLinear", "DequantizeLinear"),
     }

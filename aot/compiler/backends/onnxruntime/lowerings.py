@@ -38,9 +38,29 @@ def _cast(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Cast", ins, outs, to=helper.np_dtype_to_tensor_dtype(np.dtype(node.attrs["to"])))
 
 
+def _int64(w: RecipeWriter, node: Node, ins: list[str], i: int) -> str:
+    """Input ``i`` (a run-time shape, start or end) as the int64 tensor ONNX takes there."""
+    return ins[i] if node.inputs[i].type.dtype == "int64" else w.cast(ins[i], "int64")
+
+
 @_export("expand")
 def _expand(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
-    w.emit("Expand", [ins[0], w.ints(node.attrs["shape"], "shape")], outs)
+    shape = _int64(w, node, ins, 1) if len(ins) > 1 else w.ints(node.attrs["shape"], "shape")
+    w.emit("Expand", [ins[0], shape], outs)
+
+
+@_export("shape")
+def _shape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A shape read at run time: symbolic dims travel through the recipe as onnxruntime computes them."""
+    end = node.attrs["end"]
+    w.emit("Shape", ins, outs, start=node.attrs["start"], **({"end": end} if end is not None else {}))
+
+
+@_export("dynamic_slice")
+def _dynamic_slice(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    bounds = [_int64(w, node, ins, i) for i in (1, 2)]
+    w.emit("Slice", [ins[0], *bounds, w.ints(a["axes"], "axes"), w.ints(a["steps"], "steps")], outs)
 
 
 @_export("tile")
