@@ -27,6 +27,7 @@ from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.frontend.torch import from_exported_program, load_exported_program
+from aot.ir import contrib
 from aot.ir.graph import Graph
 from aot.packager import BlobTable, make_header, read_back, save, to_bytes
 from aot.passes import optimize
@@ -148,6 +149,7 @@ def build(
         notes.extend(explain_host(partitioned, [get_compiler_backend(t) for t in offload]))
         modules = stage("codegen", lambda: _codegen(partitioned, blobs, configured, log, notes))
         outline_regions(partitioned)
+    refuse_contrib_on_the_host(graph, offload)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
     header = stage("package", lambda: make_header(graph, plan, blobs, modules, worst_case))
     reports = {}
@@ -162,6 +164,21 @@ def build(
         stage("accuracy", lambda: quantization.measure(log))
         notes.extend(quantization.report_lines())
     return result
+
+
+def refuse_contrib_on_the_host(graph: Graph, offload: Sequence[str]) -> None:
+    """A contrib op outside an onnxruntime region has no kernel to run it: one line naming the op and the node."""
+    for node in graph.nodes:
+        if node.op == contrib.OP:
+            where = (
+                "stayed on the host (aot-build --print-graph says why)"
+                if "onnxruntime" in offload
+                else "runs only in an onnxruntime region: build with --target onnxruntime"
+            )
+            raise BuildError(
+                f"{contrib.qualified(node.attrs)} (node {node.name!r}) is an onnxruntime contrib op the host plan "
+                f"and the other targets have no kernel for; it {where}"
+            )
 
 
 def _int8_options(

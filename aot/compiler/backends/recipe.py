@@ -353,8 +353,14 @@ def write_recipe(
     return _model(onnx_graph)
 
 
+#: Opsets of the other domains a recipe may hold ops of (onnxruntime's contrib ops, aot/ir/contrib.py).
+DOMAIN_OPSETS = {"com.microsoft": 1}
+
+
 def _model(onnx_graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="aot")
+    domains = sorted({node.domain for node in onnx_graph.node if node.domain not in ("", "ai.onnx")})
+    opsets = [helper.make_opsetid("", OPSET), *(helper.make_opsetid(d, DOMAIN_OPSETS[d]) for d in domains)]
+    model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="aot")
     model.ir_version = 8  # what opset 17 needs; TensorRT 10's parser reads up to IR 10
     return model
 

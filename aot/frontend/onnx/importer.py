@@ -122,10 +122,15 @@ def _channel_prelu_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _op_key(node: onnx.NodeProto) -> str:
+    """``Conv`` for a default-domain op, ``com.microsoft.Gelu`` for another domain's: how converters are named."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
     missing: OrderedDict[str, list[str]] = OrderedDict()
     for node in nodes:
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        key = _op_key(node)
         if key not in CONVERTERS:
             missing.setdefault(key, []).append(node.name or (node.output[0] if node.output else "?"))
     if missing:
@@ -302,7 +307,7 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
     for node in nodes:
         ctx = NodeContext(graph, node, [env[n] if n else None for n in node.input], opset, used_names)
         try:
-            outputs = CONVERTERS[node.op_type](ctx)
+            outputs = CONVERTERS[_op_key(node)](ctx)
         except AotError:
             raise
         except Exception as e:  # a converter bug must still name the node

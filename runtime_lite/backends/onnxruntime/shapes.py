@@ -43,12 +43,13 @@ SAME_SHAPE = frozenset(
         *("Sin", "Cos", "Tan", "Softplus", "Softsign", "HardSwish", "HardSigmoid", "LeakyRelu", "Elu", "Clip"),
         *("Sign", "Round", "Not", "IsNaN", "IsInf", "Cast", "Softmax", "LogSoftmax", "LRN", "BatchNormalization"),
         *("InstanceNormalization", "LayerNormalization", "CumSum", "Trilu", "QuantizeLinear", "DequantizeLinear"),
+        *("com.microsoft.Gelu", "com.microsoft.FastGelu", "com.microsoft.QuickGelu"),
     }
 )
 BROADCAST = frozenset(
     {
         *("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Mod", "Where"),
-        *("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor"),
+        *("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "com.microsoft.BiasGelu"),
     }
 )
 GEOMETRY = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool"})
@@ -261,11 +262,27 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
     if op in SAME_SHAPE:
         return [x]
     if op in BROADCAST:
-        return [_broadcast(ins)]
+        try:
+            return [_broadcast(ins)]
+        except BadGeometry as e:
+            raise BadGeometry(f"{node.where} ({op}): {e}") from None
     if op in GEOMETRY:
         return [_window(node, x, ins[1] if len(ins) > 1 else None)]
     if op == "MatMul":
         return [_matmul(ins[0], ins[1])]
+    if op == "com.microsoft.FusedMatMul":
+        if a.get("transBatchA") or a.get("transBatchB"):
+            raise LookupError("FusedMatMul transBatchA/B")
+        left, right = list(ins[0]), list(ins[1])
+        for operand_shape, flag in ((left, "transA"), (right, "transB")):
+            if a.get(flag) and len(operand_shape) >= 2:
+                operand_shape[-2], operand_shape[-1] = operand_shape[-1], operand_shape[-2]
+        return [_matmul(tuple(left), tuple(right))]
+    if op == "com.microsoft.DynamicQuantizeLSTM":  # X [seq, batch, input] -> Y, Y_h, Y_c
+        hidden, dirs = a["hidden_size"], 2 if a.get("direction") == "bidirectional" else 1
+        if len(x) != 3 or not isinstance(hidden, int) or not 1 <= hidden <= MAX_KERNEL:
+            raise BadGeometry(f"{node.where}: DynamicQuantizeLSTM over {list(x)} with hidden_size {hidden}")
+        return [(x[0], dirs, x[1], hidden), (dirs, x[1], hidden), (dirs, x[1], hidden)]
     if op == "Gemm":
         m = x[1] if a.get("transA") else x[0]
         n = ins[1][0] if a.get("transB") else ins[1][1]

@@ -12,6 +12,7 @@ import numpy as np
 from onnx import helper
 
 from aot.compiler.backends.recipe import EXPORTS, Export, RecipeWriter, _simple
+from aot.ir import contrib
 from aot.ir.graph import Node
 
 EXTRA: dict[str, Export] = {
@@ -97,6 +98,16 @@ def _trilu(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None
 @_export("mod")
 def _mod(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Mod", ins, outs, fmod=int(node.attrs["fmod"]))
+
+
+@_export(contrib.OP)
+def _contrib(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """The contrib node as the file wrote it: its domain, its attributes, a skipped optional input left empty."""
+    a = node.attrs
+    slots = [""] * (max(a["slots"]) + 1)
+    for slot, name in zip(a["slots"], ins):
+        slots[slot] = name
+    w.emit(a["op_type"], slots, outs, domain=a["domain"], **contrib.attributes_of(a))
 
 
 @_export("dense")
