@@ -295,13 +295,18 @@ def test_a_large_value_derived_from_a_shape_is_data_and_not_remembered():
 
 
 @pytest.mark.parametrize(
-    "target, reason", [("npu", "static shapes"), ("tensorrt", "only the batch dim may be symbolic")]
+    "target, reason, shape",
+    [
+        ("npu", "static shapes", (1, 3, (16, 256), (16, 256))),
+        ("tensorrt", "only the batch dim may be symbolic unless every symbolic dim is bounded", (1, 3, "h", "w")),
+    ],
 )
-def test_npu_and_tensorrt_leave_run_time_sizes_on_the_host_with_the_reason_once(target, reason):
-    """The NPU plans static shapes; TensorRT profiles here span a symbolic batch only: both builds say why
-    the regions stay on the host (once, not per op), and the bundle runs every size."""
+def test_npu_and_tensorrt_leave_run_time_sizes_on_the_host_with_the_reason_once(target, reason, shape):
+    """The NPU plans static shapes, bounded or not; TensorRT needs bounds for its profiles (unbounded here):
+    both builds say why the regions stay on the host (once, not per op), and the bundle runs every size.
+    (With bounds TensorRT takes them: tests/test_tensorrt_profiles.py.)"""
     model = paddle_style_detector()
-    result = aot.build(model, targets=[target], input_shapes={"x": (1, 3, (16, 256), (16, 256))}, log=None)
+    result = aot.build(model, targets=[target], input_shapes={"x": shape}, log=None)
     assert any(reason in n for n in result.notes), result.notes
     assert len([n for n in result.notes if target in n]) <= 2, result.notes  # said once, not per op
     assert result.regions.get(target, 0) == 0, result.regions

@@ -22,7 +22,7 @@ from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
 from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme
 from aot.compiler.targets import check_targets
-from aot.compiler.worst_case import worst_case_activation_bytes
+from aot.compiler.worst_case import shapes_at_bounds, worst_case_activation_bytes
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
@@ -139,6 +139,7 @@ def build(
                 {**given[t], "calibration": quantization.table.digest}, log
             )
     worst_case = worst_case_activation_bytes(graph)  # before regions are outlined: every node re-infers
+    graph.shape_bounds = shapes_at_bounds(graph)
     blobs = BlobTable()
     partitioned, modules = None, []
     if partitioner is not None:
@@ -260,6 +261,7 @@ def _codegen(
         backend = get_compiler_backend(region.backend)
         if region.backend not in configured:  # a custom partitioner's region: the backend's defaults
             configured[region.backend] = backend.configure(None, log)
+        region.input_bounds = [pg.graph.shape_bounds.get(id(v)) for v in region.inputs]
         artifact = backend.codegen(region, configured[region.backend])
         notes.extend(artifact.notes)
         records.append(
