@@ -79,3 +79,31 @@ def test_a_shape_value_the_walk_computes_matches_integer_semantics():
     node = shapes.Node("Div", ["a", "b"], ["q"], {}, "div")
     known = {"a": [-7, 7, None], "b": [2]}
     assert shapes._shape_value(node, [(3,), (1,)], lambda i: known[node.inputs[i]]) == [-3, 3, None]
+
+
+def test_a_resize_to_another_inputs_run_time_size_stays_in_the_region():
+    """FPN-style "upsample to the size of the skip connection": Resize's sizes computed from Shape at run time
+    (``dynamic_resize``) is written as Resize with a sizes input, inside the onnxruntime region."""
+    from onnx import helper
+
+    from tests.helpers import make_model
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["lead"], end=2),
+        helper.make_node("Shape", ["skip"], ["spatial"], start=2),
+        helper.make_node("Concat", ["lead", "spatial"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["r", "", "", "sizes"], ["up"], mode="nearest"),
+        helper.make_node("Add", ["up", "skip"], ["y"]),
+    ]
+    model = make_model(
+        nodes, {"x": rand(1, 4, 5, 5), "skip": rand(1, 4, 10, 10)}, ["y"],
+        opset=15, input_shapes={"x": ["N", 4, "h", "w"], "skip": ["N", 4, "H", "W"]},
+    )  # fmt: skip
+    result = aot.build(model, targets=["onnxruntime"], log=None)
+    assert result.op_counts.get("dynamic_resize") == 1 and result.regions["host"] == 0, result.regions
+    module = runtime_lite.load(result.to_bytes())
+    assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]
+    for h, w in [(5, 5), (7, 13)]:
+        feeds = {"x": rand(2, 4, h, w, seed=h), "skip": rand(2, 4, 2 * h, 2 * w + 1, seed=w)}
+        np.testing.assert_allclose(module.run(feeds)[0], onnxruntime_outputs(model, feeds)[0], rtol=1e-6)

@@ -168,13 +168,13 @@ def _resize(node: Node, x: Shape, scales: list | None, sizes: list | None) -> Sh
     if len(node.inputs) > 3 and node.inputs[3]:
         if sizes is None:
             raise LookupError("Resize sizes not read")
-        if len(sizes) != len(axes) or any(v < 0 for v in sizes):
+        if len(sizes) != len(axes) or any(v is not None and v < 0 for v in sizes):
             raise BadGeometry(f"{node.where}: Resize sizes {sizes} for axes {axes}")
-        if policy == "stretch":
+        if policy == "stretch":  # a size computed from a symbolic dim stays unknown
             for axis, size in zip(axes, sizes):
                 out[axis] = size
             return tuple(out)
-        if policy not in ("not_larger", "not_smaller") or any(x[axis] is None for axis in axes):
+        if policy not in ("not_larger", "not_smaller") or any(x[axis] is None for axis in axes) or None in sizes:
             raise LookupError(f"Resize keep_aspect_ratio_policy {policy!r}")
         ratios = [size / x[axis] for axis, size in zip(axes, sizes) if x[axis]]
         scale = (min if policy == "not_larger" else max)(ratios) if ratios else 1.0
@@ -278,11 +278,12 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
             if a.get(flag) and len(operand_shape) >= 2:
                 operand_shape[-2], operand_shape[-1] = operand_shape[-1], operand_shape[-2]
         return [_matmul(tuple(left), tuple(right))]
-    if op == "com.microsoft.DynamicQuantizeLSTM":  # X [seq, batch, input] -> Y, Y_h, Y_c
+    if op in ("LSTM", "GRU", "RNN", "com.microsoft.DynamicQuantizeLSTM"):  # X [seq, batch, input] -> Y, Y_h (Y_c)
         hidden, dirs = a["hidden_size"], 2 if a.get("direction") == "bidirectional" else 1
-        if len(x) != 3 or not isinstance(hidden, int) or not 1 <= hidden <= MAX_KERNEL:
-            raise BadGeometry(f"{node.where}: DynamicQuantizeLSTM over {list(x)} with hidden_size {hidden}")
-        return [(x[0], dirs, x[1], hidden), (dirs, x[1], hidden), (dirs, x[1], hidden)]
+        if len(x) != 3 or not isinstance(hidden, int) or not 1 <= hidden <= MAX_KERNEL or a.get("layout", 0):
+            raise BadGeometry(f"{node.where}: {op} over {list(x)} with hidden_size {hidden}")
+        state = (dirs, x[1], hidden)
+        return [(x[0], dirs, x[1], hidden), state, state][: 3 if op.endswith("LSTM") else 2]
     if op == "Gemm":
         m = x[1] if a.get("transA") else x[0]
         n = ins[1][0] if a.get("transB") else ins[1][1]
@@ -349,7 +350,7 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
                 out[axis] = len(range(*slice(start, end, step).indices(out[axis])))
         return [tuple(out)]
     if op == "Resize":
-        return [_resize(node, x, operand(2), operand(3))]
+        return [_resize(node, x, operand(2), partial(3))]
     if op == "Split" and operand(1) is not None:
         axis = _axis(a.get("axis", 0), len(x))
         return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]

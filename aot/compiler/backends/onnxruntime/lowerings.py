@@ -25,6 +25,10 @@ EXTRA: dict[str, Export] = {
 }  # fmt: skip
 
 
+#: The ``recurrent`` op's activation names -> ONNX's.
+RECURRENT_ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
+
+
 def _export(*ops: str):
     def register(fn: Export) -> Export:
         for op in ops:
@@ -98,6 +102,34 @@ def _trilu(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None
 @_export("mod")
 def _mod(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Mod", ins, outs, fmod=int(node.attrs["fmod"]))
+
+
+@_export("dynamic_resize")
+def _dynamic_resize(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A resize to sizes computed at run time (``Shape`` arithmetic in the recipe): Resize with a sizes input."""
+    a = node.attrs
+    w.emit("Resize", [ins[0], "", "", _int64(w, node, ins, 1)], outs, mode=a["mode"],
+           coordinate_transformation_mode=a["coordinate_transformation_mode"], nearest_mode=a["nearest_mode"])  # fmt: skip
+
+
+@_export("recurrent")
+def _recurrent(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """RNN / GRU / LSTM over a sequence length known only at run time: ONNX's own op, whose inputs the
+    ``recurrent`` op keeps in ONNX's layout (x, W, R, B, then initial h, initial c and peepholes as flagged)."""
+    a = node.attrs
+    given = iter(ins[4:])
+    slots = [*ins[:4], "", next(given) if a["initial_h"] else ""]
+    if a["kind"] == "lstm":
+        slots += [next(given) if a["initial_c"] else "", next(given) if a["peepholes"] else ""]
+    while slots[-1] == "":
+        slots.pop()
+    attrs = {"hidden_size": a["hidden_size"], "direction": a["direction"],
+             "activations": [RECURRENT_ACTIVATIONS[name] for name in a["activations"]]}  # fmt: skip
+    if a["clip"] is not None:
+        attrs["clip"] = float(a["clip"])
+    if a["kind"] == "gru":
+        attrs["linear_before_reset"] = int(a["linear_before_reset"])
+    w.emit(a["kind"].upper() if a["kind"] != "lstm" else "LSTM", slots, outs, **attrs)
 
 
 @_export(contrib.OP)
