@@ -206,6 +206,16 @@ def test_bounds_as_tuples_in_the_api():
         module.run({"x": rand(1, 3, 16, 65)})
 
 
+def test_unnamed_bounds_on_a_dim_the_model_named_keep_the_models_name():
+    """``(16, 64)`` on a dim the model calls ``height`` bounds ``height`` (it became a second name, ``h2``)."""
+    model = paddle_style_detector()
+    for i, name in ((2, "height"), (3, "width")):
+        model.graph.input[0].type.tensor_type.shape.dim[i].dim_param = name
+    module = runtime_lite.load(aot.build(model, input_shapes={"x": (1, 3, (16, 64), (16, 80))}, log=None).to_bytes())
+    assert module.inputs[0].shape == (1, 3, "height", "width")
+    assert (module.dims["height"].min, module.dims["height"].max, module.dims["width"].max) == (16, 64, 80)
+
+
 def test_the_worst_case_activation_memory_is_the_static_plan_at_the_upper_bounds():
     model = paddle_style_detector()
     bounded = aot.build(model, input_shapes={"x": (2, 3, (16, 96), (16, 80))}, log=None)
