@@ -141,3 +141,26 @@ def test_a_profile_that_does_not_fit_the_inputs_is_refused_at_load(machine, tmp_
     specs = dict(record["compile_specs"], profile=profile)
     with pytest.raises(BundleError, match=refusal):
         TensorRTSpecs.from_record(specs, "tensorrt.compile_specs")
+
+
+def test_paddleocrs_detector_bounded_runs_in_one_tensorrt_region_with_its_profile(machine, tmp_path):
+    """The real PP-OCRv4 detector (paddle2onnx, symbolic dims) with ``x:1x3x64..480x64..480``: one TensorRT
+    region, its profile the bounds, and the (stand-in) engine's output on rendered text at both extremes and
+    between matches onnxruntime on the file."""
+    import onnxruntime as ort
+
+    from tests.ocr_data import model_path, text_page
+
+    source = model_path("det")
+    result = _build(str(source), tmp_path, input_shapes={"x": (1, 3, (64, 480), (64, 480))})
+    assert result.regions == {"host": 0, "tensorrt": sum(result.regions.values())}, result.regions
+    (record,) = result.header["modules"]
+    assert record["compile_specs"]["profile"] == {"x": [[1, 3, 64, 64], [1, 3, 480, 480], [1, 3, 480, 480]]}
+    module = runtime_lite.load(result.to_bytes())
+    assert "engine 0 from the bundle" in module.modules[0]["placement"]
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    for h, w in [(64, 64), (160, 96), (480, 480)]:
+        x = text_page(h, w, seed=h + w)
+        expected = session.run(None, {"x": x})[0]
+        actual = module.run([x])[0]
+        assert np.linalg.norm(actual - expected) / np.linalg.norm(expected) <= 1e-4, (h, w)
