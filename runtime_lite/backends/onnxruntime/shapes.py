@@ -207,6 +207,8 @@ ARITHMETIC: dict[str, Callable[[int, int], int | None]] = {
     "Sub": lambda a, b: a - b,
     "Mul": lambda a, b: a * b,
     "Div": lambda a, b: None if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1),  # C's truncation
+    "Max": max,
+    "Min": min,
 }
 
 
@@ -332,9 +334,13 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
         if not 0 <= batch < len(indices) or batch + indices[-1] > len(data):
             raise BadGeometry(f"{node.where}: GatherND indices {list(indices)} (batch_dims {batch}) on {list(data)}")
         return [(*indices[:-1], *data[batch + indices[-1] :])]
-    if op == "Pad" and operand(1) is not None and len(node.inputs) < 4:
-        pads, rank = operand(1), len(x)
-        return [tuple(None if d is None else d + pads[i] + pads[i + rank] for i, d in enumerate(x))]
+    if op == "Pad" and partial(1) is not None and len(node.inputs) < 4:  # pads computed from a symbolic size: unknown
+        pads, rank = partial(1), len(x)
+        return [
+            tuple(
+                None if None in (d, pads[i], pads[i + rank]) else d + pads[i] + pads[i + rank] for i, d in enumerate(x)
+            )
+        ]
     if op == "Expand" and partial(1) is not None:
         return [_broadcast([x, tuple(partial(1))])]
     if op == "Tile" and operand(1) is not None:

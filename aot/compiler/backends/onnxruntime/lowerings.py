@@ -112,6 +112,28 @@ def _dynamic_resize(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]
            coordinate_transformation_mode=a["coordinate_transformation_mode"], nearest_mode=a["nearest_mode"])  # fmt: skip
 
 
+@_export("same_pad")
+def _same_pad(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """SAME padding of a size known only at run time, computed in the recipe as ``runtime_lite.kernels.geometry.
+    same_pads`` computes it: out = ceil(size / s), total = max((out - 1) * s + extent - size, 0), the odd pixel at
+    the end (SAME_UPPER) or the start (SAME_LOWER); then a constant Pad of the trailing spatial axes."""
+    a = node.attrs
+    nd, rank = len(a["kernel_shape"]), node.inputs[0].type.rank
+    strides = w.ints(a["strides"], "strides")
+    extent = w.ints([(k - 1) * d + 1 for k, d in zip(a["kernel_shape"], a["dilations"])], "extent")
+    one, two, zero = (w.ints([v] * nd, name) for v, name in ((1, "one"), (2, "two"), (0, "zero")))
+    size = w.emit("Shape", ins, start=rank - nd)
+    out = w.emit("Div", [w.emit("Sub", [w.emit("Add", [size, strides]), one]), strides])
+    span = w.emit("Add", [w.emit("Mul", [w.emit("Sub", [out, one]), strides]), extent])
+    total = w.emit("Max", [w.emit("Sub", [span, size]), zero])
+    small = w.emit("Div", [total, two])
+    large = w.emit("Sub", [total, small])
+    begins, ends = (large, small) if a["lower"] else (small, large)
+    lead = w.ints([0] * (rank - nd), "lead")
+    pads = w.emit("Concat", [lead, begins, lead, ends], axis=0)
+    w.emit("Pad", [ins[0], pads, w.data_const(a["value"], node.inputs[0], "pad_value")], outs, mode="constant")
+
+
 @_export("recurrent")
 def _recurrent(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     """RNN / GRU / LSTM over a sequence length known only at run time: ONNX's own op, whose inputs the
