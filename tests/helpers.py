@@ -63,6 +63,42 @@ def make_model(
     return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
 
 
+def shape_arithmetic_model() -> onnx.ModelProto:
+    """What paddle2onnx writes around a transformer block over ``[N, C, h, w]``: a convolution, then reshapes to
+    targets computed from the running shape (Shape -> Slice/Gather -> Cast -> Mul -> Concat -> Reshape), a
+    matrix product over the sequence and a convolution after reshaping back."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 2]),
+        helper.make_node("Shape", ["c"], ["s"]),
+        helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32),
+        helper.make_node("Slice", ["s32", "zero32", "two"], ["lead32"]),
+        helper.make_node("Cast", ["lead32"], ["lead"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["lead", "minus_one"], ["flat_shape"], axis=0),
+        helper.make_node("Reshape", ["c", "flat_shape"], ["flat"]),  # [N, 8, h*w']
+        helper.make_node("Transpose", ["flat"], ["seq"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["seq", "w2"], ["mixed"]),
+        helper.make_node("Gather", ["s", "two_scalar"], ["h"], axis=0),
+        helper.make_node("Gather", ["s", "three_scalar"], ["w"], axis=0),
+        helper.make_node("Mul", ["h", "w"], ["hw"]),
+        helper.make_node("Unsqueeze", ["hw", "zero"], ["hw1"]),
+        helper.make_node("Gather", ["s", "zero"], ["n1"], axis=0),
+        helper.make_node("Concat", ["n1", "hw1", "eight"], ["seq_shape"], axis=0),
+        helper.make_node("Reshape", ["mixed", "seq_shape"], ["checked"]),
+        helper.make_node("Transpose", ["checked"], ["back"], perm=[0, 2, 1]),
+        helper.make_node("Shape", ["c"], ["again"]),
+        helper.make_node("Reshape", ["back", "again"], ["image"]),
+        helper.make_node("Conv", ["image", "w3"], ["y"], kernel_shape=[1, 3], pads=[0, 1, 0, 1]),
+    ]
+    inits = {
+        "w1": rand(8, 3, 3, 3, seed=1), "w2": rand(8, 8, seed=2), "w3": rand(4, 8, 1, 3, seed=3),
+        "zero": np.array([0], np.int64), "zero32": np.array([0], np.int32), "two": np.array([2], np.int32), "minus_one": np.array([-1], np.int64),
+        "two_scalar": np.array(2, np.int64), "three_scalar": np.array(3, np.int64), "eight": np.array([8], np.int64),
+    }  # fmt: skip
+    model = make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], inits, input_shapes={"x": ["N", 3, "?", "?"]})
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "?w"  # two dims of their own
+    return model
+
+
 def onnxruntime_outputs(
     model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1, config: dict[str, str] | None = None
 ) -> list[np.ndarray]:

@@ -80,7 +80,11 @@ def check_sizes(module: runtime_lite.Module, model: onnx.ModelProto, sizes, batc
 def test_each_question_mark_is_its_own_dim_and_every_size_runs(targets):
     model = paddle_style_detector()
     result = aot.build(model, targets=targets, log=None)
+    if targets == ["onnxruntime"]:  # strided SAME padding and the shape arithmetic are computed in the recipe
+        assert result.regions["host"] == 0 and len(result.header["modules"]) == 1, result.regions
     module = runtime_lite.load(result.to_bytes())
+    if targets == ["onnxruntime"]:
+        assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]
     assert module.inputs[0].shape == ("N", 3, "h", "w"), module.inputs[0].shape
     assert "the model wrote '?'" in module.dims["h"].origin and "dim 2" in module.dims["h"].origin
     assert "dim 3" in module.dims["w"].origin and "no name" in module.dims["N"].origin
@@ -206,6 +210,16 @@ def test_bounds_as_tuples_in_the_api():
         module.run({"x": rand(1, 3, 16, 65)})
 
 
+def test_unnamed_bounds_on_a_dim_the_model_named_keep_the_models_name():
+    """``(16, 64)`` on a dim the model calls ``height`` bounds ``height`` (it became a second name, ``h2``)."""
+    model = paddle_style_detector()
+    for i, name in ((2, "height"), (3, "width")):
+        model.graph.input[0].type.tensor_type.shape.dim[i].dim_param = name
+    module = runtime_lite.load(aot.build(model, input_shapes={"x": (1, 3, (16, 64), (16, 80))}, log=None).to_bytes())
+    assert module.inputs[0].shape == (1, 3, "height", "width")
+    assert (module.dims["height"].min, module.dims["height"].max, module.dims["width"].max) == (16, 64, 80)
+
+
 def test_the_worst_case_activation_memory_is_the_static_plan_at_the_upper_bounds():
     model = paddle_style_detector()
     bounded = aot.build(model, input_shapes={"x": (2, 3, (16, 96), (16, 80))}, log=None)
@@ -295,13 +309,18 @@ def test_a_large_value_derived_from_a_shape_is_data_and_not_remembered():
 
 
 @pytest.mark.parametrize(
-    "target, reason", [("npu", "static shapes"), ("tensorrt", "only the batch dim may be symbolic")]
+    "target, reason, shape",
+    [
+        ("npu", "static shapes", (1, 3, (16, 256), (16, 256))),
+        ("tensorrt", "only the batch dim may be symbolic unless every symbolic dim is bounded", (1, 3, "h", "w")),
+    ],
 )
-def test_npu_and_tensorrt_leave_run_time_sizes_on_the_host_with_the_reason_once(target, reason):
-    """The NPU plans static shapes; TensorRT profiles here span a symbolic batch only: both builds say why
-    the regions stay on the host (once, not per op), and the bundle runs every size."""
+def test_npu_and_tensorrt_leave_run_time_sizes_on_the_host_with_the_reason_once(target, reason, shape):
+    """The NPU plans static shapes, bounded or not; TensorRT needs bounds for its profiles (unbounded here):
+    both builds say why the regions stay on the host (once, not per op), and the bundle runs every size.
+    (With bounds TensorRT takes them: tests/test_tensorrt_profiles.py.)"""
     model = paddle_style_detector()
-    result = aot.build(model, targets=[target], input_shapes={"x": (1, 3, (16, 256), (16, 256))}, log=None)
+    result = aot.build(model, targets=[target], input_shapes={"x": shape}, log=None)
     assert any(reason in n for n in result.notes), result.notes
     assert len([n for n in result.notes if target in n]) <= 2, result.notes  # said once, not per op
     assert result.regions.get(target, 0) == 0, result.regions

@@ -106,9 +106,23 @@ def test_a_fixed_length_still_unrolls_and_agrees_with_the_time_loop():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_the_onnxruntime_target_runs_a_run_time_length_too():
-    model = recurrent_model("GRU", "bidirectional", True)
-    module = runtime_lite.load(aot.build(model, targets=["onnxruntime"], log=None).to_bytes())
+@pytest.mark.parametrize(
+    "kind, direction, attrs",
+    [
+        ("RNN", "bidirectional", {}),
+        ("GRU", "bidirectional", {"clip": 0.7, "linear_before_reset": 1,
+                                  "activations": ["Sigmoid", "Relu", "Sigmoid", "Tanh"]}),
+        ("LSTM", "reverse", {"clip": 0.7}),
+    ],
+)  # fmt: skip
+def test_the_onnxruntime_target_runs_a_run_time_length_on_onnxruntime(kind, direction, attrs):
+    """The ``recurrent`` op is written into the recipe as ONNX's own layer (initial states and peepholes in
+    their slots), so the region holds it and onnxruntime runs the time loop: no host op between regions."""
+    model = recurrent_model(kind, direction, True, **attrs)
+    result = aot.build(model, targets=["onnxruntime"], log=None)
+    assert result.regions["host"] == 0 and len(result.header["modules"]) == 1, result.regions
+    module = runtime_lite.load(result.to_bytes())
+    assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"]
     check(module, model)
 
 

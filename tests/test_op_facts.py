@@ -13,7 +13,7 @@ import inspect
 
 import pytest
 
-from aot.ir import ops
+from aot.ir import contrib, ops
 from aot.ir.ops import OPS
 from runtime_lite.errors import BundleError
 from runtime_lite.execution.plan import bind_kernel
@@ -29,7 +29,9 @@ def _parameters(op: str) -> tuple[list[inspect.Parameter], dict[str, inspect.Par
 
 
 def test_every_op_has_a_host_kernel_and_every_kernel_an_op():
-    assert sorted(KERNELS) == sorted(OPS)
+    """The one exception: onnxruntime's contrib ops, which only its kernels compute (aot/ir/contrib.py); a build
+    refuses them outside an onnxruntime region."""
+    assert sorted(KERNELS) == sorted(set(OPS) - {contrib.OP})
 
 
 @pytest.mark.parametrize("op", sorted(KERNELS))

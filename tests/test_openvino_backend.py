@@ -372,11 +372,13 @@ def test_a_run_past_max_run_seconds_is_cancelled(monkeypatch):
 
 
 def test_the_build_admits_for_openvino_exactly_what_it_admits_for_onnxruntime():
+    """But onnxruntime's contrib ops (com.microsoft.*), which only onnxruntime's kernels compute."""
     from aot.compiler.backends import get_compiler_backend
+    from aot.ir import contrib
 
     ov, ort = get_compiler_backend("openvino"), get_compiler_backend("onnxruntime")
     assert sorted(p.name.split(".", 1)[1] for p in ov.patterns()) == sorted(
-        p.name.split(".", 1)[1] for p in ort.patterns()
+        p.name.split(".", 1)[1] for p in ort.patterns() if p.name != f"onnxruntime.{contrib.OP}"
     )
     masked = make_model(
         [helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0), helper.make_node("Softmax", ["emb"], ["p"])],

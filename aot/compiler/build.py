@@ -22,11 +22,12 @@ from aot.compiler.partition import PartitionedGraph, partition
 from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
 from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme
 from aot.compiler.targets import check_targets
-from aot.compiler.worst_case import worst_case_activation_bytes
+from aot.compiler.worst_case import shapes_at_bounds, worst_case_activation_bytes
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
 from aot.frontend.onnx.importer import InputShapes, ModelSource
 from aot.frontend.torch import from_exported_program, load_exported_program
+from aot.ir import contrib
 from aot.ir.graph import Graph
 from aot.packager import BlobTable, make_header, read_back, save, to_bytes
 from aot.passes import optimize
@@ -138,6 +139,7 @@ def build(
                 {**given[t], "calibration": quantization.table.digest}, log
             )
     worst_case = worst_case_activation_bytes(graph)  # before regions are outlined: every node re-infers
+    graph.shape_bounds = shapes_at_bounds(graph)
     blobs = BlobTable()
     partitioned, modules = None, []
     if partitioner is not None:
@@ -148,6 +150,7 @@ def build(
         notes.extend(explain_host(partitioned, [get_compiler_backend(t) for t in offload]))
         modules = stage("codegen", lambda: _codegen(partitioned, blobs, configured, log, notes))
         outline_regions(partitioned)
+    refuse_contrib_on_the_host(graph, offload)
     plan = stage("plan", lambda: lower_to_host_plan(graph))
     header = stage("package", lambda: make_header(graph, plan, blobs, modules, worst_case))
     reports = {}
@@ -162,6 +165,21 @@ def build(
         stage("accuracy", lambda: quantization.measure(log))
         notes.extend(quantization.report_lines())
     return result
+
+
+def refuse_contrib_on_the_host(graph: Graph, offload: Sequence[str]) -> None:
+    """A contrib op outside an onnxruntime region has no kernel to run it: one line naming the op and the node."""
+    for node in graph.nodes:
+        if node.op == contrib.OP:
+            where = (
+                "stayed on the host (aot-build --print-graph says why)"
+                if "onnxruntime" in offload
+                else "runs only in an onnxruntime region: build with --target onnxruntime"
+            )
+            raise BuildError(
+                f"{contrib.qualified(node.attrs)} (node {node.name!r}) is an onnxruntime contrib op the host plan "
+                f"and the other targets have no kernel for; it {where}"
+            )
 
 
 def _int8_options(
@@ -243,6 +261,7 @@ def _codegen(
         backend = get_compiler_backend(region.backend)
         if region.backend not in configured:  # a custom partitioner's region: the backend's defaults
             configured[region.backend] = backend.configure(None, log)
+        region.input_bounds = [pg.graph.shape_bounds.get(id(v)) for v in region.inputs]
         artifact = backend.codegen(region, configured[region.backend])
         notes.extend(artifact.notes)
         records.append(

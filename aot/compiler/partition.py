@@ -71,6 +71,9 @@ class Region:
     outputs: list[Value]
     bind_constants: bool = False
     nodes: list[Node] = field(default_factory=list)
+    #: Per input, its shapes at the bounds' (minimum, maximum), or None where the graph has no bounds (the build
+    #: fills it from ``Graph.shape_bounds`` before codegen: TensorRT's optimization profiles).
+    input_bounds: list[tuple | None] = field(default_factory=list)
 
     @property
     def ops(self) -> list[str]:
@@ -232,7 +235,7 @@ def fuse_ops_by_pattern(
             if not _is_convex(members, consumers, position):
                 pg.refuse(node, fp.name, "a path leaves the match and comes back (fusing it would make a cycle)")
                 continue
-            refusal = fp.refusal(found, consumers, graph_outputs)
+            refusal = fp.refusal(found, consumers, graph_outputs, pg.graph.shape_bounds)
             if refusal is not None:
                 pg.refuse(node, fp.name, refusal)
                 continue

@@ -30,6 +30,9 @@ class PatternCheckContext:
     consumers: Mapping[Value, list[Node]]
     #: Ids of the graph's output values (an intermediate that is a graph output leaks too).
     graph_outputs: frozenset[int]
+    #: Each value's shape at the bounds' minimum and maximum, by id, where every symbolic input dim is bounded
+    #: (``Graph.shape_bounds``): a backend that needs ranges (TensorRT's profiles) may take its symbolic dims.
+    shape_bounds: Mapping[int, tuple] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[Node]:
@@ -117,11 +120,19 @@ class FusionPattern:
     def accepts(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> bool:
         return self.refusal(match, consumers, graph_outputs) is None
 
-    def refusal(self, match: Match, consumers: Mapping[Value, list[Node]], graph_outputs: frozenset[int]) -> str | None:
+    def refusal(
+        self,
+        match: Match,
+        consumers: Mapping[Value, list[Node]],
+        graph_outputs: frozenset[int],
+        shape_bounds: Mapping[int, tuple] | None = None,
+    ) -> str | None:
         """None when the check accepts the match, else why it refused."""
         if self.check is None:
             return None
-        context = PatternCheckContext(match, match.annotated(self.annotations), consumers, graph_outputs)
+        context = PatternCheckContext(
+            match, match.annotated(self.annotations), consumers, graph_outputs, shape_bounds or {}
+        )
         verdict = self.check(context)
         if verdict:
             return None

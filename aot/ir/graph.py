@@ -67,6 +67,9 @@ class Graph:
         self.metadata: dict[str, Any] = {}
         #: The inputs' symbolic dims by name: where each came from and its bounds (aot/ir/dims.py).
         self.dims: dict[str, Any] = {}
+        #: With every symbolic input dim bounded: each value's shape at the bounds' minimum and at their maximum,
+        #: by id (aot/compiler/worst_case.py ``shapes_at_bounds``); TensorRT's profiles come from it.
+        self.shape_bounds: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     # -- naming -------------------------------------------------------------------------
     def unique_name(self, base: str, kind: str = "value") -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from aot.ir.graph import Graph, Node, Value
-from runtime_lite.kernels import get_kernel
+from runtime_lite.kernels import KERNELS, get_kernel
 
 
 def is_foldable(node: Node) -> bool:
-    return all(v.is_constant for v in node.inputs)
+    """All inputs constant, and a host kernel to compute it (an onnxruntime contrib op has none)."""
+    return node.op in KERNELS and all(v.is_constant for v in node.inputs)
 
 
 def fold_node(node: Node) -> list[Value]:

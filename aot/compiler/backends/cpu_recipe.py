@@ -15,11 +15,20 @@ from aot.compiler.backends import CompilerBackend, ModuleArtifact, register_comp
 from aot.compiler.backends.onnxruntime import onnxruntime_codegen, onnxruntime_patterns
 from aot.compiler.partition import Region
 from aot.compiler.pattern_registry import FusionPattern, register_patterns
+from aot.ir import contrib
+
+#: onnxruntime's own patterns another CPU engine does not take: its contrib ops (aot/ir/contrib.py), which
+#: only onnxruntime's kernels compute.
+ONNXRUNTIME_ONLY = frozenset({f"onnxruntime.{contrib.OP}"})
 
 
 def recipe_patterns(name: str) -> list[FusionPattern]:
-    """onnxruntime's patterns, each under ``<name>.``."""
-    return [dataclasses.replace(p, name=f"{name}." + p.name.split(".", 1)[1]) for p in onnxruntime_patterns()]
+    """onnxruntime's patterns, each under ``<name>.`` (its contrib ops left out)."""
+    return [
+        dataclasses.replace(p, name=f"{name}." + p.name.split(".", 1)[1])
+        for p in onnxruntime_patterns()
+        if p.name not in ONNXRUNTIME_ONLY
+    ]
 
 
 def register_recipe_backend(name: str) -> CompilerBackend:

@@ -224,10 +224,15 @@ def _transpose(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> 
 
 @exports("reshape")
 def _reshape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """To the ``shape`` attribute, or to a target computed in the recipe (``Shape`` -> ... -> ``Concat``)."""
     shape = node.attrs["shape"]
-    if shape is None or len(ins) != 1:
-        raise BuildError(f"{w.label} recipe: reshape {node.name!r} has a run-time target shape")
-    w.emit("Reshape", [ins[0], w.ints(shape, "shape")], outs, allowzero=node.attrs["allowzero"])
+    if len(ins) > 1:
+        target = ins[1] if node.inputs[1].type.dtype == "int64" else w.cast(ins[1], "int64")
+    elif shape is not None:
+        target = w.ints(shape, "shape")
+    else:
+        raise BuildError(f"{w.label} recipe: reshape {node.name!r} has no target shape")
+    w.emit("Reshape", [ins[0], target], outs, allowzero=node.attrs["allowzero"])
 
 
 @exports("pad")
@@ -348,8 +353,14 @@ def write_recipe(
     return _model(onnx_graph)
 
 
+#: Opsets of the other domains a recipe may hold ops of (onnxruntime's contrib ops, aot/ir/contrib.py).
+DOMAIN_OPSETS = {"com.microsoft": 1}
+
+
 def _model(onnx_graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="aot")
+    domains = sorted({node.domain for node in onnx_graph.node if node.domain not in ("", "ai.onnx")})
+    opsets = [helper.make_opsetid("", OPSET), *(helper.make_opsetid(d, DOMAIN_OPSETS[d]) for d in domains)]
+    model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="aot")
     model.ir_version = 8  # what opset 17 needs; TensorRT 10's parser reads up to IR 10
     return model
 

@@ -22,7 +22,7 @@ from aot.errors import AotError, ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.onnx.context import NodeContext
 from aot.frontend.onnx.converters import CONVERTERS
 from aot.frontend.onnx.dtypes import onnx_dtype_name
-from aot.ir.dims import DimNamer, GivenDim, as_given, is_anonymous, is_raw_name
+from aot.ir.dims import DimNamer, DimRange, GivenDim, as_given, is_anonymous, is_raw_name
 from aot.ir.graph import Graph, Value
 from aot.ir.types import TensorType
 from aot.words import counted
@@ -122,10 +122,15 @@ def _channel_prelu_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _op_key(node: onnx.NodeProto) -> str:
+    """``Conv`` for a default-domain op, ``com.microsoft.Gelu`` for another domain's: how converters are named."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
     missing: OrderedDict[str, list[str]] = OrderedDict()
     for node in nodes:
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        key = _op_key(node)
         if key not in CONVERTERS:
             missing.setdefault(key, []).append(node.name or (node.output[0] if node.output else "?"))
     if missing:
@@ -223,11 +228,22 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence[GivenDim] | None,
                 f"--input {value.name}: dim {i} is fixed to {model_dim} in the model, so it cannot be "
                 f"the symbol {str(given)!r}; give {model_dim}"
             )
+    if declared:  # bounds for a dim the model named ("height"): the dim keeps the model's name
+        override = [_keep_model_name(given, model_dim) for given, model_dim in zip(override, declared)]
     try:
         dims = [namer.given(d, f"--input {value.name} dim {i}", rank, i, dtype) for i, d in enumerate(override)]
     except ShapeError as e:
         raise ShapeError(f"--input {value.name}: {e}") from None
     return TensorType(dims, dtype)
+
+
+def _keep_model_name(given: GivenDim, model_dim: int | str) -> GivenDim:
+    """Unnamed bounds on a dim the model named as a person would (not ``?`` or an exporter's ``unk__3``) take
+    that name: ``--input x:1x3x32..1280`` on ``[1, 3, "height"]`` bounds ``height``, not a new ``h``."""
+    if isinstance(given, DimRange) and given.name is None and isinstance(model_dim, str):
+        if model_dim and not is_anonymous(model_dim) and not is_raw_name(model_dim):
+            return DimRange(given.min, given.max, model_dim)
+    return given
 
 
 def _user_dim_names(input_shapes: Mapping[str, Sequence[GivenDim]]) -> set[str]:
@@ -302,7 +318,7 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
     for node in nodes:
         ctx = NodeContext(graph, node, [env[n] if n else None for n in node.input], opset, used_names)
         try:
-            outputs = CONVERTERS[node.op_type](ctx)
+            outputs = CONVERTERS[_op_key(node)](ctx)
         except AotError:
             raise
         except Exception as e:  # a converter bug must still name the node

@@ -38,7 +38,7 @@ from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.int8 import EMULATED_KERNELS, INT8_CHOICES, Int8Kernels, kernels_here
 from runtime_lite.backends.onnxruntime.known_bugs import wrong_on
-from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
+from runtime_lite.backends.onnxruntime.recipe_check import CONTRIB_OP, check_recipe
 from runtime_lite.backends.onnxruntime.session import (
     OPTIMIZATION_LEVELS,
     OnnxRuntimeUnavailable,
@@ -48,7 +48,7 @@ from runtime_lite.backends.onnxruntime.session import (
 )
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.options import Option, boolean, choice, env_choice, thread_count
-from runtime_lite.errors import BundleError, OptionError
+from runtime_lite.errors import BundleError, OptionError, PlacementError
 from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
 
@@ -196,6 +196,17 @@ def session_placement(session: Session, settings: SessionSettings, seconds: floa
     return f"{where}; {int8.describe()}" if int8 is not None else where
 
 
+def _refuse_contrib_ops(plan, region: str, placement: str) -> None:
+    """A region holding an onnxruntime contrib op (aot/ir/contrib.py) has no host plan to fall back on."""
+    for instruction in plan.instructions:
+        if isinstance(instruction, dict) and instruction.get("op") == CONTRIB_OP:
+            attrs = instruction.get("attrs") if isinstance(instruction.get("attrs"), dict) else {}
+            raise PlacementError(
+                f"onnxruntime region {region} holds {attrs.get('domain')}.{attrs.get('op_type')}, which only "
+                f"onnxruntime computes, and onnxruntime does not run here: {placement}"
+            )
+
+
 class OnnxRuntimeModule:
     """One region, resolved at load to an onnxruntime session or its host plan."""
 
@@ -224,6 +235,8 @@ class OnnxRuntimeModule:
         #: "onnxruntime" with a session, "host" on the fallback plan (the module's load warns or refuses).
         self.runs_on = "onnxruntime" if self.session is not None else "host"
         #: The host plan, checked and bound only where it runs: a session never needs it (load time).
+        if self.session is None:
+            _refuse_contrib_ops(plan, self.id, self.placement)
         self.fallback = None if self.session is not None else self._bind(plan, constants)
         logger.info("onnxruntime region %s runs %s", self.id, self.placement)
 

@@ -53,7 +53,7 @@ def _output_type(node: Node, types: dict[str, int]) -> int | None:
         return to if isinstance(to, int) else None
     if op in BOOLEAN_OPS:
         return BOOL
-    if op in ("ArgMax", "ArgMin"):
+    if op in ("ArgMax", "ArgMin", "Shape"):
         return INT64
     if op == "QuantizeLinear":  # opset 21's output_dtype, else the zero point's type, else uint8
         declared = node.attrs.get("output_dtype")

@@ -14,7 +14,8 @@ has seen that it holds:
   sparse tensors, subgraphs, or fields this reader does not know);
 * default-domain ops from :data:`ALLOWED_OPS` (what aot's recipe writer emits),
   under one default-domain opset import within :data:`OPSETS`, IR version
-  <= :data:`MAX_IR_VERSION`;
+  <= :data:`MAX_IR_VERSION`, and the contrib ops of :data:`CONTRIB_OPS` that
+  onnxruntime ships (its own kernels, under the one opset of their domain);
 * no external data, except on initializers the caller supplies itself, whose
   location is the fixed placeholder :data:`PLACEHOLDER` and whose dtype and
   dims match the array the caller hands onnxruntime;
@@ -68,11 +69,22 @@ ALLOWED_OPS = frozenset(
         *("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSum", "ArgMax", "ArgMin", "CumSum"),
         # layout and indexing
         *("Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Reshape", "Pad", "Resize"),
-        *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu"),
+        *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu", "Shape"),
+        # recurrent layers over a run-time sequence length
+        *("LSTM", "GRU", "RNN"),
         # int8
         *("QuantizeLinear", "DequantizeLinear"),
     }
 )
+
+#: Microsoft's contrib ops onnxruntime ships that a recipe may hold (aot/ir/contrib.py writes them), by domain,
+#: and the one opset of each domain a recipe may import. The walk names them ``com.microsoft.Gelu``.
+CONTRIB_OPS = {
+    "com.microsoft": frozenset({"Gelu", "FastGelu", "QuickGelu", "BiasGelu", "FusedMatMul", "DynamicQuantizeLSTM"}),
+}
+CONTRIB_OPSETS = {"com.microsoft": 1}
+#: The host plan op that stands for a contrib node in a region's fallback plan: no host kernel computes it.
+CONTRIB_OP = "onnxruntime_contrib"
 
 # Wire types
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
@@ -352,9 +364,16 @@ def _check_node(data: memoryview, where: str, supplied: Mapping[str, np.ndarray]
             domain = _text(value, where, ".domain")
         elif key == "attribute":
             attributes.append(value)
-    if domain not in DEFAULT_DOMAINS:
-        raise _Refused(f"{where} is op {op_type!r} of domain {domain!r}; a recipe holds default-domain ops only")
-    if op_type not in ALLOWED_OPS:
+    if domain in CONTRIB_OPS:
+        if op_type not in CONTRIB_OPS[domain]:
+            raise _Refused(f"{where} is op {op_type!r} of domain {domain!r}, which is not on the contrib allow-list")
+        op_type = f"{domain}.{op_type}"
+    elif domain not in DEFAULT_DOMAINS:
+        raise _Refused(
+            f"{where} is op {op_type!r} of domain {domain!r}; a recipe holds default-domain ops and "
+            "allow-listed com.microsoft ops only"
+        )
+    elif op_type not in ALLOWED_OPS:
         raise _Refused(f"{where} is op {op_type!r}, which is not on the recipe allow-list")
     facts.op_types[op_type] = facts.op_types.get(op_type, 0) + 1
     attrs = dict(_attribute(attribute, f"{where}.attribute[{i}]", facts) for i, attribute in enumerate(attributes))
@@ -442,9 +461,14 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
             raise _Refused(f"IR version {facts.ir_version} is outside 1..{MAX_IR_VERSION}")
         if graphs != 1:
             raise _Refused("ModelProto has no graph")
-        if len(opsets) != 1 or opsets[0][0] not in DEFAULT_DOMAINS:
-            raise _Refused(f"opset imports {opsets}: a recipe imports the default domain only, once")
-        facts.opset = opsets[0][1]
+        default = [version for domain, version in opsets if domain in DEFAULT_DOMAINS]
+        others = [(domain, version) for domain, version in opsets if domain not in DEFAULT_DOMAINS]
+        if len(default) != 1 or len({d for d, _ in others}) != len(others):
+            raise _Refused(f"opset imports {opsets}: a recipe imports the default domain once")
+        for domain, version in others:
+            if CONTRIB_OPSETS.get(domain) != version:
+                raise _Refused(f"opset import {domain!r} version {version}: a recipe imports only {CONTRIB_OPSETS}")
+        facts.opset = default[0]
         if facts.opset not in OPSETS:
             raise _Refused(f"opset {facts.opset} is outside {OPSETS.start}..{OPSETS.stop - 1}")
         if budget is not None:
@@ -461,4 +485,4 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
     return facts
 
 
-__all__ = ["ALLOWED_OPS", "PLACEHOLDER", "RecipeFacts", "check_recipe", "read_varint"]
+__all__ = ["ALLOWED_OPS", "CONTRIB_OP", "CONTRIB_OPS", "PLACEHOLDER", "RecipeFacts", "check_recipe", "read_varint"]

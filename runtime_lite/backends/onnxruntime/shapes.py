@@ -16,12 +16,19 @@ shapes onnxruntime will infer, op by op, from the graph inputs and initializers:
 
 A shape is a tuple of dims, each an int or None (unknown to onnxruntime too); a
 value this walk lost is absent from the table.
+
+Shapes computed in the recipe (a symbolic model's ``Shape -> Gather -> Concat ->
+Reshape``) are followed as values: the small integer tensors those ops make are
+computed here too, each element an int or None where it comes from a dim the walk
+does not know, as onnxruntime's own shape inference propagates them. At run time
+every dim is known, so the footprint (footprint.py) sizes such a reshape exactly.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,15 +43,18 @@ SAME_SHAPE = frozenset(
         *("Sin", "Cos", "Tan", "Softplus", "Softsign", "HardSwish", "HardSigmoid", "LeakyRelu", "Elu", "Clip"),
         *("Sign", "Round", "Not", "IsNaN", "IsInf", "Cast", "Softmax", "LogSoftmax", "LRN", "BatchNormalization"),
         *("InstanceNormalization", "LayerNormalization", "CumSum", "Trilu", "QuantizeLinear", "DequantizeLinear"),
+        *("com.microsoft.Gelu", "com.microsoft.FastGelu", "com.microsoft.QuickGelu"),
     }
 )
 BROADCAST = frozenset(
     {
         *("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Mod", "Where"),
-        *("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor"),
+        *("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "com.microsoft.BiasGelu"),
     }
 )
 GEOMETRY = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool"})
+#: The most elements of a shape computed in the recipe that the walk follows (a rank, a few dims).
+MAX_VALUE_ELEMENTS = 64
 #: Bounds a legitimate recipe stays far inside.
 MAX_KERNEL = 1 << 16
 MAX_STRIDE = 1 << 16
@@ -158,13 +168,13 @@ def _resize(node: Node, x: Shape, scales: list | None, sizes: list | None) -> Sh
     if len(node.inputs) > 3 and node.inputs[3]:
         if sizes is None:
             raise LookupError("Resize sizes not read")
-        if len(sizes) != len(axes) or any(v < 0 for v in sizes):
+        if len(sizes) != len(axes) or any(v is not None and v < 0 for v in sizes):
             raise BadGeometry(f"{node.where}: Resize sizes {sizes} for axes {axes}")
-        if policy == "stretch":
+        if policy == "stretch":  # a size computed from a symbolic dim stays unknown
             for axis, size in zip(axes, sizes):
                 out[axis] = size
             return tuple(out)
-        if policy not in ("not_larger", "not_smaller") or any(x[axis] is None for axis in axes):
+        if policy not in ("not_larger", "not_smaller") or any(x[axis] is None for axis in axes) or None in sizes:
             raise LookupError(f"Resize keep_aspect_ratio_policy {policy!r}")
         ratios = [size / x[axis] for axis, size in zip(axes, sizes) if x[axis]]
         scale = (min if policy == "not_larger" else max)(ratios) if ratios else 1.0
@@ -189,23 +199,93 @@ def _reduce(x: Shape, axes: list[int] | None, keepdims: int) -> Shape:
 
 Rule = Callable[[Node, list, dict], list]
 
+#: ONNX element types of the integer values the walk computes (int32, int64).
+INTEGER_TYPES = (6, 7)
+#: Element-wise integer arithmetic the walk computes on shape values; None (an unknown dim) stays None.
+ARITHMETIC: dict[str, Callable[[int, int], int | None]] = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: None if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1),  # C's truncation
+    "Max": max,
+    "Min": min,
+}
 
-def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
-    """Output shapes of ``node`` from its input shapes (``ints``: the small operands this walk could read)."""
+
+def _shape_value(node: Node, ins: list, read: Callable[[int], list | None]) -> list | None:
+    """The elements of ``node``'s output where it computes a shape (each an int, None where unknown), else None."""
+    op, a = node.op_type, node.attrs
+    if op == "Shape":
+        return list(ins[0][slice(a.get("start", 0), a.get("end"))])
+    x = read(0)
+    if x is None or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in x):
+        return None
+    if op == "Cast":
+        return x if a.get("to") in INTEGER_TYPES else None
+    if op in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):  # the elements in the same order
+        return x
+    if op == "Gather" and len(ins[0]) == 1:
+        indices = read(1)
+        if indices is None or not all(isinstance(i, int) and -len(x) <= i < len(x) for i in indices):
+            return None
+        return [x[i] for i in indices]
+    if op == "Slice" and len(ins[0]) == 1:
+        bounds = [read(i) for i in range(1, len(node.inputs))]
+        if len(bounds) < 2 or any(b is None or len(b) != 1 or None in b for b in bounds):
+            return None
+        start, end, step = bounds[0][0], bounds[1][0], bounds[3][0] if len(bounds) > 3 else 1
+        return x[slice(start, end, step)] if step else None
+    if op == "Concat":
+        parts = [read(i) for i in range(len(node.inputs))]
+        return None if any(p is None for p in parts) else [v for p in parts for v in p]
+    if op in ARITHMETIC and len(node.inputs) == 2:
+        y = read(1)
+        if y is None or (len(x) != len(y) and 1 not in (len(x), len(y))):
+            return None
+        n = max(len(x), len(y))
+        pairs = zip(x * n if len(x) == 1 else x, y * n if len(y) == 1 else y)
+        return [None if p is None or q is None else ARITHMETIC[op](p, q) for p, q in pairs]
+    return None
+
+
+def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
+    """Output shapes of ``node`` from its input shapes (``ints``: the small operands this walk could read, and
+    the shapes computed in the recipe, an element None where it is unknown)."""
     op, a = node.op_type, node.attrs
     x = ins[0] if ins else None
 
-    def operand(i: int) -> list[int] | None:
+    def partial(i: int) -> list | None:
         return ints.get(node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else None
+
+    def operand(i: int) -> list[int] | None:
+        found = partial(i)
+        return None if found is None or None in found else found
 
     if op in SAME_SHAPE:
         return [x]
     if op in BROADCAST:
-        return [_broadcast(ins)]
+        try:
+            return [_broadcast(ins)]
+        except BadGeometry as e:
+            raise BadGeometry(f"{node.where} ({op}): {e}") from None
     if op in GEOMETRY:
         return [_window(node, x, ins[1] if len(ins) > 1 else None)]
     if op == "MatMul":
         return [_matmul(ins[0], ins[1])]
+    if op == "com.microsoft.FusedMatMul":
+        if a.get("transBatchA") or a.get("transBatchB"):
+            raise LookupError("FusedMatMul transBatchA/B")
+        left, right = list(ins[0]), list(ins[1])
+        for operand_shape, flag in ((left, "transA"), (right, "transB")):
+            if a.get(flag) and len(operand_shape) >= 2:
+                operand_shape[-2], operand_shape[-1] = operand_shape[-1], operand_shape[-2]
+        return [_matmul(tuple(left), tuple(right))]
+    if op in ("LSTM", "GRU", "RNN", "com.microsoft.DynamicQuantizeLSTM"):  # X [seq, batch, input] -> Y, Y_h (Y_c)
+        hidden, dirs = a["hidden_size"], 2 if a.get("direction") == "bidirectional" else 1
+        if len(x) != 3 or not isinstance(hidden, int) or not 1 <= hidden <= MAX_KERNEL or a.get("layout", 0):
+            raise BadGeometry(f"{node.where}: {op} over {list(x)} with hidden_size {hidden}")
+        state = (dirs, x[1], hidden)
+        return [(x[0], dirs, x[1], hidden), state, state][: 3 if op.endswith("LSTM") else 2]
     if op == "Gemm":
         m = x[1] if a.get("transA") else x[0]
         n = ins[1][0] if a.get("transB") else ins[1][1]
@@ -220,8 +300,10 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
     if op == "Transpose":
         perm = a.get("perm", list(reversed(range(len(x)))))
         return [tuple(x[p] for p in perm)]
-    if op == "Reshape" and operand(1) is not None:
-        return [_reshape(x, operand(1), a.get("allowzero", 0))]
+    if op == "Shape":
+        return [(len(range(len(x))[slice(a.get("start", 0), a.get("end"))]),)]
+    if op == "Reshape" and partial(1) is not None:
+        return [_reshape(x, partial(1), a.get("allowzero", 0))]
     if op == "Concat":
         axis = _axis(a["axis"], len(x))
         dims = [s[axis] for s in ins]
@@ -252,11 +334,15 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
         if not 0 <= batch < len(indices) or batch + indices[-1] > len(data):
             raise BadGeometry(f"{node.where}: GatherND indices {list(indices)} (batch_dims {batch}) on {list(data)}")
         return [(*indices[:-1], *data[batch + indices[-1] :])]
-    if op == "Pad" and operand(1) is not None and len(node.inputs) < 4:
-        pads, rank = operand(1), len(x)
-        return [tuple(None if d is None else d + pads[i] + pads[i + rank] for i, d in enumerate(x))]
-    if op == "Expand" and operand(1) is not None:
-        return [_broadcast([x, tuple(operand(1))])]
+    if op == "Pad" and partial(1) is not None and len(node.inputs) < 4:  # pads computed from a symbolic size: unknown
+        pads, rank = partial(1), len(x)
+        return [
+            tuple(
+                None if None in (d, pads[i], pads[i + rank]) else d + pads[i] + pads[i + rank] for i, d in enumerate(x)
+            )
+        ]
+    if op == "Expand" and partial(1) is not None:
+        return [_broadcast([x, tuple(partial(1))])]
     if op == "Tile" and operand(1) is not None:
         return [tuple(None if d is None else d * r for d, r in zip(x, operand(1)))]
     if op == "Slice" and all(operand(i) is not None for i in range(1, len(node.inputs))):
@@ -270,7 +356,7 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
                 out[axis] = len(range(*slice(start, end, step).indices(out[axis])))
         return [tuple(out)]
     if op == "Resize":
-        return [_resize(node, x, operand(2), operand(3))]
+        return [_resize(node, x, operand(2), partial(3))]
     if op == "Split" and operand(1) is not None:
         axis = _axis(a.get("axis", 0), len(x))
         return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]
@@ -287,6 +373,8 @@ def walk(
 ) -> tuple[dict[str, Shape], str | None]:
     """(every value's shape the walk followed, why a geometry op is unverified or None); BadGeometry as above."""
     shapes: dict[str, Shape] = {**initializers, **graph_inputs}
+    values: dict[str, list] = {}  # shapes computed in the recipe
+    known = ChainMap(values, ints)
     unverified = None
     for node in nodes:
         ins = [shapes.get(name) if name else () for name in node.inputs]
@@ -295,7 +383,8 @@ def walk(
                 unverified = f"the input shape of {node.op_type} {node.where} could not be followed"
             continue
         try:
-            outs = _infer(node, ins, ints)
+            outs = _infer(node, ins, known)
+            _follow_value(node, ins, outs, known, values)
         except LookupError:
             if node.op_type in GEOMETRY and unverified is None:
                 unverified = f"{node.op_type} {node.where} has attributes the check does not model"
@@ -306,3 +395,19 @@ def walk(
             if name:
                 shapes[name] = shape
     return shapes, unverified
+
+
+def _follow_value(node: Node, ins: list, outs: list, known: Mapping[str, list], values: dict[str, list]) -> None:
+    """Record in ``values`` the shape ``node`` computes (one small integer output), if it computes one."""
+    if len(outs) != 1 or not node.outputs or not node.outputs[0] or None in outs[0]:
+        return
+    size = math.prod(outs[0])
+    if size > MAX_VALUE_ELEMENTS:
+        return
+
+    def read(i: int) -> list | None:
+        return known.get(node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else None
+
+    value = _shape_value(node, ins, read)
+    if value is not None and len(value) == size:
+        values[node.outputs[0]] = value

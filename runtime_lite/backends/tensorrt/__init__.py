@@ -104,6 +104,7 @@ class TensorRTModule:
         self.inputs: tuple[TensorSpec, ...] = record.inputs
         self.outputs: tuple[TensorSpec, ...] = record.outputs
         self.settings: BuildSettings = record.settings
+        self.profile = record.profile
         if "recipe" not in payloads:
             raise BundleError(f"bundle field 'tensorrt.payloads': module {self.id!r} has no 'recipe' payload")
         self.recipe = payloads["recipe"]
@@ -151,7 +152,7 @@ class TensorRTModule:
             version_compatible=self.settings.version_compatible and host_code_ok,
             exclude_lean_runtime=self.settings.exclude_lean_runtime and host_code_ok,
         )
-        profile = profiles(self.inputs, settings)
+        profile = profiles(self.inputs, settings, self.profile)
         recipe = bytes(self.recipe)
         cache = EngineCache(options["cache_dir"])
         trusted = {"version_compatible": settings.version_compatible,

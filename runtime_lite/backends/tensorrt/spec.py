@@ -99,20 +99,52 @@ class TensorRTSpecs(Record):
     outputs: tuple[TensorSpec, ...] = declare(TensorSpecs())
     settings: BuildSettings = declare(Nested(BuildSettings))
     engines: tuple[EngineRecord, ...] = declare(ListOf(Nested(EngineRecord)), default=())
+    #: The optimization profile the build derived from the model's bounds: input name -> [min, opt, max] shapes
+    #: (opt the maximum). Written only when the bounds gave one, so a record from before it stays what it was.
+    profile: dict[str, Any] | None = declare(Nullable(MAP), default=None, omit_default=True)
 
     def check(self, field: str) -> None:
+        profile = self.profile or {}
+        stray = sorted(set(profile) - {spec.name for spec in self.inputs})
+        if stray:
+            raise BundleError(f"bundle field '{field}.profile' names {stray[0]!r}, which is not an input")
         for i, spec in enumerate(self.inputs):
-            if any(isinstance(d, str) for d in spec.shape[1:]):
+            if spec.name in profile:
+                _check_profile(profile[spec.name], spec, f"{field}.profile.{spec.name}")
+            elif any(isinstance(d, str) for d in spec.shape[1:]):
                 raise BundleError(
                     f"bundle field '{field}.inputs[{i}].shape' = {list(spec.shape)}: "
-                    "only the batch dim (dim 0) of a TensorRT input may be symbolic"
+                    "only the batch dim (dim 0) of a TensorRT input may be symbolic without a profile"
                 )
 
 
-def profiles(inputs: tuple[TensorSpec, ...] | list[TensorSpec], settings: BuildSettings) -> dict[str, list[list[int]]]:
-    """The optimization profile: [min, opt, max] shape per input; a symbolic batch spans the batch range."""
+#: The largest dim a profile may name: far past any real tensor, small enough to multiply safely.
+MAX_PROFILE_DIM = 1 << 31
+
+
+def _check_profile(shapes: Any, spec: TensorSpec, field: str) -> None:
+    """[min, opt, max]: three shapes of the input's rank, each dim min <= opt <= max, the fixed dims as declared."""
+    if not (isinstance(shapes, list) and len(shapes) == 3 and all(isinstance(s, list) for s in shapes)):
+        raise BundleError(f"bundle field '{field}' must be [min, opt, max] shapes")
+    if any(len(s) != len(spec.shape) for s in shapes):
+        raise BundleError(f"bundle field '{field}' = {shapes}: each shape needs {len(spec.shape)} dims")
+    for axis, (declared, lo, opt, hi) in enumerate(zip(spec.shape, *shapes)):
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_PROFILE_DIM for d in (lo, opt, hi)):
+            raise BundleError(f"bundle field '{field}' dim {axis}: {lo}, {opt}, {hi} are not sizes")
+        if not lo <= opt <= hi or (isinstance(declared, int) and not lo == opt == hi == declared):
+            raise BundleError(f"bundle field '{field}' dim {axis}: {lo} <= {opt} <= {hi} does not fit {declared}")
+
+
+def profiles(
+    inputs: tuple[TensorSpec, ...] | list[TensorSpec], settings: BuildSettings, declared: dict[str, Any] | None = None
+) -> dict[str, list[list[int]]]:
+    """The optimization profile: [min, opt, max] shape per input; ``declared`` (``TensorRTSpecs.profile``, from
+    the model's bounds) where it names the input, else a symbolic batch spans the batch range."""
     result = {}
     for spec in inputs:
+        if declared and spec.name in declared:
+            result[spec.name] = [list(shape) for shape in declared[spec.name]]
+            continue
         dims = list(spec.shape)
         if any(isinstance(d, str) for d in dims[1:]):
             raise ValueError(f"input {spec.name!r} has a symbolic dim beyond the batch: {dims}")

@@ -32,6 +32,7 @@ from aot.compiler.backends.weights import constant_record
 from aot.compiler.partition import Region
 from aot.errors import BuildError
 from aot.packager.bundle import spec_of
+from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER, check_recipe
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs, WeightRef
 from runtime_lite.errors import BundleError
@@ -153,10 +154,11 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
         precision=precision,
     )
     notes = []
-    if facts.unverified is not None:
-        notes.append(
-            f"onnxruntime: {region.id} will run on the host plan: {facts.unverified} (see docs/onnxruntime.md)"
-        )
+    unbounded = Footprint(facts.inputs, facts.dims, facts.operands, facts.nodes, facts.types, list(facts.inputs),
+                          facts.outputs, facts.shapes).unbounded  # fmt: skip
+    if facts.unverified is not None or unbounded is not None:
+        why = facts.unverified or f"its memory cannot be bounded: {unbounded}"
+        notes.append(f"onnxruntime: {region.id} will run on the host plan: {why} (see docs/onnxruntime.md)")
     shared = sum(ref.payload == "fallback_weights" for ref in weights.refs)
     if shared != len(weights.refs):
         notes.append(

@@ -12,6 +12,7 @@ import numpy as np
 from onnx import helper
 
 from aot.compiler.backends.recipe import EXPORTS, Export, RecipeWriter, _simple
+from aot.ir import contrib
 from aot.ir.graph import Node
 
 EXTRA: dict[str, Export] = {
@@ -22,6 +23,10 @@ EXTRA: dict[str, Export] = {
         "gather": "Gather", "gather_elements": "GatherElements", "isnan": "IsNaN", "gather_nd": "GatherND",
     }.items()},
 }  # fmt: skip
+
+
+#: The ``recurrent`` op's activation names -> ONNX's.
+RECURRENT_ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
 
 
 def _export(*ops: str):
@@ -38,9 +43,29 @@ def _cast(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Cast", ins, outs, to=helper.np_dtype_to_tensor_dtype(np.dtype(node.attrs["to"])))
 
 
+def _int64(w: RecipeWriter, node: Node, ins: list[str], i: int) -> str:
+    """Input ``i`` (a run-time shape, start or end) as the int64 tensor ONNX takes there."""
+    return ins[i] if node.inputs[i].type.dtype == "int64" else w.cast(ins[i], "int64")
+
+
 @_export("expand")
 def _expand(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
-    w.emit("Expand", [ins[0], w.ints(node.attrs["shape"], "shape")], outs)
+    shape = _int64(w, node, ins, 1) if len(ins) > 1 else w.ints(node.attrs["shape"], "shape")
+    w.emit("Expand", [ins[0], shape], outs)
+
+
+@_export("shape")
+def _shape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A shape read at run time: symbolic dims travel through the recipe as onnxruntime computes them."""
+    end = node.attrs["end"]
+    w.emit("Shape", ins, outs, start=node.attrs["start"], **({"end": end} if end is not None else {}))
+
+
+@_export("dynamic_slice")
+def _dynamic_slice(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    bounds = [_int64(w, node, ins, i) for i in (1, 2)]
+    w.emit("Slice", [ins[0], *bounds, w.ints(a["axes"], "axes"), w.ints(a["steps"], "steps")], outs)
 
 
 @_export("tile")
@@ -77,6 +102,66 @@ def _trilu(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None
 @_export("mod")
 def _mod(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.emit("Mod", ins, outs, fmod=int(node.attrs["fmod"]))
+
+
+@_export("dynamic_resize")
+def _dynamic_resize(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A resize to sizes computed at run time (``Shape`` arithmetic in the recipe): Resize with a sizes input."""
+    a = node.attrs
+    w.emit("Resize", [ins[0], "", "", _int64(w, node, ins, 1)], outs, mode=a["mode"],
+           coordinate_transformation_mode=a["coordinate_transformation_mode"], nearest_mode=a["nearest_mode"])  # fmt: skip
+
+
+@_export("same_pad")
+def _same_pad(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """SAME padding of a size known only at run time, computed in the recipe as ``runtime_lite.kernels.geometry.
+    same_pads`` computes it: out = ceil(size / s), total = max((out - 1) * s + extent - size, 0), the odd pixel at
+    the end (SAME_UPPER) or the start (SAME_LOWER); then a constant Pad of the trailing spatial axes."""
+    a = node.attrs
+    nd, rank = len(a["kernel_shape"]), node.inputs[0].type.rank
+    strides = w.ints(a["strides"], "strides")
+    extent = w.ints([(k - 1) * d + 1 for k, d in zip(a["kernel_shape"], a["dilations"])], "extent")
+    one, two, zero = (w.ints([v] * nd, name) for v, name in ((1, "one"), (2, "two"), (0, "zero")))
+    size = w.emit("Shape", ins, start=rank - nd)
+    out = w.emit("Div", [w.emit("Sub", [w.emit("Add", [size, strides]), one]), strides])
+    span = w.emit("Add", [w.emit("Mul", [w.emit("Sub", [out, one]), strides]), extent])
+    total = w.emit("Max", [w.emit("Sub", [span, size]), zero])
+    small = w.emit("Div", [total, two])
+    large = w.emit("Sub", [total, small])
+    begins, ends = (large, small) if a["lower"] else (small, large)
+    lead = w.ints([0] * (rank - nd), "lead")
+    pads = w.emit("Concat", [lead, begins, lead, ends], axis=0)
+    w.emit("Pad", [ins[0], pads, w.data_const(a["value"], node.inputs[0], "pad_value")], outs, mode="constant")
+
+
+@_export("recurrent")
+def _recurrent(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """RNN / GRU / LSTM over a sequence length known only at run time: ONNX's own op, whose inputs the
+    ``recurrent`` op keeps in ONNX's layout (x, W, R, B, then initial h, initial c and peepholes as flagged)."""
+    a = node.attrs
+    given = iter(ins[4:])
+    slots = [*ins[:4], "", next(given) if a["initial_h"] else ""]
+    if a["kind"] == "lstm":
+        slots += [next(given) if a["initial_c"] else "", next(given) if a["peepholes"] else ""]
+    while slots[-1] == "":
+        slots.pop()
+    attrs = {"hidden_size": a["hidden_size"], "direction": a["direction"],
+             "activations": [RECURRENT_ACTIVATIONS[name] for name in a["activations"]]}  # fmt: skip
+    if a["clip"] is not None:
+        attrs["clip"] = float(a["clip"])
+    if a["kind"] == "gru":
+        attrs["linear_before_reset"] = int(a["linear_before_reset"])
+    w.emit(a["kind"].upper() if a["kind"] != "lstm" else "LSTM", slots, outs, **attrs)
+
+
+@_export(contrib.OP)
+def _contrib(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """The contrib node as the file wrote it: its domain, its attributes, a skipped optional input left empty."""
+    a = node.attrs
+    slots = [""] * (max(a["slots"]) + 1)
+    for slot, name in zip(a["slots"], ins):
+        slots[slot] = name
+    w.emit(a["op_type"], slots, outs, domain=a["domain"], **contrib.attributes_of(a))
 
 
 @_export("dense")

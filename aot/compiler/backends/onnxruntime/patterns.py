@@ -5,8 +5,9 @@ patterns are single ops and the partitioner grows the largest regions it can;
 for most models one region holds the whole graph. The checks keep on the host
 what the recipe cannot say or onnxruntime's CPU provider would not run as the
 host does, and say why (``aot-build --print-graph``): dtypes outside
-:data:`DTYPES`, weights or shapes known only at run time, attribute values the
-ONNX lowering has no form for.
+:data:`DTYPES`, convolution weights known only at run time, attribute values the
+ONNX lowering has no form for. Symbolic dims and shapes computed at run time
+(``Shape`` -> ``Gather`` -> ``Concat`` -> ``Reshape``) travel in the recipe as they are.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ DTYPES = frozenset({"float32", "int64", "int32", "int8", "uint8", "bool"})
 PAD_MODES = frozenset({"constant", "reflect", "edge"})
 
 #: Ops with a pattern of their own below; every other key of ONNXRUNTIME_EXPORTS gets the plain check.
-OWN_PATTERN_OPS = frozenset(
-    {*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "reshape", "expand", "pad", "quantize", "dequantize", "mod"}
-)
+OWN_PATTERN_OPS = frozenset({*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "pad", "quantize", "dequantize", "mod"})
 PLAIN_OPS = tuple(sorted(set(ONNXRUNTIME_EXPORTS) - OWN_PATTERN_OPS))
 
 
@@ -93,9 +92,6 @@ def onnxruntime_patterns() -> list[FusionPattern]:
         patterns.append(_pattern(pool, is_op(pool), all_of(_tensors, _attr(lambda a: set(a["dilations"]) == {1},
                                                                          "dilated average pooling"))))  # fmt: skip
     patterns += [
-        # A target shape known only at run time is a host computation the recipe cannot carry.
-        _pattern("reshape", is_op("reshape")(wildcard())),
-        _pattern("expand", is_op("expand")(wildcard())),
         _pattern("pad", is_op("pad"), all_of(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
         _pattern("mod", is_op("mod"), _integer_or_fmod),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),

@@ -48,7 +48,29 @@ class TensorRTOptions:
     progress: TextIO | None = sys.stderr
 
 
-def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], options: TensorRTOptions, notes: list[str]):
+def bounds_profile(region: Region, inputs: tuple[TensorSpec, ...]) -> dict[str, list[list[int]]] | None:
+    """[min, opt, max] per input with symbolic dims, from its shapes at the model's bounds (opt the maximum: the
+    size that costs most is the one TensorRT tunes for), as Torch-TensorRT derives a partition's from its
+    ``Dim`` ranges; None where the region has no symbolic input or no bounds cover one."""
+    profile = {}
+    for spec, bounds in zip(inputs, region.input_bounds or [None] * len(inputs)):
+        if all(isinstance(d, int) for d in spec.shape):
+            continue
+        if bounds is None:
+            return None
+        low, high = bounds
+        profile[spec.name] = [list(low), list(high), list(high)]
+    return profile or None
+
+
+def _engine(
+    recipe: bytes,
+    region_id: str,
+    inputs: tuple[TensorSpec, ...],
+    options: TensorRTOptions,
+    notes: list[str],
+    declared: dict | None = None,
+):
     """(tags, engine bytes) built or found in the cache for this machine's GPU, or None with a note."""
     from runtime_lite.backends.tensorrt.builder import EngineBuildError, cached_engine
     from runtime_lite.backends.tensorrt.gpu import GpuUnavailable, probe
@@ -58,7 +80,7 @@ def _engine(recipe: bytes, region_id: str, inputs: tuple[TensorSpec, ...], optio
     except GpuUnavailable as e:
         notes.append(f"tensorrt: no engine built for {region_id} ({e}); it is built or run on the host at load")
         return None
-    profile = profiles(inputs, options.settings)
+    profile = profiles(inputs, options.settings, declared)
     try:
         key, data, _ = cached_engine(
             options.cache, recipe, options.settings, profile, device,
@@ -95,15 +117,22 @@ def tensorrt_codegen(region: Region, options: TensorRTOptions | None = None) -> 
     outputs = tuple(spec_of(v) for v in graph.outputs)
     payloads = {"recipe": recipe, **host_fallback(graph).payloads()}
     notes: list[str] = []
+    declared = bounds_profile(region, inputs)
     if options.settings.batch and not any(spec.shape and isinstance(spec.shape[0], str) for spec in inputs):
         notes.append(f"tensorrt: --batch has no effect on {region.id}: its inputs have a fixed batch dimension")
+    if declared:
+        shown = "; ".join(
+            f"{name} {' / '.join('x'.join(map(str, s)) for s in shapes)}" for name, shapes in declared.items()
+        )
+        notes.append(f"tensorrt: {region.id} profile from the bounds (min / opt / max): {shown}")
     engines: list[EngineRecord] = []
-    built = _engine(recipe, region.id, inputs, options, notes) if options.engines == "auto" else None
+    built = _engine(recipe, region.id, inputs, options, notes, declared) if options.engines == "auto" else None
     if built is not None:
         tags, data = built
         payloads["engine/0"] = data
         engines.append(EngineRecord(payload="engine/0", tags=tags))
     specs = TensorRTSpecs(
-        region=region.id, inputs=inputs, outputs=outputs, settings=options.settings, engines=tuple(engines)
-    )
+        region=region.id, inputs=inputs, outputs=outputs, settings=options.settings, engines=tuple(engines),
+        profile=declared,
+    )  # fmt: skip
     return ModuleArtifact(payloads, specs.to_record(), notes)

@@ -5,7 +5,8 @@ TensorRT fuses on its own when it builds the engine, so, as in TVM's
 partitioner is to grow the largest regions it can. The checks keep out what
 the parser or the builder would reject: dtypes other than float32/float16 (int8
 only through Q/DQ with a zero point of 0), shapes that are dynamic anywhere but
-the batch dimension, dilated pooling, shapes computed at run time, and
+the batch dimension unless every symbolic dim is bounded (then each region's
+inputs get an optimization profile from the bounds), dilated pooling, shapes computed at run time, and
 attribute values the parser has no layer for.
 """
 
@@ -58,8 +59,13 @@ def _tensors(ctx: PatternCheckContext, dtypes: frozenset[str] = FLOAT_DTYPES) ->
     for v in ctx.values():
         if v.type.dtype not in dtypes:
             return reject(f"%{v.name} is {v.type.dtype}; tensorrt regions take {', '.join(sorted(dtypes))}")
-        if not _static_but_batch(v):
-            return reject(f"%{v.name} has shape {v.type}: only the batch dim may be symbolic, rank <= {MAX_RANK}")
+        if len(v.type.shape) > MAX_RANK:
+            return reject(f"%{v.name} has shape {v.type}: tensorrt takes rank <= {MAX_RANK}")
+        if not _static_but_batch(v) and id(v) not in ctx.shape_bounds:  # bounded: its profile spans the bounds
+            return reject(
+                f"%{v.name} has shape {v.type}: only the batch dim may be symbolic unless every symbolic dim is "
+                "bounded (--input x:1x3x32..1280x32..1280 gives each region an optimization profile)"
+            )
     return True
 
 
