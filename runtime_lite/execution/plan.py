@@ -440,6 +440,25 @@ class HostPlan:
                 raise BundleError(
                     f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
+        #: A plan that is one backend call from its inputs to its outputs (a one-region delegate bundle): the
+        #: call, the inputs in its order and which of its results each output is. ``execute`` then calls it
+        #: without the instruction loop (the same budgets, the same errors); None for any other plan.
+        self._single_call = self._as_single_call()
+
+    def _as_single_call(self) -> tuple[Callable, tuple[int, ...], tuple[int, ...]] | None:
+        if len(self.instructions) != 1 or 0 not in self._calls or self._signatures is not None:
+            return None
+        ins = self.instructions[0]
+        position = {slot: k for k, slot in enumerate(self.input_slots)}
+        results = {slot: k for k, slot in enumerate(ins.outputs)}
+        if (
+            len(position) != len(self.input_slots)
+            or len(results) != len(ins.outputs)
+            or any(slot not in position for slot in ins.inputs)
+            or any(slot not in results for slot in self.output_slots)
+        ):
+            return None
+        return self._calls[0][0], tuple(position[s] for s in ins.inputs), tuple(results[s] for s in self.output_slots)
 
     def constant_slots(self) -> dict[int, np.ndarray]:
         """The plan's constants by slot, as every run starts with them."""
@@ -467,6 +486,8 @@ class HostPlan:
     def _execute(
         self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget, device: bool = False
     ) -> list[np.ndarray]:
+        if self._single_call is not None and trace is None and not device:
+            return self._execute_single_call(inputs, budget)
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
@@ -517,6 +538,22 @@ class HostPlan:
         if keep is not None:
             keep()
         return [slots[s] for s in self.output_slots]
+
+    def _execute_single_call(self, inputs: list[np.ndarray], budget: ActiveBudget) -> list[np.ndarray]:
+        """``_execute`` of a plan that is one backend call: its results counted against the budget as the loop
+        counts them (nothing else is live), its failures named as the loop names them."""
+        call, order, picks = self._single_call
+        try:
+            results = call(*[inputs[k] for k in order])
+            live = sum(value.nbytes for value in results)
+        except Exception as e:
+            raise self._failure(0, e) from e
+        if live > budget.max_memory:
+            raise self._failure(0, BudgetExceeded(f"live activations reach {live:,} bytes, "
+                                                  f"more than max_memory = {budget.max_memory:,}"))  # fmt: skip
+        if budget.deadline is not None and time.monotonic() > budget.deadline:
+            raise self._failure(0, TimeoutError("the run passed its max_run_seconds"))
+        return [results[k] for k in picks]
 
     def _traced_step(self, index: int, trace: list) -> Step:
         """The instruction's step, with the trace handed to the backend when it calls one."""
