@@ -31,16 +31,6 @@ def _tensorrt_regions_fall_back_to_the_host():
         yield
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _onnxruntime_sessions_start_from_their_recipes():
-    """A verified load keeps the graph onnxruntime optimized in the cache and opens it from there the next time;
-    the suite loads the same bundles many times and inspects the sessions they build, so it keeps none
-    (tests/test_onnxruntime_graph_cache.py switches it on, in a cache of its own)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AOT_ONNXRUNTIME_GRAPH_CACHE", "0")
-        yield
-
-
 # Engine caches authenticate their entries with a key kept outside the cache (engine_cache.cache_key_file):
 # the tests, and the processes they start, use one of their own, never the developer's ~/.config/aot key.
 os.environ.setdefault("AOT_CACHE_KEY_FILE", os.path.join(tempfile.mkdtemp(prefix="aot-test-key-"), "engine-cache.key"))

@@ -1,7 +1,7 @@
 """The graph onnxruntime optimized at a first load, kept in the cache and opened as it is at later loads.
 
-(runtime_lite/backends/onnxruntime/optimized.py.) The suite switches the cache off (tests/conftest.py);
-these tests switch it on, each in a temporary cache directory of its own.
+(runtime_lite/backends/onnxruntime/optimized.py.) The cache is off by default; these tests switch it on,
+each in a temporary cache directory of its own.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_a_later_load_opens_the_optimized_graph_and_computes_the_same(bundle, tm
     assert _entry(tmp_path, "engine").stat().st_size > 0  # kept once the load was verified
     second = _load(bundle, tmp_path)
     assert FROM_CACHE in _detail(second)
-    assert _level(second).endswith("ORT_DISABLE_ALL")  # already optimized: onnxruntime opens it as it is
+    assert _level(second).endswith("ORT_ENABLE_ALL")  # opened at the level it was optimized at
     actual = second.run({"x": X})
     np.testing.assert_array_equal(actual[0], expected[0])
     original = onnxruntime_outputs(wide_model(), {"x": X})[0]

@@ -86,10 +86,10 @@ LOAD_OPTIONS = (
     Option(
         "graph_cache",
         boolean,
-        env_flag("AOT_ONNXRUNTIME_GRAPH_CACHE", True),
-        "keep the graph onnxruntime optimized for this host and onnxruntime in the cache (authenticated, checked) "
-        "and open it from there at later loads of a verified bundle: a cold start without the graph optimization "
-        "(default: $AOT_ONNXRUNTIME_GRAPH_CACHE, else true)",
+        env_flag("AOT_ONNXRUNTIME_GRAPH_CACHE", False),
+        "keep the graph onnxruntime optimized on this host in the cache (authenticated, checked) and open it from "
+        "there at later loads of a verified bundle (default: $AOT_ONNXRUNTIME_GRAPH_CACHE, else false: it saved no "
+        "load time where measured, docs/onnxruntime.md)",
     ),
     Option("cache_dir", path, None, "the cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir)"),
     Option(
@@ -233,7 +233,7 @@ class OnnxRuntimeModule:
         #: An int8 recipe's kernels here (integer or float, and why); None for a float recipe.
         self.int8 = int8_kernels(settings) if record.precision == "int8" else None
         place = None
-        if options.get("graph_cache", True) and bundle_digest is not None:
+        if options.get("graph_cache", False) and bundle_digest is not None and settings.optimization != "disable":
             place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
         start = time.perf_counter()
         try:

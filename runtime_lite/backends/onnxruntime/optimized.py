@@ -1,13 +1,16 @@
 """The graph onnxruntime optimized for this host, kept between loads so that a cold start skips the optimizing.
 
-Most of an onnxruntime session's start is its graph optimization at level ``all``: on
-a ResNet-50 the NCHWc layout pass and its weight reordering take 0.3-0.4 s of a 0.45 s
-session, where the same session from a graph already optimized takes 0.1 s. That graph
+Much of an onnxruntime session's start is its graph optimization at level ``all``: on
+a ResNet-50 the NCHWc layout pass and its weight reordering took 0.3-0.4 s of a 0.45 s
+session in a warm process, where the same session from the graph already optimized took
+0.1 s (in a fresh process, where the prepacking and first-touch of the weights dominate,
+much less of the start is saved). That graph
 depends on this onnxruntime (its fused ops and their kernels) and on this CPU (the NCHWc
 block is 16 floats with AVX-512, 8 with AVX2), so it cannot be written once at build
 time for every host: the first load on a host saves it (``SessionOptions.optimized_model_filepath``,
-the initializers in a file beside the graph), and later loads open it at level
-``disable``, its weights handed over as read-only views, as a recipe's are.
+the initializers in a file beside the graph), and later loads open it (at the same
+level: the passes find little left to do, and redo what a saved graph does not hold), its
+weights handed over as read-only views, as a recipe's are.
 
 An entry lives in the engine cache's store (``runtime_lite/backends/tensorrt/engine_cache.py``,
 folder ``onnxruntime-graphs/v1``), under its trust boundary: each entry is authenticated by
@@ -57,7 +60,8 @@ logger = logging.getLogger("runtime_lite.onnxruntime")
 
 #: Where the entries lie under the cache root; bumped when an entry's layout changes.
 LAYOUT = "onnxruntime-graphs/v1"
-#: An entry: this magic, the graph's length (u64 little-endian), the graph, zeros to a 64-byte boundary, the data.
+#: An entry: this magic, the graph's and the index's lengths (u64 little-endian), the graph, the index (JSON: the
+#: offset in the data of each initializer kept there), zeros to a 64-byte boundary, the data.
 MAGIC = b"AOTORTG1"
 ALIGN = 64
 #: Initializers of at least this many bytes go to the data file (and come back as views); smaller ones stay in
@@ -304,8 +308,7 @@ def cached_session(
     disabled: Sequence[str], version: str,
 ) -> Session:  # fmt: skip
     """A session over the region's optimized graph where the cache has it for this host and onnxruntime, else over
-    the recipe, optimized and saved: then its ``pending_graph`` keeps that graph once the load has verified every
-    blob (or discards it, when the session closes first)."""
+    the recipe: then its ``pending_graph`` makes and keeps that graph once the load has verified every blob."""
     key = graph_key(place.bundle_digest, place.module_id, settings, config or {}, disabled, version)
     store = GraphStore(place.root)
     found = store.get(key, weights)
@@ -313,18 +316,8 @@ def cached_session(
         session = _open_optimized(found, store, key, inputs, outputs, settings, footprint, config, disabled)
         if session is not None:
             return session
-    saved = SavedGraph()
-    try:
-        session = Session(bytes(recipe), weights, inputs, outputs, settings, footprint, config, disabled,
-                          save_to=saved.graph_path, save_config=saved.session_config())  # fmt: skip
-    except OnnxRuntimeUnavailable as e:  # the graph could not be saved (over protobuf's 2 GiB): not kept
-        saved.remove()
-        logger.info("the optimized graph of region %s is not kept (%s)", place.module_id, e)
-        return Session(bytes(recipe), weights, inputs, outputs, settings, footprint, config, disabled)
-    except BaseException:
-        saved.remove()
-        raise
-    session.pending_graph = PendingGraph(store, key, saved, weights)
+    session = Session(bytes(recipe), weights, inputs, outputs, settings, footprint, config, disabled)
+    session.pending_graph = PendingGraph(store, key, recipe, weights, (inputs, outputs, settings, config, disabled))
     return session
 
 
@@ -336,8 +329,7 @@ def _open_optimized(
     fails it or onnxruntime does not open it (the entry is then dropped)."""
     session = None
     try:
-        session = Session(found.graph, found.weights, inputs, outputs, settings, footprint, config, disabled,
-                          optimized=True)  # fmt: skip
+        session = Session(found.graph, found.weights, inputs, outputs, settings, footprint, config, disabled)
         found.pending.wait()
     except OnnxRuntimeUnavailable as e:  # an entry this onnxruntime cannot open after all: made again
         found.pending.cancel()
@@ -355,19 +347,28 @@ def _open_optimized(
 
 
 class PendingGraph:
-    """A graph onnxruntime saved while the session was built, kept in the store once the load is verified."""
+    """What makes and keeps a region's optimized graph once the load is verified: a second session over the
+    recipe, which saves the graph it optimized (the session the load returns is built without saving: one
+    that saves ran EfficientNet-B0 27% slower here), then the entry. Only the first load on a host pays it."""
 
-    def __init__(self, store: GraphStore, key: GraphKey, saved: SavedGraph, weights: Mapping[str, np.ndarray]):
-        self.store, self.key, self.saved, self.weights = store, key, saved, weights
+    def __init__(self, store: GraphStore, key: GraphKey, recipe: memoryview, weights: Mapping[str, np.ndarray],
+                 session_args: tuple) -> None:  # fmt: skip
+        self.store, self.key, self.recipe, self.weights, self.session_args = store, key, recipe, weights, session_args
 
     def keep(self) -> None:
+        inputs, outputs, settings, config, disabled = self.session_args
+        saved = SavedGraph()
         try:
-            self.store.put(self.key, self.saved, self.weights)
+            Session(bytes(self.recipe), self.weights, inputs, outputs, settings, None, config, disabled,
+                    save_to=saved.graph_path, save_config=saved.session_config()).close()  # fmt: skip
+            self.store.put(self.key, saved, self.weights)
+        except OnnxRuntimeUnavailable as e:  # the graph could not be saved (over protobuf's 2 GiB): not kept
+            logger.info("the optimized graph of region %s is not kept (%s)", self.key.ingredients["module"], e)
         finally:
-            self.saved.remove()
+            saved.remove()
 
     def discard(self) -> None:
-        self.saved.remove()
+        """The load failed: nothing was saved yet, nothing is kept."""
 
 
 __all__ = [
