@@ -38,7 +38,6 @@ from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.int8 import EMULATED_KERNELS, INT8_CHOICES, Int8Kernels, kernels_here
 from runtime_lite.backends.onnxruntime.known_bugs import wrong_on
-from runtime_lite.backends.onnxruntime.optimized import GraphPlace, cached_session
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import (
     OPTIMIZATION_LEVELS,
@@ -172,14 +171,14 @@ def recipe_session(
     settings: SessionSettings,
     where: str,
     int8: Int8Kernels | None = None,
-    place: GraphPlace | None = None,
+    place: Any = None,
 ) -> Session:
     """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
     where the check could not follow a shape onnxruntime would check statically (shapes.py), or where it could
     not bound a run's memory (footprint.py), or where this onnxruntime computes one of its nodes wrongly
     (known_bugs.py)). ``int8``: the kernels of an int8 recipe (``int8_kernels``). ``place``: where the region's
-    optimized graph is kept (optimized.py); the session's ``pending_graph`` then keeps a graph it optimized, once
-    the load is verified."""
+    optimized graph is kept (optimized.py ``GraphPlace``); the session's ``pending_graph`` then makes and keeps
+    it, once the load is verified."""
     facts = check_recipe(recipe, weights, where)
     input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
     if not settings.enabled:  # Session says so; no shape walk or version check for a recipe never run
@@ -199,6 +198,8 @@ def recipe_session(
     config, disabled = (int8.config, int8.disabled) if int8 is not None else (None, ())
     if place is None:
         return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
+    from runtime_lite.backends.onnxruntime.optimized import cached_session  # where the graph cache is on
+
     return cached_session(
         place, recipe, weights, input_names, output_names, settings, footprint, config, disabled, version
     )
@@ -234,6 +235,8 @@ class OnnxRuntimeModule:
         self.int8 = int8_kernels(settings) if record.precision == "int8" else None
         place = None
         if options.get("graph_cache", False) and bundle_digest is not None and settings.optimization != "disable":
+            from runtime_lite.backends.onnxruntime.optimized import GraphPlace
+
             place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
         start = time.perf_counter()
         try:

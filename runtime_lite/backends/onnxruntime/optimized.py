@@ -31,9 +31,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import struct
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -271,6 +269,8 @@ class SavedGraph:
     """A folder onnxruntime writes a session's optimized graph into (``optimized_model_filepath``), until kept."""
 
     def __init__(self):
+        import tempfile  # only where a graph is saved
+
         self.folder = tempfile.mkdtemp(prefix="aot-ort-graph-")
         self.graph_path = os.path.join(self.folder, "graph.onnx")
 
@@ -290,6 +290,8 @@ class SavedGraph:
                 return pack(graph.read(), memoryview(data.read()), bundle_weights)
 
     def remove(self) -> None:
+        import shutil
+
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
