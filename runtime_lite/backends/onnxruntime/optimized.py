@@ -366,6 +366,9 @@ class PendingGraph:
             self.store.put(self.key, saved, self.weights)
         except OnnxRuntimeUnavailable as e:  # the graph could not be saved (over protobuf's 2 GiB): not kept
             logger.info("the optimized graph of region %s is not kept (%s)", self.key.ingredients["module"], e)
+        except Exception as e:  # noqa: BLE001 - a cache that fails never fails the load it follows
+            logger.warning("the optimized graph of region %s is not kept: %s: %s", self.key.ingredients["module"],
+                           type(e).__name__, e)  # fmt: skip
         finally:
             saved.remove()
 

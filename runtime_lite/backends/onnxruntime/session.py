@@ -138,7 +138,7 @@ class Session:
             raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None
         #: What the session was built from, as ``describe`` says it (optimized.py names a cached graph).
         self.source = "its recipe"
-        #: A graph onnxruntime optimized and saved while this session was built, not yet kept (optimized.py).
+        #: What makes and keeps this region's optimized graph once the load is verified (optimized.py), or None.
         self.pending_graph: Any = None
         self._inputs, self._outputs = list(input_names), list(output_names)
         self._footprint, self._run_options = footprint, ort.RunOptions
@@ -179,7 +179,7 @@ class Session:
         self._session = None
         self._values = []
         pending, self.pending_graph = self.pending_graph, None
-        if pending is not None:  # the load failed before it was verified: the saved graph is not kept
+        if pending is not None:  # the load failed before it was verified: no graph is kept
             pending.discard()
 
 
