@@ -52,6 +52,8 @@ def _bert_base(sequence: int = 128) -> tuple:
 
 #: name -> builder returning (eval-mode torch module, example inputs, input names).
 MODELS: dict[str, Callable[[], tuple]] = {
+    "resnet50": _torchvision_model("resnet50"),
+    "squeezenet1_1": _torchvision_model("squeezenet1_1"),
     "vit_b_16": _torchvision_model("vit_b_16"),
     "mobilenet_v3_small": _torchvision_model("mobilenet_v3_small"),
     "efficientnet_b0": _torchvision_model("efficientnet_b0"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -44,6 +43,8 @@ def atomic_write(
     """
     path = os.fspath(path)
     refuse_special_file(path)
+    import tempfile  # only where a file is written: a load never imports it
+
     fd, tmp = tempfile.mkstemp(
         prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path))
     )

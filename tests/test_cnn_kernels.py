@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runtime_lite.kernels import KERNELS
 from runtime_lite.kernels.activation import _sigmoid_exp, _sigmoid_tanh, sigmoid
-from runtime_lite.kernels.registry import KERNELS
 
 GRID = np.concatenate([np.linspace(-120, 120, 480_001, dtype=np.float32), np.float32([0.0, -0.0, 1e-30, -1e-30])])
 

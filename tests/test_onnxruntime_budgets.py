@@ -8,6 +8,7 @@ activations from the input shapes first.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -121,3 +122,21 @@ def test_a_run_past_max_run_seconds_is_stopped_by_onnxruntime(monkeypatch):
     with pytest.raises(ExecutionError, match=r"max_run_seconds \(onnxruntime stopped it\)"):
         module.run({"x": x})
     assert time.monotonic() - start < 10.0  # stopped, not run to the end of a slow machine's chain
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "-v"])
+def test_a_run_failing_inside_onnxruntime_prints_no_line_of_its_own_unless_verbose(caplog, capfd, verbose):
+    """onnxruntime logs ``[E:onnxruntime:...]`` to stderr when a kernel fails; the caller gets the error raised
+    (one line, where the module names it), and onnxruntime's own lines only where its log is verbose (``-v``)."""
+    reshape = make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+        {"x": np.ones((1, 16), np.float32), "shape": np.array([4, 4], np.int64)},
+        ["y"],
+    )
+    caplog.set_level(logging.INFO if verbose else logging.WARNING, logger="runtime_lite.onnxruntime")
+    opened = session.Session(reshape.SerializeToString(), {}, ["x", "shape"], ["y"], session.SessionSettings())
+    capfd.readouterr()
+    with pytest.raises(Exception, match="Reshape"):
+        opened.run([np.ones((1, 16), np.float32), np.array([3, 5], np.int64)])  # 16 values cannot be 3 x 5
+    printed = capfd.readouterr().err
+    assert ("[E:onnxruntime" in printed) == verbose, printed

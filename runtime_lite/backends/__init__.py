@@ -52,6 +52,9 @@ class BackendContext:
     #: Every backend's load options as the caller gave them (resolved), by backend name: a backend that opens
     #: another's engine (TensorRT's recipe on onnxruntime) configures it as that backend's own modules are.
     given: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The bundle's digest (it names every blob) where the load verifies the blobs, else None: what a backend
+    #: may key a cache of things it derives from them by (onnxruntime's optimized graphs).
+    bundle_digest: str | None = None
 
     def tracing(self, trace: list[dict[str, Any]] | None) -> BackendContext:
         return self if trace is None else dataclasses.replace(self, trace=trace)
@@ -98,6 +101,10 @@ class Backend:
         """The shapes ``execute`` returns, where the module fixes and enforces them; None where it does not.
         The load follows them to check the plan's outputs against the signature before any run."""
         return None
+
+    def verified(self, handle: Any) -> None:
+        """Called once the load verified every blob (the ``tensor_payloads`` hashed while ``init`` ran): what a
+        module derived from them may now outlive the load (a cache entry). Not called on a failed load."""
 
     def check_constant_inputs(self, handle: Any, constants: dict[int, np.ndarray]) -> None:
         """Refuse (BundleError) a call whose inputs, known at load as the host plan's constants, the module

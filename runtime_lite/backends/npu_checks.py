@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from runtime_lite import kernels as host_kernels
 from runtime_lite.errors import BundleError
-from runtime_lite.kernels import KERNELS
 
 Shape = tuple[int, ...]
 LAYOUT_OPS = frozenset({"reshape", "flatten", "squeeze", "unsqueeze", "transpose", "slice"})
@@ -62,7 +62,7 @@ def _layout(op: str, attrs: dict, shapes: Sequence[Shape], dtypes: Sequence[np.d
         _slice_attrs(attrs, len(shapes[0]))
     stand_in = np.broadcast_to(np.zeros((), dtypes[0]), shapes[0])
     try:
-        return KERNELS[op].fn(stand_in, **attrs).shape
+        return host_kernels.KERNELS[op].fn(stand_in, **attrs).shape
     except (ValueError, TypeError, IndexError, np.exceptions.AxisError) as e:
         raise _Misfit(str(e).split("\n")[0]) from None
 

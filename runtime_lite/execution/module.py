@@ -73,7 +73,7 @@ class Module:
         bundle = read_bundle(source, verify=verify, map_file=map_file, defer=_tensor_only_blobs)
         try:
             with loading(len(bundle.buffer.view)):  # what the backends may do, by the bundle's size
-                self._load(bundle, resolved, limits, require)
+                self._load(bundle, resolved, limits, require, bundle.digest if verify else None)
         except BaseException as error:
             self.close()  # engines and device memory of the modules already initialised go back now
             _settle(bundle, error)
@@ -85,8 +85,11 @@ class Module:
         resolved: Mapping[str, dict[str, Any]],
         limits: RunLimits | None,
         require: Iterable[str] | str | None,
+        verified_digest: str | None = None,
     ) -> None:
-        """Everything after the read; returns only when every blob is verified (``bundle.pending``)."""
+        """Everything after the read; returns only when every blob is verified (``bundle.pending``).
+
+        ``verified_digest``: the bundle's digest where its blobs are verified, which backends may key caches by."""
         self._buffer = bundle.buffer
         self.limits = limits or RunLimits.from_options()
         header = _Header.parse(bundle)
@@ -108,7 +111,7 @@ class Module:
         required = normalize_require(require)
         check_required_present(required, [record.backend_name for record in header.modules])
         for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
-            bound = _init_module(record, resolved)
+            bound = _init_module(record, resolved, verified_digest)
             self._modules.append(bound)
             where = bound.backend.describe(bound.handle)
             placement = Placement(record.id, record.backend_name, where.runs_on, where.detail)
@@ -117,6 +120,8 @@ class Module:
         self._plan = header.bind_plan(bundle, self._modules)
         if bundle.pending is not None:
             bundle.pending.wait()  # the weights backends took while their hash ran: a mismatch fails the load
+        for module in self._modules:
+            module.backend.verified(module.handle)
 
     def close(self) -> None:
         """Release every backend module (engines, device memory); the Module cannot run afterwards.
@@ -244,7 +249,9 @@ def _place(outputs: list[Any], run: DeviceRun) -> list[Any]:
             placed.append(value)
         else:  # computed on the host, the caller's own GPU input, or a result repeated: a DeviceArray of its own
             try:
-                placed.append(to_device(to_host(value) if on_device else np.asarray(value), run.stream, run.stream_object))
+                placed.append(
+                    to_device(to_host(value) if on_device else np.asarray(value), run.stream, run.stream_object)
+                )
             except RuntimeError as e:  # no cuda-python, no device
                 raise ExecutionError(
                     f"outputs_on='device': output {len(placed)} cannot be put on a GPU ({e})"
@@ -405,7 +412,9 @@ def _module_record(bundle: Bundle, i: int, record: Any) -> _ModuleRecord:
     return _ModuleRecord(module_id, name, backend, payloads, specs)
 
 
-def _init_module(record: _ModuleRecord, options: Mapping[str, dict[str, Any]]) -> BoundModule:
+def _init_module(
+    record: _ModuleRecord, options: Mapping[str, dict[str, Any]], digest: str | None = None
+) -> BoundModule:
     """Hand a backend module record to its backend's ``init``, with this backend's own options."""
     backend, name = record.backend, record.backend_name
     if backend is None:
@@ -416,6 +425,8 @@ def _init_module(record: _ModuleRecord, options: Mapping[str, dict[str, Any]]) -
     if not backend.is_available():
         raise BundleError(f"bundle module {record.id!r} needs backend {name!r}, which is not available on this host")
     context = context_for(backend, options)
+    if digest is not None:
+        context = dataclasses.replace(context, bundle_digest=digest)
     try:
         handle = backend.init(context, record.payloads, record.compile_specs)
     except IncompatiblePayload as e:

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from runtime_lite import kernels as host_kernels  # KERNELS imports the kernels on first use
 from runtime_lite.errors import BundleError, ExecutionError
 from runtime_lite.execution.device import to_host
 from runtime_lite.execution.limits import ActiveBudget, BudgetExceeded, RunLimits, current_budget, enter_budget
 from runtime_lite.execution.shape_cache import SignatureCache, shape_derived
 from runtime_lite.format.fields import expect_dtype, expect_index
 from runtime_lite.format.records import Instruction, PlanRecord
-from runtime_lite.kernels import KERNELS
 
 Step = Callable[[list], None]
 
@@ -132,7 +132,7 @@ def bind_kernel(
     bound = _BOUND_KERNELS.get(key) if key is not None else None
     if bound is not None:
         return bound
-    kernel = KERNELS.get(op)
+    kernel = host_kernels.KERNELS.get(op)
     if kernel is None:
         raise BundleError(f"bundle field '{field}.op' names op {op!r}, which this runtime_lite has no kernel for")
     if inplace is not None and inplace not in kernel.inplace:
@@ -178,7 +178,7 @@ def _signature_misfit(op: str, num_inputs: int, attr_names: tuple[str, ...], wri
 def _bind_misfit(op: str, num_inputs: int, attr_names: tuple[str, ...], writes_out: bool) -> str | None:
     extra = {"out": None} if writes_out else {}
     try:
-        _signature(KERNELS[op].fn).bind(*range(num_inputs), **dict.fromkeys(attr_names), **extra)
+        _signature(host_kernels.KERNELS[op].fn).bind(*range(num_inputs), **dict.fromkeys(attr_names), **extra)
     except TypeError as e:
         return str(e)
     return None
@@ -214,7 +214,7 @@ def check_result_count(op: str, attrs: dict[str, Any], count: int, field: str, n
     numpy would otherwise unpack one result row by row into extra slots, or leave slots unset.
     """
     try:
-        expected = KERNELS[op].result_count(attrs)
+        expected = host_kernels.KERNELS[op].result_count(attrs)
     except (TypeError, KeyError, ValueError):
         raise BundleError(f"bundle field '{field}.attrs': {name} ({op}): its attributes do not say how many "
                           "results it has") from None  # fmt: skip
@@ -227,7 +227,7 @@ def check_result_count(op: str, attrs: dict[str, Any], count: int, field: str, n
 
 def bind_cost(op: str, attrs: dict[str, Any]) -> Callable[..., int]:
     """The kernel's cost with the attributes bound (call it with the operands, and ``out`` when in place)."""
-    cost = KERNELS[op].cost
+    cost = host_kernels.KERNELS[op].cost
     return functools.partial(cost, **attrs) if attrs else cost
 
 
@@ -251,7 +251,7 @@ def _make_cost(cost: Callable[..., int], ins: Instruction) -> Callable[[list], i
     Costs are remembered per operand signature (``_remembered``) unless quick (kernels/cost.py);
     a cost that is free in place is not called where the step writes into an array.
     """
-    declared = KERNELS[ins.op].cost
+    declared = host_kernels.KERNELS[ins.op].cost
     remember = not getattr(declared, "quick", False)
     inputs = ins.inputs
     if ins.inplace is not None:
@@ -415,7 +415,7 @@ class HostPlan:
             else:
                 fn = _bind_kernel(ins, field)
                 cost = _make_cost(bind_cost(ins.op, ins.attrs), ins)
-                if KERNELS[ins.op].view and ins.inputs:
+                if host_kernels.KERNELS[ins.op].view and ins.inputs:
                     view_source = ins.inputs[0]
             origins.record(ins, view_source, field)
             for slot in ins.outputs:
@@ -440,6 +440,25 @@ class HostPlan:
                 raise BundleError(
                     f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
                 )
+        #: A plan that is one backend call from its inputs to its outputs (a one-region delegate bundle): the
+        #: call, the inputs in its order and which of its results each output is. ``execute`` then calls it
+        #: without the instruction loop (the same budgets, the same errors); None for any other plan.
+        self._single_call = self._as_single_call()
+
+    def _as_single_call(self) -> tuple[Callable, tuple[int, ...], tuple[int, ...]] | None:
+        if len(self.instructions) != 1 or 0 not in self._calls or self._signatures is not None:
+            return None
+        ins = self.instructions[0]
+        position = {slot: k for k, slot in enumerate(self.input_slots)}
+        results = {slot: k for k, slot in enumerate(ins.outputs)}
+        if (
+            len(position) != len(self.input_slots)
+            or len(results) != len(ins.outputs)
+            or any(slot not in position for slot in ins.inputs)
+            or any(slot not in results for slot in self.output_slots)
+        ):
+            return None
+        return self._calls[0][0], tuple(position[s] for s in ins.inputs), tuple(results[s] for s in self.output_slots)
 
     def constant_slots(self) -> dict[int, np.ndarray]:
         """The plan's constants by slot, as every run starts with them."""
@@ -467,6 +486,8 @@ class HostPlan:
     def _execute(
         self, inputs: list[np.ndarray], trace: list | None, budget: ActiveBudget, device: bool = False
     ) -> list[np.ndarray]:
+        if self._single_call is not None and trace is None and not device:
+            return self._execute_single_call(inputs, budget)
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
@@ -517,6 +538,22 @@ class HostPlan:
         if keep is not None:
             keep()
         return [slots[s] for s in self.output_slots]
+
+    def _execute_single_call(self, inputs: list[np.ndarray], budget: ActiveBudget) -> list[np.ndarray]:
+        """``_execute`` of a plan that is one backend call: its results counted against the budget as the loop
+        counts them (nothing else is live), its failures named as the loop names them."""
+        call, order, picks = self._single_call
+        try:
+            results = call(*[inputs[k] for k in order])
+            live = sum(value.nbytes for value in results)
+        except Exception as e:
+            raise self._failure(0, e) from e
+        if live > budget.max_memory:
+            raise self._failure(0, BudgetExceeded(f"live activations reach {live:,} bytes, "
+                                                  f"more than max_memory = {budget.max_memory:,}"))  # fmt: skip
+        if budget.deadline is not None and time.monotonic() > budget.deadline:
+            raise self._failure(0, TimeoutError("the run passed its max_run_seconds"))
+        return [results[k] for k in picks]
 
     def _traced_step(self, index: int, trace: list) -> Step:
         """The instruction's step, with the trace handed to the backend when it calls one."""

@@ -14,6 +14,7 @@ before, after the run's budgets bounded what it could allocate.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,9 +24,6 @@ import numpy as np
 from runtime_lite.errors import BundleError
 from runtime_lite.format.records import Instruction
 from runtime_lite.format.signature import TensorSpec
-from runtime_lite.kernels import KERNELS
-from runtime_lite.kernels.conv import _conv_geometry
-from runtime_lite.kernels.linalg import matmul_shape
 from runtime_lite.kernels.pool import _pool_geometry
 from runtime_lite.kernels.shape import MAX_SHAPE_ENTRIES, onnx_slice, resolve_reshape
 
@@ -151,6 +149,8 @@ def _resize(shapes, values, attrs):
 
 
 def _matmul(shapes, values, attrs):
+    from runtime_lite.kernels.linalg import matmul_shape  # with the GEMM: imported where a plan has a matmul
+
     return [matmul_shape(shapes[0], shapes[1])] if _known(shapes, 2) else None
 
 
@@ -166,6 +166,8 @@ def _proxy(shape: Shape) -> np.ndarray:
 def _conv(shapes, values, attrs):
     if not _known(shapes, 2):
         return None
+    from runtime_lite.kernels.conv import _conv_geometry  # with the GEMM: imported where a plan has a conv
+
     x, w = _proxy(shapes[0]), _proxy(shapes[1])
     b = _proxy(shapes[2]) if len(shapes) > 2 and shapes[2] is not None else None
     _, spatial = _conv_geometry(x, w, b, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["groups"])
@@ -214,6 +216,8 @@ def _gather(shapes, values, attrs):
 
 def _elementwise_ops() -> dict[str, Rule]:
     """Ops whose result has operand 0's shape, or the operands' broadcast shape: read off their declared cost."""
+    from runtime_lite.kernels import KERNELS
+
     rules: dict[str, Rule] = {}
     for name, kernel in KERNELS.items():
         cost = getattr(kernel.cost, "__qualname__", "")
@@ -224,8 +228,20 @@ def _elementwise_ops() -> dict[str, Rule]:
     return rules
 
 
-RULES: dict[str, Rule] = {
-    **_elementwise_ops(),
+@functools.cache
+def _rules() -> dict[str, Rule]:
+    """Each op's rule, made on first use: the elementwise ones are read off the kernel registry, whose import
+    a plan of backend calls alone (one onnxruntime region) never needs."""
+    return {**_elementwise_ops(), **_SHAPE_RULES}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RULES":
+        return _rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_SHAPE_RULES: dict[str, Rule] = {
     **dict.fromkeys(["cast", "isinf", "softmax", "log_softmax", "erf", "gelu", "elu", "leaky_relu"], _same_as_first),
     **dict.fromkeys(["quantize", "dequantize", "reciprocal", "cumsum", "trilu", "layer_norm"], _same_as_first),
     **dict.fromkeys(["divide", "power", "mod", "where"], _broadcast),
@@ -251,7 +267,7 @@ RULES: dict[str, Rule] = {
 
 
 def _result_shapes(ins: Instruction, shapes: list, values: list, module_shapes: Callable | None) -> list | None:
-    rule = (lambda *_: module_shapes(ins)) if module_shapes is not None else RULES.get(ins.op)
+    rule = (lambda *_: module_shapes(ins)) if module_shapes is not None else _rules().get(ins.op)
     if rule is None:
         return None
     try:

@@ -21,24 +21,29 @@ untrusted): it raises ValueError saying which attribute is wrong.
 
 from __future__ import annotations
 
-# Importing the modules fills the registry.
-from runtime_lite.kernels import (  # noqa: E402,F401
-    activation,
-    conv,
-    elementwise,
-    indexing,
-    integer,
-    integer_mobile,
-    linalg,
-    logic,
-    normalization,
-    pool,
-    quantize,
-    recurrent,
-    reduce,
-    resize,
-    sampling,
-    shape,
-    transcendental,
-)
-from runtime_lite.kernels.registry import KERNELS, Kernel, get_kernel, kernel  # noqa: F401 (the package's API)
+import importlib
+from typing import Any
+
+#: The kernel modules; importing them fills the registry.
+MODULES = (
+    "activation", "conv", "elementwise", "indexing", "integer", "integer_mobile", "linalg", "logic",
+    "normalization", "pool", "quantize", "recurrent", "reduce", "resize", "sampling", "shape", "transcendental",
+)  # fmt: skip
+
+#: The package's API, read from the registry once every kernel module is imported.
+_API = ("KERNELS", "Kernel", "get_kernel", "kernel")
+
+
+def __getattr__(name: str) -> Any:
+    """``KERNELS`` and the rest of the API import every kernel module on first use, not with the package:
+    a bundle that runs no host kernel (one onnxruntime region) never pays their import at cold start, while
+    ``from runtime_lite.kernels.pool import ...`` imports that module alone."""
+    if name not in _API:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for module in MODULES:
+        importlib.import_module(f"{__name__}.{module}")
+    from runtime_lite.kernels import registry
+
+    value = getattr(registry, name)
+    globals()[name] = value
+    return value

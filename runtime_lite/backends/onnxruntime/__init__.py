@@ -47,7 +47,7 @@ from runtime_lite.backends.onnxruntime.session import (
     import_onnxruntime,
 )
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
-from runtime_lite.backends.options import Option, boolean, choice, env_choice, thread_count
+from runtime_lite.backends.options import Option, boolean, choice, env_choice, env_flag, path, thread_count
 from runtime_lite.errors import BundleError, OptionError, PlacementError
 from runtime_lite.execution.plan import HostPlan
 from runtime_lite.format.signature import TensorSpec
@@ -82,6 +82,15 @@ LOAD_OPTIONS = (
         "intra-op threads spin between runs (onnxruntime's default); false: they sleep, leaving the cores to "
         "other work between requests",
     ),
+    Option(
+        "graph_cache",
+        boolean,
+        env_flag("AOT_ONNXRUNTIME_GRAPH_CACHE", False),
+        "keep the graph onnxruntime optimized on this host in the cache (authenticated, checked) and open it from "
+        "there at later loads of a verified bundle (default: $AOT_ONNXRUNTIME_GRAPH_CACHE, else false: it saved no "
+        "load time where measured, docs/onnxruntime.md)",
+    ),
+    Option("cache_dir", path, None, "the cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir)"),
     Option(
         "int8",
         choice(*INT8_CHOICES),
@@ -162,11 +171,14 @@ def recipe_session(
     settings: SessionSettings,
     where: str,
     int8: Int8Kernels | None = None,
+    place: Any = None,
 ) -> Session:
     """A session over ``recipe`` once it passed the check (OnnxRuntimeUnavailable where onnxruntime is missing,
     where the check could not follow a shape onnxruntime would check statically (shapes.py), or where it could
     not bound a run's memory (footprint.py), or where this onnxruntime computes one of its nodes wrongly
-    (known_bugs.py)). ``int8``: the kernels of an int8 recipe (``int8_kernels``)."""
+    (known_bugs.py)). ``int8``: the kernels of an int8 recipe (``int8_kernels``). ``place``: where the region's
+    optimized graph is kept (optimized.py ``GraphPlace``); the session's ``pending_graph`` then makes and keeps
+    it, once the load is verified."""
     facts = check_recipe(recipe, weights, where)
     input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
     if not settings.enabled:  # Session says so; no shape walk or version check for a recipe never run
@@ -184,14 +196,20 @@ def recipe_session(
     if wrong is not None:
         raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
     config, disabled = (int8.config, int8.disabled) if int8 is not None else (None, ())
-    return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
+    if place is None:
+        return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
+    from runtime_lite.backends.onnxruntime.optimized import cached_session  # where the graph cache is on
+
+    return cached_session(
+        place, recipe, weights, input_names, output_names, settings, footprint, config, disabled, version
+    )
 
 
 def session_placement(session: Session, settings: SessionSettings, seconds: float, int8: Int8Kernels | None) -> str:
     """Where a recipe runs, as ``describe`` says it: onnxruntime's version, threads, build time, int8 kernels."""
     where = (
         f"on onnxruntime {session.version}'s CPU provider ({settings.threads or 'default'} threads, "
-        f"session built in {seconds:.2f} s)"
+        f"session built in {seconds:.2f} s from {session.source})"
     )
     return f"{where}; {int8.describe()}" if int8 is not None else where
 
@@ -210,7 +228,10 @@ def _refuse_contrib_ops(plan, region: str, placement: str) -> None:
 class OnnxRuntimeModule:
     """One region, resolved at load to an onnxruntime session or its host plan."""
 
-    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
+    def __init__(
+        self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any],
+        bundle_digest: str | None = None,
+    ):  # fmt: skip
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
         settings = session_settings(options)
         self.id = record.region
@@ -223,11 +244,16 @@ class OnnxRuntimeModule:
         self.weights = weights = recipe_weights(payloads, record, constants)
         #: An int8 recipe's kernels here (integer or float, and why); None for a float recipe.
         self.int8 = int8_kernels(settings) if record.precision == "int8" else None
+        place = None
+        if options.get("graph_cache", False) and bundle_digest is not None and settings.optimization != "disable":
+            from runtime_lite.backends.onnxruntime.optimized import GraphPlace
+
+            place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(
                 payloads["recipe"], weights, self.inputs, self.outputs, settings, "onnxruntime.payloads.recipe",
-                self.int8,
+                self.int8, place,
             )  # fmt: skip
             self.placement = session_placement(self.session, settings, time.perf_counter() - start, self.int8)
         except OnnxRuntimeUnavailable as e:
@@ -242,6 +268,13 @@ class OnnxRuntimeModule:
 
     def _bind(self, plan, constants: list[np.ndarray]) -> HostPlan:
         return bind_fallback(plan, constants, self.id, "onnxruntime", (len(self.inputs), len(self.outputs)))
+
+    def verified(self) -> None:
+        """The load verified every blob: a graph onnxruntime optimized from them may now be kept."""
+        pending = self.session.pending_graph if self.session is not None else None
+        if pending is not None:
+            self.session.pending_graph = None
+            pending.keep()
 
     def close(self) -> None:
         session, self.session = self.session, None
@@ -272,7 +305,10 @@ class OnnxRuntimeBackend(Backend):
         return True  # without onnxruntime a region runs its host plan
 
     def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]):
-        return OnnxRuntimeModule(payloads, compile_specs, dict(context.options))
+        return OnnxRuntimeModule(payloads, compile_specs, dict(context.options), context.bundle_digest)
+
+    def verified(self, handle: OnnxRuntimeModule) -> None:
+        handle.verified()
 
     def execute(self, context: BackendContext, handle: OnnxRuntimeModule, inputs: Sequence[np.ndarray]):
         return handle.run(inputs, context.trace)

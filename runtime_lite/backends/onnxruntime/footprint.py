@@ -166,7 +166,7 @@ def check_run(footprint: Footprint | None, inputs: Sequence, engine: str, max_me
     if footprint is None:
         return
     try:
-        need = footprint.peak_bytes([np.shape(x) for x in inputs])
+        need = footprint.peak_bytes([x.shape if type(x) is np.ndarray else np.shape(x) for x in inputs])
     except BadGeometry as e:
         raise ValueError(f"inputs of shapes {[list(np.shape(x)) for x in inputs]} do not fit: {e}") from None
     if need > max_memory:

@@ -13,6 +13,7 @@ between nodes), as the host plan stops between instructions.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,15 @@ def import_onnxruntime() -> Any:
     return onnxruntime
 
 
+def log_severity() -> int:
+    """onnxruntime's own log level: its lines go to stderr beside this runtime's, so they show only where this
+    runtime's log is verbose (``-v``: its errors, ``-vv``: its warnings too, as the ``runtime_lite.onnxruntime``
+    logger is set). Otherwise a run refused (``max_run_seconds``) or failing inside onnxruntime prints the one-line
+    error this runtime raises, not onnxruntime's ``[E:onnxruntime:...]`` lines before it."""
+    logger = logging.getLogger("runtime_lite.onnxruntime")
+    return 2 if logger.isEnabledFor(logging.DEBUG) else 3 if logger.isEnabledFor(logging.INFO) else 4
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """The session's knobs, from the backend's load options."""
@@ -88,6 +98,8 @@ class Session:
         footprint: Footprint | None = None,
         config: Mapping[str, str] | None = None,
         disabled: Sequence[str] = (),
+        save_to: str | None = None,
+        save_config: Mapping[str, str] | None = None,
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -95,15 +107,22 @@ class Session:
         options = ort.SessionOptions()
         options.intra_op_num_threads = settings.threads
         options.inter_op_num_threads = 1
+        # A graph onnxruntime already optimized for this host (optimized.py) is opened at the same level: its
+        # passes find little left to rewrite, and what a saved graph does not hold is redone (opened at
+        # ``disable``, EfficientNet-B0's session ran 17% slower)
         options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[settings.optimization]
         )
+        if save_to is not None:  # the optimized graph is written there, for later loads (optimized.py)
+            options.optimized_model_filepath = save_to
+            for key, value in (save_config or {}).items():
+                options.add_session_config_entry(key, value)
         options.enable_cpu_mem_arena = settings.arena
         if not settings.spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for key, value in (config or {}).items():  # e.g. an int8 recipe's kernels (int8.py)
             options.add_session_config_entry(key, value)
-        options.log_severity_level = 3  # onnxruntime's own warnings are not this runtime's log
+        options.log_severity_level = log_severity()
         # The OrtValues view the arrays (the bundle's blobs); they stay referenced as long as the session.
         self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
         if weights:
@@ -117,15 +136,25 @@ class Session:
         except Exception as e:  # an onnxruntime too old for the recipe's opset, an op it lacks: the host runs it
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise OnnxRuntimeUnavailable(f"onnxruntime {self.version} refused the recipe: {first[:300]}") from None
+        #: What the session was built from, as ``describe`` says it (optimized.py names a cached graph).
+        self.source = "its recipe"
+        #: What makes and keeps this region's optimized graph once the load is verified (optimized.py), or None.
+        self.pending_graph: Any = None
         self._inputs, self._outputs = list(input_names), list(output_names)
         self._footprint, self._run_options = footprint, ort.RunOptions
+        # onnxruntime's Python ``run`` checks again what ``run`` below has made sure of (every input named once,
+        # numpy arrays, no OrtValue of another device) before it calls its C++ session: ~15 us a call that a
+        # small model's run does not have. That call is made directly where this onnxruntime has it.
+        self._run_session = getattr(self._session, "_sess", None)
+        if not callable(getattr(self._run_session, "run", None)):
+            self._run_session = self._session
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         budget = current_budget()
         check_run(self._footprint, inputs, "onnxruntime", budget.max_memory)
         feeds = dict(zip(self._inputs, inputs))
         if budget.deadline is None:
-            return self._session.run(self._outputs, feeds)
+            return self._run_session.run(self._outputs, feeds, None)
         return self._run_until(feeds, budget.deadline)
 
     def _run_until(self, feeds: dict, deadline: float) -> list[np.ndarray]:
@@ -138,7 +167,7 @@ class Session:
         timer.daemon = True
         timer.start()
         try:
-            return self._session.run(self._outputs, feeds, options)
+            return self._run_session.run(self._outputs, feeds, options)
         except Exception:
             if options.terminate:
                 raise TimeoutError("the run passed its max_run_seconds (onnxruntime stopped it)") from None
@@ -149,6 +178,9 @@ class Session:
     def close(self) -> None:
         self._session = None
         self._values = []
+        pending, self.pending_graph = self.pending_graph, None
+        if pending is not None:  # the load failed before it was verified: no graph is kept
+            pending.discard()
 
 
 __all__ = ["OPTIMIZATION_LEVELS", "OnnxRuntimeUnavailable", "Session", "SessionSettings", "import_onnxruntime"]

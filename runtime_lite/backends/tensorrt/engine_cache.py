@@ -250,7 +250,7 @@ class Directory:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def read(self, name: str, max_bytes: int, own: bool = False) -> bytes:
+    def read(self, name: str, max_bytes: int, own: bool = False) -> bytearray:
         """A regular file's bytes (never through a symlink, never more than ``max_bytes``); OSError otherwise.
 
         ``own``: only a file this user (or root) owns, with no other name (a hard link planted
@@ -266,18 +266,18 @@ class Directory:
                 raise OSError(errno.EPERM, "not a file of this user's with a single name", str(self.path / name))
             if info.st_size > max_bytes:  # refused before a byte is read (a sparse file costs nothing)
                 raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(self.path / name))
-            chunks, left = [], max_bytes + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 16 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
+            data, got = bytearray(info.st_size + 1), 0  # one byte over: a file that grew is seen to
+            with memoryview(data) as view:
+                while got < len(data):
+                    count = os.readv(fd, [view[got : got + (64 << 20)]])
+                    if not count:
+                        break
+                    got += count
         finally:
             os.close(fd)
-        data = b"".join(chunks)
-        if len(data) > max_bytes:
+        if got > max_bytes:
             raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(self.path / name))
+        del data[got:]  # read in place, once: an entry of 300 MB is not copied again by a join
         return data
 
     def exists(self, name: str) -> bool:
@@ -442,9 +442,13 @@ class EngineCache:
         root: str | os.PathLike[str] | None = None,
         max_bytes: int = DEFAULT_BUDGET,
         key_file: str | os.PathLike[str] | None = None,
+        layout: str = LAYOUT,
     ):
         self.root = Path(root) if root is not None else default_cache_dir()
-        self.directory = self.root / LAYOUT
+        #: Where under ``root`` the entries lie: another kind of entry (onnxruntime's optimized graphs) keeps
+        #: the same trust boundary in a folder of its own.
+        self.layout = layout
+        self.directory = self.root / layout
         self.max_bytes = max_bytes
         self.key_file = Path(key_file) if key_file is not None else cache_key_file()
         self.stats = CacheStats()
@@ -461,7 +465,7 @@ class EngineCache:
         return f"{key}.engine", f"{key}.json"
 
     def _entries_dir(self, create: bool) -> Directory:
-        return Directory(self.root, tuple(LAYOUT.split("/")), create)
+        return Directory(self.root, tuple(self.layout.split("/")), create)
 
     def _unusable(self, what: str, error: OSError) -> None:
         self.stats.unusable += 1
@@ -470,7 +474,15 @@ class EngineCache:
     # -- reading --------------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
-        """The engine stored under ``key``, verified; None on a miss or a bad entry (then dropped).
+        """The engine stored under ``key``, verified; None on a miss or a bad entry (then dropped)."""
+        entry = self.get_entry(key)
+        return None if entry is None else bytes(entry[0])
+
+    def get_entry(self, key: str, hashed: bool = True) -> tuple[bytes, dict[str, Any]] | None:
+        """The engine stored under ``key`` and the ingredients its record names, verified; None on a miss or a
+        bad entry (then dropped). ``hashed=False`` leaves out the engine file's sha256 (the record's HMAC,
+        key and size still checked): for a caller that checks the content against digests its ingredients
+        name, part of it while it works (onnxruntime's optimized graphs hash their weights meanwhile).
 
         Verified means: the record's HMAC under this cache's key, the record names this
         very key (an entry copied under another name is not served), the engine file
@@ -490,10 +502,10 @@ class EngineCache:
             if not directory.exists(record_name):
                 return None
             try:
-                data, problem = self._verified(directory, key)
+                data, problem, record = self._verified_entry(directory, key, hashed)
                 if problem is not None:
                     with directory.lock(f"{key}.lock"):  # writers hold it: what is bad now stays bad
-                        data, problem = self._verified(directory, key)
+                        data, problem, record = self._verified_entry(directory, key, hashed)
                         if problem == _MISSING:  # removed meanwhile (evicted, dropped): a plain miss
                             return None
                         if problem is not None:
@@ -503,33 +515,40 @@ class EngineCache:
                 self._unusable("read", e)
                 return None
             directory.touch(record_name)  # last use, for eviction
-        return data
+        return data, dict(record.get("ingredients", {}))
 
     def _verified(self, directory: Directory, key: str) -> tuple[bytes | None, str | None]:
         """(engine, None) for a good entry, else (None, why); None, None when there is no record at all."""
+        data, problem, _ = self._verified_entry(directory, key)
+        return data, problem
+
+    def _verified_entry(
+        self, directory: Directory, key: str, hashed: bool = True
+    ) -> tuple[bytes | None, str | None, dict[str, Any]]:
+        """``_verified``, and the entry's record (empty where there is none to trust)."""
         engine_name, record_name = self._paths(key)
         try:
             raw = directory.read(record_name, MAX_RECORD_BYTES)
         except FileNotFoundError:
-            return None, _MISSING
+            return None, _MISSING, {}
         except OSError as e:
-            return None, f"its record cannot be read ({e.strerror or e})"
+            return None, f"its record cannot be read ({e.strerror or e})", {}
         record = _parse_record(raw)
         if record is None:
-            return None, "its record is not one this cache wrote"
+            return None, "its record is not one this cache wrote", {}
         if not hmac.compare_digest(record["hmac"], _mac(self._key(), record)):
-            return None, "its record is not authenticated by this cache's key (forged, or written with another key)"
+            return None, "its record is not authenticated by this cache's key (forged, or written with another key)", {}
         if record["key"] != key:
-            return None, f"its record belongs to key {record['key'][:16]!r}"
+            return None, f"its record belongs to key {record['key'][:16]!r}", {}
         try:
             data = directory.read(engine_name, record["size"])
         except OSError as e:
-            return None, f"its engine file cannot be read ({e.strerror or e})"
+            return None, f"its engine file cannot be read ({e.strerror or e})", {}
         if len(data) != record["size"]:
-            return None, f"its engine file has {len(data)} bytes, the record says {record['size']}"
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
-            return None, "sha256 mismatch"
-        return data, None
+            return None, f"its engine file has {len(data)} bytes, the record says {record['size']}", {}
+        if hashed and hashlib.sha256(data).hexdigest() != record["sha256"]:
+            return None, "sha256 mismatch", {}
+        return data, None, record
 
     def _drop(self, directory: Directory, key: str, problem: str) -> None:
         logger.warning("engine cache entry %s is not valid (%s); dropping it", key[:16], problem)
@@ -590,7 +609,7 @@ class EngineCache:
                 data, problem = self._verified(directory, key)  # another process may have built it meanwhile
                 if data is not None:
                     self.stats.hits += 1
-                    return data, True
+                    return bytes(data), True
                 if problem is not None and problem != _MISSING:
                     self._drop(directory, key, problem)
                 self.stats.misses += 1
@@ -608,7 +627,7 @@ class EngineCache:
         """TensorRT's timing cache ``name`` under ``<root>/timing`` (b"" if absent or unusable)."""
         try:
             with Directory(self.root, (TIMING,), create=False) as directory:
-                return directory.read(name, MAX_TIMING_CACHE_BYTES, own=True)
+                return bytes(directory.read(name, MAX_TIMING_CACHE_BYTES, own=True))
         except FileNotFoundError:
             return b""
         except OSError as e:
