@@ -70,7 +70,7 @@ ALLOWED_OPS = frozenset(
         *("Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Reshape", "Pad", "Resize"),
         *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu"),
         # int8
-        *("QuantizeLinear", "DequantizeLinear"),
+        *("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"),
     }
 )
 

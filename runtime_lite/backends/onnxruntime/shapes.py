@@ -204,8 +204,10 @@ def _infer(node: Node, ins: list, ints: dict[str, list[int]]) -> list:
         return [_broadcast(ins)]
     if op in GEOMETRY:
         return [_window(node, x, ins[1] if len(ins) > 1 else None)]
-    if op == "MatMul":
+    if op in ("MatMul", "MatMulInteger"):
         return [_matmul(ins[0], ins[1])]
+    if op == "DynamicQuantizeLinear":  # y, and its scale and zero point (scalars)
+        return [x, (), ()]
     if op == "Gemm":
         m = x[1] if a.get("transA") else x[0]
         n = ins[1][0] if a.get("transB") else ins[1][1]
