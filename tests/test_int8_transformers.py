@@ -117,30 +117,42 @@ def test_dynamic_matmuls_compute_as_quantize_dynamic_does_and_the_host_plan_the_
         assert _relative(plan, ours) < 0.01
 
 
+VOCAB = 512
+
+
 def decoder_stack(layers: int = 3, width: int = 256) -> onnx.ModelProto:
-    """LayerNorm then matmuls of ``width`` units with biases and Gelu-free ReLUs: a decoder's linear layers."""
-    nodes = [helper.make_node("LayerNormalization", ["x", "g", "beta"], ["h0"], axis=-1)]
-    inits = {"g": np.ones(width, np.float32), "beta": np.zeros(width, np.float32)}
+    """An embedding lookup (512 x ``width``), LayerNorm, then matmuls of ``width`` units with biases and ReLUs: a
+    decoder's linear layers."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["x"]),
+             helper.make_node("LayerNormalization", ["x", "g", "beta"], ["h0"], axis=-1)]  # fmt: skip
+    inits = {"g": np.ones(width, np.float32), "beta": np.zeros(width, np.float32),
+             "table": rand(VOCAB, width, seed=99, low=-0.5, high=0.5)}  # fmt: skip
     for i in range(layers):
         inits[f"w{i}"], inits[f"b{i}"] = rand(width, width, seed=i, low=-0.1, high=0.1), rand(width, seed=10 + i)
         nodes += [helper.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"]),
                   helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
                   helper.make_node("Relu", [f"a{i}"], [f"h{i + 1}"])]  # fmt: skip
     nodes.append(helper.make_node("Identity", [f"h{layers}"], ["y"]))
-    return make_model(nodes, {"x": rand(1, 8, width)}, ["y"], inits, opset=17)
+    return make_model(nodes, {"ids": _ids(0)}, ["y"], inits, opset=17)
+
+
+def _ids(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, (1, 8))
 
 
 def test_weight_only_int8_is_a_quarter_of_the_bundle_with_float_accuracy(tmp_path):
     model = decoder_stack()
     result = _int8(model, "weight-only")
     assert "int8: matmuls weight-only: no activation range to calibrate, no calibration needed" in result.notes
+    assert "int8: 1 embedding tables stored int8 (per tensor), dequantized after the lookup" in result.notes
     plain = aot.build(model, targets=["onnxruntime"], log=None)
     ratio = len(result.to_bytes()) / len(plain.to_bytes())
     print(f"weight-only bundle {ratio:.3f}x the float one")
     assert ratio <= 0.3
     kinds = [n.op_type for n in _recipe(result).graph.node]
     assert "DynamicQuantizeLinear" not in kinds and "QuantizeLinear" not in kinds and kinds.count("MatMul") == 3
-    feeds = {"x": rand(1, 8, 256, seed=7)}
+    assert kinds.index("Gather") < kinds.index("DequantizeLinear")  # int8 rows looked up, then dequantized
+    feeds = {"ids": _ids(7)}
     reference = _session(model).run(None, feeds)[0]
     host = _load(result, enabled=False).run(feeds)[0]
     # float kernels: each weight dequantized once at load, float activations: the host plan's function
@@ -164,7 +176,7 @@ def test_static_matmuls_still_need_calibration_and_bad_schemes_are_one_line_erro
     with pytest.raises(BuildError, match=r"onnxruntime option int8_scheme='int4': expected one of auto, static, "
                                          r"dynamic, weight-only"):  # fmt: skip
         _int8(model, "int4")
-    samples = [{"x": rand(1, 8, 256, seed=s)} for s in range(4)]
+    samples = [{"ids": _ids(s)} for s in range(4)]
     static = aot.build(model, targets=["onnxruntime"], backend_options={"onnxruntime": {"int8_scheme": "static"}},
                        quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False), log=None)  # fmt: skip
     kinds = [n.op_type for n in _recipe(static).graph.node]

@@ -22,6 +22,7 @@ from aot.compiler.quantize.insert import (
     Int8Scheme,
     Rule,
     insert_qdq,
+    is_embedding,
     plan_quantization,
     resolve_scheme,
 )
@@ -86,11 +87,15 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     them its table is empty and no accuracy is measured."""
     scheme = resolve_scheme(scheme, graph)
     plan = plan_quantization(graph, rules, scheme)
+    embeddings = sum(map(is_embedding, graph.nodes)) if scheme.int8_embeddings() else 0
+    stored = [f"int8: {embeddings} embedding tables stored int8 (per tensor), dequantized after the lookup"] * bool(
+        embeddings
+    )
     if not plan.tensors and config.calibration is None and config.table is None:
         table = CalibrationTable("none", None, 0, data_digest([]), {})
         insert_qdq(graph, plan, table, scheme)
         graph.metadata["calibration"] = table.digest
-        return Quantization(table, plan.notes())
+        return Quantization(table, plan.notes() + stored)
     if config.calibration is None and config.table is None:
         raise BuildError(
             f"int8 needs calibration data (--calibration DIR) or a calibration table: {len(plan.tensors)} "
@@ -137,6 +142,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     graph.metadata["calibration"] = table.digest
     notes = [
         *final.notes(),
+        *stored,
         *lines,
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]

@@ -23,6 +23,9 @@ range found at run time by ``dynamic_quantize`` (ONNX DynamicQuantizeLinear: uin
 [min(x, 0), max(x, 0)]) and the result left float, so nothing of it needs calibrating; or
 ``weight-only``: int8 weights, float activations (convolutions too). ``auto`` is
 ``dynamic`` for a transformer (a graph with layer normalization), ``static`` elsewhere.
+Under ``dynamic`` and ``weight-only`` an embedding table (a ``gather`` from a constant
+float32 matrix) is stored int8 too, per tensor, and dequantized after the lookup, as
+``quantize_dynamic`` does: the lookup reads int8 rows, so it costs nothing at run time.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ INT8_MAX = 127
 MATMUL_MODES = ("auto", "static", "dynamic", "weight-only")
 #: The ops ``dynamic`` quantizes at run time (convolutions keep calibrated ranges).
 DYNAMIC_OPS = frozenset({"dense", "matmul"})
+#: The smallest embedding table stored int8 (smaller ones stay float: they are not worth a dequantize).
+EMBEDDING_ELEMENTS = 1 << 16
 INT32 = np.iinfo(np.int32)
 
 
@@ -61,6 +66,10 @@ class Int8Scheme:
     #: How matmul and dense quantize: one of ``MATMUL_MODES`` (module docstring).
     matmuls: str = "static"
 
+    def int8_embeddings(self) -> bool:
+        """Whether embedding tables are stored int8 (the schemes that quantize matmuls without calibration)."""
+        return self.matmuls in ("dynamic", "weight-only")
+
     def mode(self, node: Node) -> str:
         """How ``node`` (a quantized op) quantizes: ``static``, ``dynamic`` or ``weight-only``."""
         if self.matmuls == "weight-only" or (self.matmuls == "dynamic" and node.op in DYNAMIC_OPS):
@@ -69,6 +78,31 @@ class Int8Scheme:
 
 
 SYMMETRIC = Int8Scheme()
+
+
+def is_embedding(node: Node) -> bool:
+    """A lookup in a large constant float32 table along its rows (the tables ``int8_embeddings`` stores int8)."""
+    table = node.inputs[0]
+    return (node.op == "gather" and node.attrs["axis"] == 0 and table.is_constant and table.type.rank == 2
+            and table.type.dtype == "float32" and int(np.prod(table.type.shape)) >= EMBEDDING_ELEMENTS)  # fmt: skip
+
+
+def quantize_embeddings(graph: Graph) -> int:
+    """Store each embedding table int8 (per tensor, symmetric) and dequantize the rows looked up; how many."""
+    count = 0
+    for node in [n for n in graph.nodes if is_embedding(n)]:
+        table, indices = node.inputs
+        data = np.asarray(table.data, np.float32)
+        scale = activation_scale(float(np.abs(data).max()))
+        q = np.clip(np.rint(data / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
+        rows = graph.op("gather", graph.constant(q, f"{table.name}_int8"), indices, axis=0, name=f"{node.name}_int8")
+        looked_up = graph.op("dequantize", rows, graph.constant(scale, f"{table.name}_scale"),
+                             graph.constant(np.zeros((), np.int8), f"{table.name}_zero_point"),
+                             name=f"{node.name}_dequantize")  # fmt: skip
+        graph.replace_uses(node.outputs[0], looked_up)
+        graph.nodes.remove(node)
+        count += 1
+    return count
 
 
 def is_transformer(graph: Graph) -> bool:
@@ -181,6 +215,8 @@ def plan_quantization(graph: Graph, rules: dict[str, Rule], scheme: Int8Scheme =
             tensors.setdefault(id(node.inputs[0]), node.inputs[0])
             tensors.setdefault(id(result), result)
     for node in graph.nodes:
+        if scheme.int8_embeddings() and is_embedding(node):
+            continue  # quantize_graph notes it
         if (
             node.op not in COMPUTE_OPS
             and node.op not in FUSED_ACTIVATIONS
@@ -311,4 +347,6 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
                                                                           f"{bias.name}_zero_point"),
                 axis=0, name=f"{node.name}_bias_dequantize",
             )  # fmt: skip
+    if scheme.int8_embeddings():
+        quantize_embeddings(graph)
     graph.toposort()
