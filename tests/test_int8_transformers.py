@@ -191,6 +191,23 @@ def test_a_model_without_layer_normalization_keeps_static_matmuls_under_auto():
     assert "MatMulInteger" in [n.op_type for n in _recipe(_int8(model, "dynamic")).graph.node]
 
 
+@pytest.mark.parametrize("scheme", ["dynamic", "weight-only"])
+def test_a_dense_layer_becomes_a_matmul_over_its_weight_transposed_once(scheme):
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])]
+    model = make_model(nodes, {"x": rand(2, 256)}, ["y"], {"w": rand(512, 256, seed=1), "b": rand(512, seed=2)})
+    result = _int8(model, scheme)
+    kinds = [n.op_type for n in _recipe(result).graph.node]
+    assert "Gemm" not in kinds and "Transpose" not in kinds
+    assert ("MatMulInteger" in kinds) == (scheme == "dynamic")
+    feeds = {"x": rand(2, 256, seed=3)}
+    reference = _session(model).run(None, feeds)[0]
+    ours, host = _load(result).run(feeds)[0], _load(result, enabled=False).run(feeds)[0]
+    assert _relative(ours, reference) < 0.03
+    assert _relative(host, reference) < 0.03
+    if scheme == "weight-only":
+        assert _relative(_load(result, int8="float").run(feeds)[0], host) < 1e-5
+
+
 def test_the_dynamic_quantize_kernel_is_onnx_dynamic_quantize_linear():
     from runtime_lite.kernels import KERNELS
 

@@ -88,9 +88,8 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     scheme = resolve_scheme(scheme, graph)
     plan = plan_quantization(graph, rules, scheme)
     embeddings = sum(map(is_embedding, graph.nodes)) if scheme.int8_embeddings() else 0
-    stored = [f"int8: {embeddings} embedding tables stored int8 (per tensor), dequantized after the lookup"] * bool(
-        embeddings
-    )
+    stored = [f"int8: {embeddings} embedding tables stored int8 (per tensor), dequantized after the lookup"]
+    stored = stored if embeddings else []
     if not plan.tensors and config.calibration is None and config.table is None:
         table = CalibrationTable("none", None, 0, data_digest([]), {})
         insert_qdq(graph, plan, table, scheme)

@@ -288,6 +288,24 @@ def quantize_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scales
 
 
+def _dense_as_matmul(graph: Graph, node: Node) -> None:
+    """A dynamic or weight-only ``dense`` as ``matmul`` with its weight transposed once, int8 per column (then
+    ``add`` of the bias): the form onnxruntime's integer matmuls take, without a transpose at every run."""
+    q, scales = quantize_weights(np.asarray(node.inputs[1].data, np.float32).T, 1)
+    w = node.inputs[1].name
+    dq = graph.op("dequantize", graph.constant(q, f"{w}_int8"), graph.constant(scales, f"{w}_scale"),
+                  graph.constant(np.zeros(scales.shape, np.int8), f"{w}_zero_point"), axis=1,
+                  name=f"{node.name}_weight_dequantize")  # fmt: skip
+    y = graph.op("matmul", node.inputs[0], dq, name=f"{node.name}_matmul")
+    if len(node.inputs) > 2:
+        y = graph.op("add", y, node.inputs[2], name=f"{node.name}_bias")
+    out = node.outputs[0]
+    name, out.name = out.name, graph.unique_name(f"{out.name}_dense")
+    y.name = name  # a graph output keeps its name
+    graph.replace_uses(out, y)
+    graph.nodes.remove(node)
+
+
 def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, scheme: Int8Scheme = SYMMETRIC) -> None:
     """Rewrite ``graph`` in place: Q/DQ around every statically quantized op, a run-time quantize before every
     dynamic one, int8 weights with per-channel scales for all (``scheme.matmuls`` resolved)."""
@@ -322,6 +340,9 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
                 dynamic[id(x)] = graph.add_node("dynamic_quantize", [x], name=f"{x.name}_dynamic_quantize")
             node.inputs[0] = graph.op("dequantize", *dynamic[id(x)].outputs, name=f"{x.name}_dequantize")
     for node in all_ops:
+        if node.op == "dense" and id(node) not in quantized_nodes:
+            _dense_as_matmul(graph, node)
+            continue
         w = node.inputs[1]
         axis = weight_axis(node)
         q, scales = quantize_weights(np.asarray(w.data, np.float32), axis)
