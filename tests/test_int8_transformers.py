@@ -113,7 +113,10 @@ def test_dynamic_matmuls_compute_as_quantize_dynamic_does_and_the_host_plan_the_
         assert _relative(ours, reference) < 0.03
         assert _relative(ours, quantized) < 0.03
         # the same quantized function: the host's float sums round where onnxruntime's int32 ones do not, and a
-        # rounding tie of a dynamic quantize may then fall the other way (one 8-bit step, carried by later layers)
+        # rounding tie of a dynamic quantize may then fall the other way (one 8-bit step, carried by later layers);
+        # on an x86 CPU without VNNI onnxruntime's u8s8 kernels may also saturate a pair of products (as for
+        # quantize_dynamic's model, which the assertion above compares with): rare at this model's scales, and the
+        # bound leaves room for it (0.04% measured on AVX512-VNNI, exact to float rounding)
         assert _relative(plan, ours) < 0.01
 
 
