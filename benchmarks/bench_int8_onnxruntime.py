@@ -3,6 +3,7 @@
     python benchmarks/bench_int8_onnxruntime.py                   # ResNet-50 (the onnx wheel's zoo, random weights)
     python benchmarks/bench_int8_onnxruntime.py --rounds 40 --samples 16
     python benchmarks/bench_int8_onnxruntime.py --model bert_base   # BERT-base encoder, sequence 128, random weights
+    python benchmarks/bench_int8_onnxruntime.py --model bert_base --schemes static weight-only
 
 Side by side in one process, 2 threads each (``BENCH_THREADS``), batch 1, each timed run
 after 0.2 s of untimed runs of its own side (``bench_host.alternate_times``), medians over
@@ -10,8 +11,10 @@ the rounds:
 
 * the ``--target onnxruntime --precision int8`` bundle (its kernels chosen by this CPU) and
   onnxruntime's own int8 model (ResNet-50: ``quantize_static`` QDQ, per channel, the same
-  calibration samples; BERT: ``quantize_dynamic``, as onnxruntime advises for transformers),
-  each against onnxruntime fp32 on the original file;
+  calibration samples; BERT: ``quantize_dynamic``, as onnxruntime advises for transformers, per
+  tensor as it defaults to and per channel as the bundle's weights are), each against onnxruntime
+  fp32 on the original file; ``--schemes`` adds int8 bundles built with other
+  ``onnxruntime.int8_scheme`` values (the default bundle is ``auto``: dynamic matmuls for BERT);
 * the int8 bundle forced onto float kernels (``onnxruntime.int8=float``, the path a CPU
   without VNNI takes) and its exact emulation (``emulated``) against the float
   ``--target onnxruntime`` bundle.
@@ -135,7 +138,18 @@ def bert_base(work: Path, rng: np.random.Generator, n: int) -> tuple[onnx.ModelP
     samples = [dict(zip(names, (rng.integers(1, config.vocab_size, (1, seq)), np.ones((1, seq), np.int64))))
                for _ in range(n)]  # fmt: skip
     quantize_dynamic(original, own, weight_type=QuantType.QInt8)
+    quantize_dynamic(original, str(work / "bert.int8pc.onnx"), weight_type=QuantType.QInt8, per_channel=True)
     return model, samples, original, own
+
+
+PER_CHANNEL = "onnxruntime's own int8, per channel"
+
+
+def _run(runner, feeds: dict) -> np.ndarray:
+    """The first output of a runtime_lite module or an onnxruntime session."""
+    if isinstance(runner, ort.InferenceSession):
+        return runner.run(None, feeds)[0]
+    return runner.run(feeds)[0]
 
 
 def main() -> None:
@@ -143,6 +157,8 @@ def main() -> None:
     parser.add_argument("--model", choices=("resnet50", "bert_base"), default="resnet50")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (random inputs)")
+    parser.add_argument("--schemes", nargs="*", default=[], choices=("static", "dynamic", "weight-only"),
+                        help="also time int8 bundles built with these onnxruntime.int8_scheme values")  # fmt: skip
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="bench-int8-"))
@@ -158,6 +174,13 @@ def main() -> None:
     emulated = runtime_lite.load(quantized, backend_options={"onnxruntime": {**options, "int8": "emulated"}})
     float_bundle = runtime_lite.load(plain, backend_options={"onnxruntime": options})
     fp32, qdq = onnxruntime_session(original), onnxruntime_session(ort_qdq)
+    per_channel = Path(ort_qdq).with_name(Path(ort_qdq).stem + "pc.onnx")
+    others = {PER_CHANNEL: onnxruntime_session(str(per_channel))} if per_channel.exists() else {}
+    for scheme in args.schemes:
+        built = aot.build(model, targets=["onnxruntime"], log=None, backend_options={"onnxruntime": {"int8_scheme": scheme}},
+                          quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False)).to_bytes()  # fmt: skip
+        print(f"bundle size, int8_scheme={scheme}: {len(built) / 1e6:.1f} MB ({len(built) / len(plain):.3f}x float)")
+        others[f"int8 bundle ({scheme})"] = runtime_lite.load(built, backend_options={"onnxruntime": options})
 
     print(machine.describe(f"onnxruntime {ort.__version__}"))
     print(f"this CPU's int8 kernels: {kernels_here('auto').describe()}")
@@ -172,7 +195,8 @@ def main() -> None:
     reference = fp32.run(None, feeds)[0].astype(np.float32)
     for label, out in (("int8 bundle", int8_auto.run(feeds)[0]), ("int8 bundle, float kernels",
                        int8_float.run(feeds)[0]), ("int8 bundle, emulated", emulated.run(feeds)[0]),
-                       ("onnxruntime's own int8", qdq.run(None, feeds)[0])):  # fmt: skip
+                       ("onnxruntime's own int8", qdq.run(None, feeds)[0]),
+                       *((k, _run(m, feeds)) for k, m in others.items())):  # fmt: skip
         err = np.linalg.norm(out - reference) / np.linalg.norm(reference)
         top1 = "agrees" if out.argmax() == reference.argmax() else "differs"
         print(f"  {label}: relative L2 to fp32 {err:.4f}, top-1 {top1}")
@@ -183,6 +207,7 @@ def main() -> None:
         "int8 bundle (float kernels)": lambda: int8_float.run(feeds),
         "int8 bundle (emulated)": lambda: emulated.run(feeds),
         "float --target onnxruntime bundle": lambda: float_bundle.run(feeds),
+        **{label: (lambda m=m: _run(m, feeds)) for label, m in others.items()},
     }
     for call in sides.values():
         call()
@@ -194,6 +219,11 @@ def main() -> None:
     own = medians["onnxruntime's own int8"]
     print(f"onnxruntime's own int8 / onnxruntime fp32: {own / base:.2f}x")
     print(f"int8 bundle / onnxruntime's own int8: {medians['int8 bundle (auto)'] / own:.2f}x")
+    if PER_CHANNEL in medians:
+        print(f"int8 bundle / {PER_CHANNEL}: {medians['int8 bundle (auto)'] / medians[PER_CHANNEL]:.2f}x")
+    for label in others:
+        print(f"{label} / onnxruntime fp32: {medians[label] / base:.2f}x; / onnxruntime's own int8: "
+              f"{medians[label] / own:.2f}x")  # fmt: skip
     for kernels in ("float kernels", "emulated"):
         ratio = medians[f"int8 bundle ({kernels})"] / medians["float --target onnxruntime bundle"]
         print(f"int8 bundle ({kernels}) / float bundle: {ratio:.2f}x")

@@ -104,6 +104,7 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     cases["topk"] = ([x], {"k": 5, "axis": 3})
     cases["quantize"] = ([x, np.array(0.02, np.float32), np.array(3, np.uint8)], {})
     cases["dequantize"] = ([(x * 10).astype(np.int8), np.array(0.1, np.float32), np.array(2, np.int8)], {})
+    cases["dynamic_quantize"] = ([x], {})
     unit = np.clip(x - 1.0, -0.99, 0.99)  # inside every inverse function's domain
     for op in ("acos", "acosh", "asin", "asinh", "atan", "atanh", "sinh", "cosh", "log1p", "expm1", "log2", "log10",
                "trunc"):  # fmt: skip

@@ -310,7 +310,7 @@ def main(
         )
         size = result.save(output)
         progress("write", result.timings["write"])
-        if result.quantization is not None:
+        if result.quantization is not None and result.quantization.table.tensors:  # none: nothing calibrated
             table_path = calibration_table_path(output)
             if not (calibration_table and os.path.abspath(calibration_table) == os.path.abspath(table_path)):
                 result.quantization.table.save(table_path)
@@ -333,7 +333,7 @@ def main(
         for backend, lines in result.reports.items():
             for line in lines:
                 click.echo(f"  {backend:<8} {line}")
-        if result.quantization is not None:
+        if result.quantization is not None and result.quantization.table.tensors:
             table = result.quantization.table
             click.echo(f"  int8     calibration table {calibration_table_path(output)} ({table.digest[:12]}, "
                        f"{table.method}, {table.samples} samples)")  # fmt: skip

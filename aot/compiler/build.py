@@ -111,7 +111,7 @@ def build(
     report = progress or (lambda stage, seconds: None)
     ordered = check_targets(targets)
     offload = [t for t in ordered if t != "host"]
-    given, int8_targets = _int8_options(offload, backend_options or {}, quantize)
+    given, int8_targets, quantize = _int8_options(offload, backend_options or {}, quantize)
     configured = _configure(offload, given, log)
     notes: list[str] = []
     timings: dict[str, float] = {}
@@ -131,8 +131,8 @@ def build(
     quantization = None
     if quantize is not None:
         rules = {t: get_compiler_backend(t).int8 for t in int8_targets}
-        scheme, scheme_note = _int8_scheme(int8_targets)
-        quantization = stage("quantize", lambda: quantize_graph(graph, quantize, rules, log, scheme))
+        scheme, scheme_note = _int8_scheme(int8_targets, configured)
+        quantization = stage("quantize", lambda: _quantize(graph, quantize, rules, log, scheme, int8_targets))
         notes.extend(quantization.notes + scheme_note)
         for t in int8_targets:  # the table's digest goes into each target's settings (and cache keys)
             configured[t] = get_compiler_backend(t).configure(
@@ -182,15 +182,32 @@ def refuse_contrib_on_the_host(graph: Graph, offload: Sequence[str]) -> None:
             )
 
 
+def _quantize(graph: Graph, quantize: QuantizeConfig, rules: dict, log: TextIO | None, scheme: Int8Scheme,
+              targets: list[str]) -> Quantization:  # fmt: skip
+    try:
+        return quantize_graph(graph, quantize, rules, log, scheme)
+    except BuildError as e:  # int8 asked for without data, where the graph needs calibrated ranges
+        if quantize.calibration is None and quantize.table is None:
+            raise BuildError(f"{', '.join(targets)} precision {e}") from None
+        raise
+
+
 def _int8_options(
     offload: list[str], given: Mapping[str, Any], quantize: QuantizeConfig | None
-) -> tuple[dict[str, Any], list[str]]:
-    """The options with precision int8 on every target that has an int8 path when quantizing, and those targets.
+) -> tuple[dict[str, Any], list[str], QuantizeConfig | None]:
+    """The options with precision int8 on every target that has an int8 path when quantizing, those targets, and
+    the quantize config.
 
-    Asking for int8 without calibration data is an error, as is quantizing for targets none of which has int8.
+    Asking for int8 without calibration data is an error, except for a backend whose matmuls may quantize with no
+    calibration (an ``int8_scheme`` option: the quantize stage says whether this graph needs ranges); so is
+    quantizing for targets none of which has int8.
     """
     options = dict(given)
     int8_targets = []
+    if quantize is None:
+        free = [name for name in offload if _asks_int8(get_compiler_backend(name), options.get(name))]
+        if free and all(any(o.name == "int8_scheme" for o in get_compiler_backend(n).options) for n in free):
+            quantize = QuantizeConfig(report=False)
     for name in offload:
         backend = get_compiler_backend(name)
         mine = options.get(name)
@@ -216,12 +233,19 @@ def _int8_options(
         raise BuildError(
             f"quantizing needs a target that computes in int8 (npu, tensorrt, onnxruntime); targets: {', '.join(offload) or 'host'}"
         )
-    return options, int8_targets
+    return options, int8_targets, quantize
 
 
-def _int8_scheme(int8_targets: list[str]) -> tuple[Int8Scheme, list[str]]:
+def _asks_int8(backend: Any, mine: Any) -> bool:
+    return isinstance(mine, Mapping) and str(mine.get("precision", "")).lower() == "int8" and backend.int8 is not None
+
+
+def _int8_scheme(int8_targets: list[str], configured: dict[str, Any]) -> tuple[Int8Scheme, list[str]]:
     """The Q/DQ scheme every int8 target reads: the one they all ask for, else the symmetric one (with a note)."""
-    asked = {t: get_compiler_backend(t).int8_scheme or SYMMETRIC for t in int8_targets}
+    asked = {}
+    for t in int8_targets:
+        scheme = get_compiler_backend(t).int8_scheme or SYMMETRIC
+        asked[t] = scheme(configured.get(t)) if callable(scheme) else scheme
     schemes = set(asked.values())
     if len(schemes) == 1:
         return schemes.pop(), []

@@ -875,6 +875,12 @@ register_op(
     "quantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.attrs["dtype"])], axis=1, dtype="uint8"
 )
 register_op("dequantize", "x scale zero_point?", lambda c: [c.types[0].with_dtype(c.types[1].dtype)], axis=1)
+# ONNX DynamicQuantizeLinear: x as uint8 over [min(x, 0), max(x, 0)], its scale and zero point found at run time
+# (dynamic quantization of a matmul's activation: no calibration; docs/quantization.md)
+register_op(
+    "dynamic_quantize", "x",
+    lambda c: [c.types[0].with_dtype("uint8"), TensorType((), "float32"), TensorType((), "uint8")],
+)  # fmt: skip
 
 
 # -- integer arithmetic (what the NPU runs for a quantized composite; runtime_lite/kernels/integer.py) --

@@ -49,3 +49,21 @@ def dequantize(x, scale, zero_point=None, *, axis):
     if zero_point is not None:
         wide -= _along(zero_point, axis, x.shape).astype(wide.dtype)
     return (wide * _along(scale, axis, x.shape)).astype(scale.dtype, copy=False)
+
+
+def _dynamic_quantize_cost(x) -> int:
+    """``x / scale`` in float, its rounding and the uint8 result."""
+    return 2 * nbytes(x.shape, np.dtype(np.float32)) + nbytes(x.shape, np.dtype(np.uint8))
+
+
+@kernel("dynamic_quantize", cost=_dynamic_quantize_cost, outputs=3)
+def dynamic_quantize(x):
+    """ONNX DynamicQuantizeLinear, as onnxruntime computes it: the range [min(x, 0), max(x, 0)] over 255 steps
+    (scale 1 for an all-zero x), zero point rounded half to even; ``(y, scale, zero_point)``."""
+    x = np.asarray(x, np.float32)
+    low = np.float32(min(float(x.min()), 0.0)) if x.size else np.float32(0)
+    high = np.float32(max(float(x.max()), 0.0)) if x.size else np.float32(0)
+    scale = np.float32(1) if high == low else np.float32((high - low) / np.float32(255))
+    zero_point = np.rint(np.clip(np.float32(0) - low / scale, 0, 255)).astype(np.uint8)
+    y = np.clip(np.rint(x / scale) + np.float32(zero_point), 0, 255).astype(np.uint8)
+    return y, np.asarray(scale, np.float32), np.asarray(zero_point, np.uint8)

@@ -72,7 +72,8 @@ class CompilerBackend:
     #: ``int8(node)``: why this backend keeps ``node`` in float, or None when it computes it in int8
     #: (``aot.compiler.quantize``); None: the backend has no int8 path.
     int8: Callable[[Any], str | None] | None = None
-    #: How its int8 kernels want the Q/DQ written (an ``Int8Scheme``); None: the symmetric scheme. A build whose
+    #: How its int8 kernels want the Q/DQ written (an ``Int8Scheme``, or a function of its configured options that
+    #: gives one); None: the symmetric scheme. A build whose
     #: int8 targets ask for different schemes writes the symmetric one, which every int8 target reads.
     int8_scheme: Any = None
 

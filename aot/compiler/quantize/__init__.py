@@ -17,7 +17,15 @@ import numpy as np
 from aot.compiler.quantize.calibrate import make_table, progress_bar, run_float
 from aot.compiler.quantize.config import METHODS, QuantizeConfig
 from aot.compiler.quantize.engine import GraphRunner
-from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, Rule, insert_qdq, plan_quantization
+from aot.compiler.quantize.insert import (
+    SYMMETRIC,
+    Int8Scheme,
+    Rule,
+    insert_qdq,
+    is_embedding,
+    plan_quantization,
+    resolve_scheme,
+)
 from aot.compiler.quantize.methods import HISTOGRAM_METHODS
 from aot.compiler.quantize.report import DEFAULT_BUDGET, OutputAccuracy, accuracy_report, verdict
 from aot.compiler.quantize.samples import data_digest, load_samples
@@ -73,8 +81,26 @@ def held_back_split(samples: int, holdout: float) -> int:
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                    log: TextIO | None = sys.stderr, scheme: Int8Scheme = SYMMETRIC) -> Quantization:  # fmt: skip
     """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ written as ``scheme`` says (the
-    methods and the budget are judged in that scheme too); the graph keeps its output names."""
-    plan = plan_quantization(graph, rules)
+    methods and the budget are judged in that scheme too); the graph keeps its output names.
+
+    A plan with no range to calibrate (every quantized op dynamic or weight-only) needs no samples: without
+    them its table is empty and no accuracy is measured."""
+    scheme = resolve_scheme(scheme, graph)
+    plan = plan_quantization(graph, rules, scheme)
+    embeddings = sum(map(is_embedding, graph.nodes)) if scheme.int8_embeddings() else 0
+    stored = [f"int8: {embeddings} embedding tables stored int8 (per tensor), dequantized after the lookup"]
+    stored = stored if embeddings else []
+    if not plan.tensors and config.calibration is None and config.table is None:
+        table = CalibrationTable("none", None, 0, data_digest([]), {})
+        insert_qdq(graph, plan, table, scheme)
+        graph.metadata["calibration"] = table.digest
+        return Quantization(table, plan.notes() + stored)
+    if config.calibration is None and config.table is None:
+        raise BuildError(
+            f"int8 needs calibration data (--calibration DIR) or a calibration table: {len(plan.tensors)} "
+            f"activations quantize with calibrated ranges (matmuls {plan.how}; "
+            "--backend-option onnxruntime.int8_scheme=dynamic or weight-only needs none for matmuls)"
+        )
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
@@ -115,6 +141,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     graph.metadata["calibration"] = table.digest
     notes = [
         *final.notes(),
+        *stored,
         *lines,
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]

@@ -56,8 +56,6 @@ class QuantizeConfig:
             raise BuildError(f"calibration percentile must lie in (0, 100], got {self.percentile}")
         if not 0.0 <= self.holdout < 1.0:
             raise BuildError(f"calibration holdout must lie in [0, 1), got {self.holdout}")
-        if self.calibration is None and self.table is None:
-            raise BuildError("int8 needs calibration data (--calibration DIR) or a calibration table")
         if self.accuracy_budget is not None and not 0.0 <= self.accuracy_budget < 1.0:
             raise BuildError(
                 f"accuracy budget must lie in [0, 1) (a fraction of task agreement: 0.01 is one point), "

@@ -16,11 +16,22 @@ targets: TensorRT and the NPU take the symmetric one above; onnxruntime's intege
 want a ReLU-bounded result over [0, amax] (zero point -128, 8 bits instead of 7, so the
 ReLU folds into the kernel's clamp) and biases as int32 at the scale x_scale * w_scale
 (the QDQ form its QLinearConv / QGemm fusions take).
+
+A scheme also says how matrix products quantize (``Int8Scheme.matmuls``): ``static`` as above;
+``dynamic``, as onnxruntime's ``quantize_dynamic`` does for transformers, the activation's
+range found at run time by ``dynamic_quantize`` (ONNX DynamicQuantizeLinear: uint8 over
+[min(x, 0), max(x, 0)]) and the result left float, so nothing of it needs calibrating; or
+``weight-only``: int8 weights, float activations (convolutions too). ``auto`` is
+``dynamic`` for a transformer (a graph with layer normalization), ``static`` elsewhere.
+Under ``dynamic`` and ``weight-only`` an embedding table (a ``gather`` from a constant
+float32 matrix) is stored int8 too, per tensor, and dequantized after the lookup, as
+``quantize_dynamic`` does: the lookup reads int8 rows, so it costs nothing at run time.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +46,12 @@ COMPUTE_OPS = frozenset({*CONV_OPS, "dense", "matmul"})
 #: Activations fused into the op before its output is quantized.
 FUSED_ACTIVATIONS = frozenset({"relu", "relu6", "clip"})
 INT8_MAX = 127
+#: How ``Int8Scheme.matmuls`` may quantize matrix products (``auto`` is resolved per graph by ``resolve_scheme``).
+MATMUL_MODES = ("auto", "static", "dynamic", "weight-only")
+#: The ops ``dynamic`` quantizes at run time (convolutions keep calibrated ranges).
+DYNAMIC_OPS = frozenset({"dense", "matmul"})
+#: The smallest embedding table stored int8 (smaller ones stay float: they are not worth a dequantize).
+EMBEDDING_ELEMENTS = 1 << 16
 INT32 = np.iinfo(np.int32)
 
 
@@ -46,9 +63,59 @@ class Int8Scheme:
     unsigned_relu: bool = False
     #: Biases as int32 constants at the scale x_scale * w_scale (per channel), through a dequantize.
     int32_bias: bool = False
+    #: How matmul and dense quantize: one of ``MATMUL_MODES`` (module docstring).
+    matmuls: str = "static"
+
+    def int8_embeddings(self) -> bool:
+        """Whether embedding tables are stored int8 (the schemes that quantize matmuls without calibration)."""
+        return self.matmuls in ("dynamic", "weight-only")
+
+    def mode(self, node: Node) -> str:
+        """How ``node`` (a quantized op) quantizes: ``static``, ``dynamic`` or ``weight-only``."""
+        if self.matmuls == "weight-only" or (self.matmuls == "dynamic" and node.op in DYNAMIC_OPS):
+            return self.matmuls
+        return "static"
 
 
 SYMMETRIC = Int8Scheme()
+
+
+def is_embedding(node: Node) -> bool:
+    """A lookup in a large constant float32 table along its rows (the tables ``int8_embeddings`` stores int8)."""
+    table = node.inputs[0]
+    return (node.op == "gather" and node.attrs["axis"] == 0 and table.is_constant and table.type.rank == 2
+            and table.type.dtype == "float32" and int(np.prod(table.type.shape)) >= EMBEDDING_ELEMENTS)  # fmt: skip
+
+
+def quantize_embeddings(graph: Graph) -> int:
+    """Store each embedding table int8 (per tensor, symmetric) and dequantize the rows looked up; how many."""
+    count = 0
+    for node in [n for n in graph.nodes if is_embedding(n)]:
+        table, indices = node.inputs
+        data = np.asarray(table.data, np.float32)
+        scale = activation_scale(float(np.abs(data).max()))
+        q = np.clip(np.rint(data / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
+        rows = graph.op("gather", graph.constant(q, f"{table.name}_int8"), indices, axis=0, name=f"{node.name}_int8")
+        looked_up = graph.op("dequantize", rows, graph.constant(scale, f"{table.name}_scale"),
+                             graph.constant(np.zeros((), np.int8), f"{table.name}_zero_point"),
+                             name=f"{node.name}_dequantize")  # fmt: skip
+        graph.replace_uses(node.outputs[0], looked_up)
+        graph.nodes.remove(node)
+        count += 1
+    return count
+
+
+def is_transformer(graph: Graph) -> bool:
+    """A graph ``auto`` quantizes dynamically: one with layer normalization (BERT-like encoders, decoders)."""
+    return any(node.op == "layer_norm" for node in graph.nodes)
+
+
+def resolve_scheme(scheme: Int8Scheme, graph: Graph) -> Int8Scheme:
+    """``scheme`` with ``matmuls="auto"`` made ``dynamic`` for a transformer, ``static`` elsewhere."""
+    if scheme.matmuls != "auto":
+        return scheme
+    return dataclasses.replace(scheme, matmuls="dynamic" if is_transformer(graph) else "static")
+
 
 Rule = Callable[[Node], "str | None"]
 
@@ -64,16 +131,20 @@ class QuantizedOp:
 @dataclass
 class QuantizationPlan:
     ops: list[QuantizedOp]
-    #: Every tensor that needs a calibrated range (the quantized ops' activation inputs and results).
+    #: Every tensor that needs a calibrated range (the statically quantized ops' activation inputs and results).
     tensors: list[Value]
     #: op -> reason -> count, for ops that stay float.
     floats: dict[str, collections.Counter] = field(default_factory=dict)
+    #: How the matrix products quantize (``Int8Scheme.matmuls``, resolved), for the notes.
+    how: str = "static"
 
     def notes(self) -> list[str]:
         lines = []
         counts = collections.Counter(q.node.op for q in self.ops)
         done = ", ".join(f"{op} {n}" for op, n in sorted(counts.items())) or "none"
         lines.append(f"int8: {sum(counts.values())} ops compute in int8 ({done})")
+        if self.ops and not self.tensors:
+            lines.append(f"int8: matmuls {self.how}: no activation range to calibrate, no calibration needed")
         for op, reasons in sorted(self.floats.items()):
             for reason, n in sorted(reasons.items()):
                 lines.append(f"int8: {op} x{n} stays float: {reason}")
@@ -121,8 +192,9 @@ def _fused_activation(node: Node, consumers: dict[Value, list[Node]], outputs: s
     return None
 
 
-def plan_quantization(graph: Graph, rules: dict[str, Rule]) -> QuantizationPlan:
-    """Which nodes compute in int8 (``rules``: each int8 target's reason to keep a node float)."""
+def plan_quantization(graph: Graph, rules: dict[str, Rule], scheme: Int8Scheme = SYMMETRIC) -> QuantizationPlan:
+    """Which nodes compute in int8 (``rules``: each int8 target's reason to keep a node float); only those
+    ``scheme`` quantizes statically have tensors to calibrate (``scheme.matmuls`` resolved)."""
     consumers = graph.consumers()
     outputs = {id(v) for v in graph.outputs}
     ops: list[QuantizedOp] = []
@@ -139,16 +211,19 @@ def plan_quantization(graph: Graph, rules: dict[str, Rule]) -> QuantizationPlan:
         activation = _fused_activation(node, consumers, outputs)
         result = (activation or node).outputs[0]
         ops.append(QuantizedOp(node, result, activation))
-        tensors.setdefault(id(node.inputs[0]), node.inputs[0])
-        tensors.setdefault(id(result), result)
+        if scheme.mode(node) == "static":
+            tensors.setdefault(id(node.inputs[0]), node.inputs[0])
+            tensors.setdefault(id(result), result)
     for node in graph.nodes:
+        if scheme.int8_embeddings() and is_embedding(node):
+            continue  # quantize_graph notes it
         if (
             node.op not in COMPUTE_OPS
             and node.op not in FUSED_ACTIVATIONS
             and node.op not in ("quantize", "dequantize")
         ):
             floats.setdefault(node.op, collections.Counter())["no int8 kernel on any target; runs in float"] += 1
-    return QuantizationPlan(ops, list(tensors.values()), floats)
+    return QuantizationPlan(ops, list(tensors.values()), floats, scheme.matmuls)
 
 
 def activation_scale(amax: float) -> np.float32:
@@ -213,11 +288,34 @@ def quantize_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scales
 
 
+def _dense_as_matmul(graph: Graph, node: Node) -> None:
+    """A dynamic or weight-only ``dense`` as ``matmul`` with its weight transposed once, int8 per column (then
+    ``add`` of the bias): the form onnxruntime's integer matmuls take, without a transpose at every run."""
+    q, scales = quantize_weights(np.asarray(node.inputs[1].data, np.float32).T, 1)
+    w = node.inputs[1].name
+    dq = graph.op("dequantize", graph.constant(q, f"{w}_int8"), graph.constant(scales, f"{w}_scale"),
+                  graph.constant(np.zeros(scales.shape, np.int8), f"{w}_zero_point"), axis=1,
+                  name=f"{node.name}_weight_dequantize")  # fmt: skip
+    y = graph.op("matmul", node.inputs[0], dq, name=f"{node.name}_matmul")
+    if len(node.inputs) > 2:
+        y = graph.op("add", y, node.inputs[2], name=f"{node.name}_bias")
+    out = node.outputs[0]
+    name, out.name = out.name, graph.unique_name(f"{out.name}_dense")
+    y.name = name  # a graph output keeps its name
+    graph.replace_uses(out, y)
+    graph.nodes.remove(node)
+
+
 def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, scheme: Int8Scheme = SYMMETRIC) -> None:
-    """Rewrite ``graph`` in place: Q/DQ around every quantized op, int8 weights with per-channel scales."""
+    """Rewrite ``graph`` in place: Q/DQ around every statically quantized op, a run-time quantize before every
+    dynamic one, int8 weights with per-channel scales for all (``scheme.matmuls`` resolved)."""
     consumers = graph.consumers()
-    quantized_nodes = {id(q.node) for q in plan.ops}
-    results = {id(q.output) for q in plan.ops}
+    all_ops = [q.node for q in plan.ops]
+    static = [q for q in plan.ops if scheme.mode(q.node) == "static"]
+    quantized_nodes = {id(q.node) for q in static}
+    results = {id(q.output) for q in static}
+    ranged = {id(q.node.inputs[0]) for q in static} | results
+    plan = QuantizationPlan(static, [v for v in plan.tensors if id(v) in ranged], plan.floats, plan.how)
     params = _activation_params(plan, table, scheme)
     input_scales = {id(q.node): params[id(q.node.inputs[0])][0] for q in plan.ops}  # before the rewrite
     for value in plan.tensors:
@@ -234,8 +332,17 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
             value.name = graph.unique_name(f"{name}_float")
             dq.name = name  # the signature keeps the output's name
             graph.outputs = [dq if v is value else v for v in graph.outputs]
-    for op in plan.ops:
-        node = op.node
+    dynamic: dict[int, Node] = {}  # one run-time quantize per activation, a dequantize per reader
+    for node in all_ops:
+        if scheme.mode(node) == "dynamic":
+            x = node.inputs[0]
+            if id(x) not in dynamic:
+                dynamic[id(x)] = graph.add_node("dynamic_quantize", [x], name=f"{x.name}_dynamic_quantize")
+            node.inputs[0] = graph.op("dequantize", *dynamic[id(x)].outputs, name=f"{x.name}_dequantize")
+    for node in all_ops:
+        if node.op == "dense" and id(node) not in quantized_nodes:
+            _dense_as_matmul(graph, node)
+            continue
         w = node.inputs[1]
         axis = weight_axis(node)
         q, scales = quantize_weights(np.asarray(w.data, np.float32), axis)
@@ -247,7 +354,13 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
         )  # fmt: skip
         node.inputs[1] = dq
         bias = node.inputs[2] if len(node.inputs) > 2 else None
-        if scheme.int32_bias and bias is not None and bias.is_constant and bias.type.dtype == "float32":
+        if (
+            scheme.int32_bias
+            and id(node) in quantized_nodes
+            and bias is not None
+            and bias.is_constant
+            and bias.type.dtype == "float32"
+        ):
             step = (input_scales[id(node)] * scales).astype(np.float32)
             node.inputs[2] = graph.op(
                 "dequantize", graph.constant(quantize_bias(bias.data, step), f"{bias.name}_int32"),
@@ -255,4 +368,6 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
                                                                           f"{bias.name}_zero_point"),
                 axis=0, name=f"{node.name}_bias_dequantize",
             )  # fmt: skip
+    if scheme.int8_embeddings():
+        quantize_embeddings(graph)
     graph.toposort()

@@ -33,6 +33,9 @@ from runtime_lite.execution.limits import BudgetExceeded
 #: Bytes per element of each ONNX element type (TensorProto.DataType).
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
 BOOL, INT64 = 9, 7
+FLOAT, UINT8, INT32 = 1, 2, 6
+#: Ops whose outputs have element types of their own, whatever their inputs.
+OUTPUT_TYPES = {"DynamicQuantizeLinear": (UINT8, FLOAT, UINT8), "MatMulInteger": (INT32,)}
 #: Ops whose output is boolean, whatever their inputs.
 BOOLEAN_OPS = frozenset(
     {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf"}
@@ -42,7 +45,7 @@ REMEMBERED_SIGNATURES = 256
 
 
 def _output_type(node: Node, types: dict[str, int]) -> int | None:
-    """The element type of ``node``'s outputs (all of them: no allow-listed op mixes types across outputs)."""
+    """The element type of ``node``'s outputs (all of them: only the ops of ``OUTPUT_TYPES`` mix types)."""
     op = node.op_type
 
     def of(i: int) -> int | None:
@@ -68,6 +71,10 @@ def _output_type(node: Node, types: dict[str, int]) -> int | None:
 def _element_types(inputs: dict[str, int], nodes: Sequence[Node]) -> dict[str, int]:
     types = dict(inputs)
     for node in nodes:
+        fixed = OUTPUT_TYPES.get(node.op_type)
+        if fixed is not None:
+            types.update((name, kind) for name, kind in zip(node.outputs, fixed) if name)
+            continue
         kind = _output_type(node, types)
         if kind is not None:
             for name in node.outputs:

@@ -73,7 +73,7 @@ ALLOWED_OPS = frozenset(
         # recurrent layers over a run-time sequence length
         *("LSTM", "GRU", "RNN"),
         # int8
-        *("QuantizeLinear", "DequantizeLinear"),
+        *("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"),
     }
 )
 

@@ -270,7 +270,7 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
             raise BadGeometry(f"{node.where} ({op}): {e}") from None
     if op in GEOMETRY:
         return [_window(node, x, ins[1] if len(ins) > 1 else None)]
-    if op == "MatMul":
+    if op in ("MatMul", "MatMulInteger"):
         return [_matmul(ins[0], ins[1])]
     if op == "com.microsoft.FusedMatMul":
         if a.get("transBatchA") or a.get("transBatchB"):
@@ -286,6 +286,9 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
             raise BadGeometry(f"{node.where}: {op} over {list(x)} with hidden_size {hidden}")
         state = (dirs, x[1], hidden)
         return [(x[0], dirs, x[1], hidden), state, state][: 3 if op.endswith("LSTM") else 2]
+
+    if op == "DynamicQuantizeLinear":  # y, and its scale and zero point (scalars)
+        return [x, (), ()]
     if op == "Gemm":
         m = x[1] if a.get("transA") else x[0]
         n = ins[1][0] if a.get("transB") else ins[1][1]

@@ -22,7 +22,7 @@ import hashlib
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from aot.compiler.backends import ModuleArtifact
 from aot.compiler.backends.fallback import host_fallback
@@ -127,6 +127,55 @@ def activations_as_uint8(model: onnx.ModelProto) -> None:
             del graph.initializer[i]
 
 
+def dynamic_matmuls_as_integer(model: onnx.ModelProto) -> None:
+    """Write each dynamically quantized MatMul as onnxruntime's ``quantize_dynamic`` does (in place):
+    ``MatMulInteger(x_q, w_q, x_zero, w_zero) -> Cast -> Mul(x_scale * w_scale)``.
+
+    The graph (and the host plan) says ``DynamicQuantizeLinear -> DequantizeLinear -> MatMul <-
+    DequantizeLinear(w_q)``: the same function, with the sum taken in float. onnxruntime fuses
+    only the integer form, into ``DynamicQuantizeMatMul`` (a bias Add with it); the float form
+    it turns into a dequantize of the activation and a weight-only ``MatMulNBits``, which computes
+    in float. The int32 sum is exact, the float one rounds: the two agree to float rounding.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    producer = {name: node for node in graph.node for name in node.output}
+    nodes: list[onnx.NodeProto] = []
+    rewritten = False
+    for node in graph.node:
+        x_dq, w_dq = (producer.get(name) for name in node.input) if node.op_type == "MatMul" else (None, None)
+        dynamic = producer.get(x_dq.input[0]) if x_dq is not None and x_dq.op_type == "DequantizeLinear" else None
+        if (
+            dynamic is None or dynamic.op_type != "DynamicQuantizeLinear" or list(x_dq.input) != list(dynamic.output)
+            or w_dq is None or w_dq.op_type != "DequantizeLinear" or len(w_dq.input) < 3
+            or any(name not in initializers for name in w_dq.input)
+            or initializers[w_dq.input[0]].data_type != onnx.TensorProto.INT8
+            or len(initializers[w_dq.input[0]].dims) != 2
+            or (len(initializers[w_dq.input[1]].dims) == 1 and _attribute(w_dq, "axis", 1) not in (1, -1))
+        ):  # fmt: skip
+            nodes.append(node)
+            continue
+        out = node.output[0]
+        q, w_q = dynamic.output[0], w_dq.input[0]
+        nodes += [
+            helper.make_node("MatMulInteger", [q, w_q, dynamic.output[2], w_dq.input[2]], [f"{out}_int32"]),
+            helper.make_node("Cast", [f"{out}_int32"], [f"{out}_sum"], to=onnx.TensorProto.FLOAT),
+            helper.make_node("Mul", [dynamic.output[1], w_dq.input[1]], [f"{out}_scale"]),
+            helper.make_node("Mul", [f"{out}_sum", f"{out}_scale"], [out]),
+        ]
+        rewritten = True
+    if not rewritten:
+        return
+    read = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
+    kept = [n for n in nodes if n.op_type != "DequantizeLinear" or any(o in read for o in n.output)]
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
 def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
     """``options``: the backend's build options (``precision``: fp32, or int8 for a graph the build quantized)."""
     precision = (options or {}).get("precision", "fp32")
@@ -135,6 +184,7 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
     model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
     if precision == "int8":
         activations_as_uint8(model)
+        dynamic_matmuls_as_integer(model)
     recipe = model.SerializeToString()
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)

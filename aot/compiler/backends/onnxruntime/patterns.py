@@ -70,6 +70,15 @@ def _int8(ctx: PatternCheckContext) -> bool | Rejected:
     return _tensors(ctx)
 
 
+def _dynamic(ctx: PatternCheckContext) -> bool | Rejected:
+    """A dequantize of what ``dynamic_quantize`` found at run time (uint8, its scale and zero point)."""
+    node = ctx.root.producer
+    source = node.inputs[0].producer
+    if source is None or source.op != "dynamic_quantize" or any(v.producer is not source for v in node.inputs):
+        return reject("dequantize of a run-time scale: onnxruntime regions take it only from dynamic_quantize")
+    return _tensors(ctx)
+
+
 def _integer_or_fmod(ctx: PatternCheckContext) -> bool | Rejected:
     """Floor modulo (``fmod=0``) of floats is ONNX only from opset 28: onnxruntime takes the opset-17 recipe,
     then fails every run of it (the region never reaches its host plan), so those stay on the host."""
@@ -96,6 +105,7 @@ def onnxruntime_patterns() -> list[FusionPattern]:
         _pattern("mod", is_op("mod"), _integer_or_fmod),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _int8),
+        _pattern("dequantize_dynamic", is_op("dequantize")(wildcard(), wildcard(), wildcard()), _dynamic),
     ]
     return patterns
 
