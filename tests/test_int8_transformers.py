@@ -120,6 +120,30 @@ def test_dynamic_matmuls_compute_as_quantize_dynamic_does_and_the_host_plan_the_
         assert _relative(plan, ours) < 0.01
 
 
+def test_a_cpu_without_vnni_runs_dynamic_matmuls_on_float_kernels(tiny_bert, tmp_path, monkeypatch):
+    """MatMulInteger runs on integer kernels whatever the session says (they saturate and lose to float without
+    VNNI): the bundle also carries the float form, which the float and emulated kernel choices run."""
+    from runtime_lite.backends.onnxruntime.int8 import choose_kernels
+
+    monkeypatch.setattr(codegen, "INLINE_BYTES", 1 << 30)  # the weights inside the recipe, to optimize it alone
+    result = _int8(tiny_bert)
+    (record,) = result.header["modules"]
+    float_form = onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"]["recipe_float"]]))
+    no_vnni = choose_kernels("auto", {"avx2", "fma"}, "x86_64")  # an AMD Zen3's flags
+    assert no_vnni.kernels == "float"
+    fused = _fused_ops(float_form, tmp_path, no_vnni)
+    assert not {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulNBits"} & set(fused)
+    assert fused.count("MatMul") + fused.count("FusedMatMul") + fused.count("Gemm") >= 12, fused
+    fp32, integer = _session(tiny_bert), _load(result, int8="integer")
+    on_float = _load(result, int8="float")
+    assert "float kernels" in on_float.placement["onnxruntime_0"]["detail"], on_float.placement
+    for seed in range(2):
+        feeds = _feeds(seed)
+        reference, ours = fp32.run(None, feeds)[0], on_float.run(feeds)[0]
+        assert _relative(ours, reference) < 0.03  # int8 weights, activations quantized at run time as before
+        assert _relative(ours, integer.run(feeds)[0]) < 0.01  # the same function as the integer kernels'
+
+
 VOCAB = 512
 
 

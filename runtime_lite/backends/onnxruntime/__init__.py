@@ -249,10 +249,14 @@ class OnnxRuntimeModule:
             from runtime_lite.backends.onnxruntime.optimized import GraphPlace
 
             place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
+        # a dynamically quantized recipe's MatMulInteger runs on integer kernels whatever the session says: float
+        # and emulated kernels take its float form (the same weights, dequantized once by onnxruntime)
+        field = "recipe_float" if self.int8 is not None and self.int8.kernels != "integer" else "recipe"
+        field = field if field in payloads else "recipe"
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(
-                payloads["recipe"], weights, self.inputs, self.outputs, settings, "onnxruntime.payloads.recipe",
+                payloads[field], weights, self.inputs, self.outputs, settings, f"onnxruntime.payloads.{field}",
                 self.int8, place,
             )  # fmt: skip
             self.placement = session_placement(self.session, settings, time.perf_counter() - start, self.int8)

@@ -127,7 +127,7 @@ def activations_as_uint8(model: onnx.ModelProto) -> None:
             del graph.initializer[i]
 
 
-def dynamic_matmuls_as_integer(model: onnx.ModelProto) -> None:
+def dynamic_matmuls_as_integer(model: onnx.ModelProto) -> bool:
     """Write each dynamically quantized MatMul as onnxruntime's ``quantize_dynamic`` does (in place):
     ``MatMulInteger(x_q, w_q, x_zero, w_zero) -> Cast -> Mul(x_scale * w_scale)``.
 
@@ -136,6 +136,7 @@ def dynamic_matmuls_as_integer(model: onnx.ModelProto) -> None:
     only the integer form, into ``DynamicQuantizeMatMul`` (a bias Add with it); the float form
     it turns into a dequantize of the activation and a weight-only ``MatMulNBits``, which computes
     in float. The int32 sum is exact, the float one rounds: the two agree to float rounding.
+    True where it rewrote a MatMul.
     """
     graph = model.graph
     initializers = {t.name: t for t in graph.initializer}
@@ -165,11 +166,12 @@ def dynamic_matmuls_as_integer(model: onnx.ModelProto) -> None:
         ]
         rewritten = True
     if not rewritten:
-        return
+        return False
     read = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
     kept = [n for n in nodes if n.op_type != "DequantizeLinear" or any(o in read for o in n.output)]
     del graph.node[:]
     graph.node.extend(kept)
+    return True
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -182,9 +184,13 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
     graph = region.as_graph()
     weights = _SharedWeights()
     model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
+    float_form = None
     if precision == "int8":
         activations_as_uint8(model)
-        dynamic_matmuls_as_integer(model)
+        before = model.SerializeToString()
+        # MatMulInteger runs on integer kernels whatever the session says: a CPU without VNNI (where they saturate
+        # and lose to float) gets the float form, whose weights onnxruntime's float kernels dequantize once
+        float_form = before if dynamic_matmuls_as_integer(model) else None
     recipe = model.SerializeToString()
     fallback = host_fallback(graph)  # after the recipe: lowering the plan adds copies of aliased outputs
     weights.resolve(fallback.arrays)
@@ -192,7 +198,12 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
         facts = check_recipe(recipe, weights.arrays, f"onnxruntime recipe of {region.id}")
     except BundleError as e:
         raise BuildError(str(e)) from None
-    payloads = {"recipe": recipe, **fallback.payloads()}
+    if float_form is not None:
+        try:
+            check_recipe(float_form, weights.arrays, f"onnxruntime float-kernel recipe of {region.id}")
+        except BundleError as e:
+            raise BuildError(str(e)) from None
+    payloads = {"recipe": recipe, **({"recipe_float": float_form} if float_form else {}), **fallback.payloads()}
     if weights.extra:
         payloads["recipe_weights"] = bytes(weights.extra)
     specs = OnnxRuntimeSpecs(
