@@ -102,6 +102,39 @@ def test_a_sequence_output_gets_per_position_and_exact_sequence_agreement():
     assert (swapped.top1_agreement, swapped.exact_agreement) == (row.top1_agreement, row.exact_agreement)
 
 
+def _ctc_scores(path: list[int], classes: int = 6) -> np.ndarray:
+    """(1, T, classes) scores whose argmax follows ``path``."""
+    scores = np.zeros((1, len(path), classes), np.float32)
+    scores[0, np.arange(len(path)), path] = 1.0
+    return scores
+
+
+def test_a_ctc_output_is_judged_by_its_greedy_reading_not_its_positions():
+    floats = [_ctc_scores([0, 3, 3, 0, 4, 0, 0, 5]), _ctc_scores([0, 0, 2, 0, 2, 0, 1, 0])]
+    # sample 0: the blank moves one step and a repeat stretches, the text "3 4 5" stays; sample 1: "2 2 1" -> "2 1"
+    quantized = [_ctc_scores([0, 3, 0, 0, 4, 4, 0, 5]), _ctc_scores([0, 0, 2, 2, 2, 0, 1, 0])]
+    row = compare("chars", "held-back", floats, quantized)
+    assert row.exact_agreement == 0.0 and row.ctc_agreement == pytest.approx(0.5)
+    assert row.ctc and row.task_agreement == row.ctc_agreement  # class 0 is the most frequent argmax
+    assert "CTC reading 50.0% (greedy CTC: argmax per step, repeats merged, class 0 dropped as the blank; the " \
+        "task agreement: class 0 is the float argmax at 56% of positions" in row.line()  # fmt: skip
+    asked = compare("chars", "held-back", floats, quantized, sequence="positions")
+    assert not asked.ctc and asked.task_agreement == 0.0 and "not the task agreement" in asked.line()
+    # time-major (T, batch, C): the same reading
+    swapped = compare("chars", "held-back", [f.transpose(1, 0, 2) for f in floats],
+                      [q.transpose(1, 0, 2) for q in quantized])  # fmt: skip
+    assert swapped.ctc_agreement == row.ctc_agreement
+    # a tagger: class 0 is not the most frequent argmax, so every position must agree
+    tags = [_ctc_scores([1, 2, 2, 0, 3, 3]), _ctc_scores([4, 4, 1, 1, 0, 2])]
+    tagger = compare("tags", "held-back", tags, [_ctc_scores([1, 2, 0, 2, 3, 3]), tags[1]])
+    assert not tagger.ctc and tagger.task_agreement == tagger.exact_agreement == pytest.approx(0.5)
+
+
+def test_a_sequence_reading_that_is_not_one_is_a_one_line_error():
+    with pytest.raises(BuildError, match="sequence reading 'beam' is not one of auto, ctc, positions"):
+        QuantizeConfig([], sequence="beam")
+
+
 @pytest.mark.parametrize(
     "array, says",
     [
@@ -230,7 +263,7 @@ def test_a_budget_keeps_the_costliest_layer_float_and_names_it(tmp_path):
     path = tmp_path / "deep.onnx"
     onnx.save(_sequence_onnx(rng, 3), path)
     samples = _outlier_samples(rng, 80)
-    plain = _build(str(path), samples, method="minmax")
+    plain = _build(str(path), samples, method="minmax", mixed_precision=False)
     budgeted = _build(str(path), samples, method="minmax", accuracy_budget=0.01)
     assert not plain.quantization.kept_float
     kept = budgeted.quantization.kept_float

@@ -45,6 +45,8 @@ class Quantization:
     budget: float = DEFAULT_BUDGET
     #: Runs the quantized graph as built (Q/DQ in float) for the report.
     runner: GraphRunner | None = None
+    #: How a sequence output's task agreement reads it (report.SEQUENCE_READINGS).
+    sequence: str = "auto"
 
     def measure(self, log: TextIO | None = sys.stderr) -> None:
         """The accuracy stage: the quantized graph on every sample against the float outputs."""
@@ -53,7 +55,8 @@ class Quantization:
         tick = progress_bar(log, "accuracy", len(self.samples))
         tick(0)
         quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
-        self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated)
+        self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated,
+                                        self.sequence)  # fmt: skip
 
     def report_lines(self) -> list[str]:
         """The report's lines: one per output and split, then the verdict."""
@@ -96,7 +99,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         held = calibrated < len(samples)
         judge = Judge(graph, plan, names, samples[calibrated:] if held else samples,
                       floats[calibrated:] if held else floats, "held-back" if held else "calibration",
-                      config.engine, runner, scheme)  # fmt: skip
+                      config.engine, runner, scheme, config.sequence)  # fmt: skip
         if not held and len(tables) > 1:
             lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
     if len(tables) > 1:
@@ -110,6 +113,9 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
             raise BuildError("an accuracy budget needs samples to measure it on: --calibration DIR")
         kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
         lines.extend(fitted)
+    elif config.mixed_precision and judge is not None:  # the default budget, best effort
+        kept, fitted = fit_budget(judge, table, DEFAULT_BUDGET, log, strict=False)
+        lines.extend(fitted)
     final = restrict(plan, kept)
     insert_qdq(graph, final, table, scheme)
     graph.metadata["calibration"] = table.digest
@@ -119,6 +125,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
+    result.sequence = config.sequence
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET
     if config.report and samples:  # written now: partitioning rewrites the graph after this stage
         result.runner = GraphRunner(graph, engine=config.engine, like=runner)
