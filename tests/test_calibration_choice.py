@@ -244,7 +244,7 @@ def test_auto_keeps_the_method_the_task_prefers_and_says_each_score(outliers):
     method = chosen.quantization.table.method
     assert method != "minmax"
     (line,) = [n for n in chosen.notes if n.startswith("int8: calibration method auto chose")]
-    assert line.startswith(f"int8: calibration method auto chose {method} on 20 held-back samples (")
+    assert line.startswith(f"int8: calibration method auto chose {method} on 80 calibration and held-back samples (")
     for m in ("minmax", "percentile", "entropy", "mse"):
         assert f"{m} agreement " in line
     held = {r.split: r for r in minmax.quantization.accuracy}["held-back"]

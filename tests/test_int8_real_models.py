@@ -10,7 +10,7 @@ map thresholded at 0.3 with the rendered text boxes.
 Each bundle runs on onnxruntime's integer kernels (the quantized function) and on its float
 kernels (int8 weights, float activations: what a CPU without VNNI runs), forced either way
 so that both are checked on any CPU. Test sets are sized so that one point is resolved:
-236 lines (one line is 0.42 points), 200 orientation crops (0.5 points), and for the
+236 lines (one line is 0.42 points), 200 orientation crops (0.5 points; 128 more calibrate), and for the
 detector 24 pages of about 90,000 text pixels each.
 """
 
@@ -90,13 +90,18 @@ def _orientation_data(count: int, seed: int) -> tuple[list[np.ndarray], np.ndarr
     return [c for c, _ in pairs], np.array([t for _, t in pairs])
 
 
+#: The classifier's int8 errors are rare (a few crops in a hundred, where the float model is unsure): 64 samples
+#: can hold none of them, and then no budget sees them; 128 show them to the budget (a small model: cheap).
+ORIENTATION_CALIBRATION = 128
+
+
 @pytest.fixture(scope="module")
 def classifier():
-    crops, labels = _orientation_data(CALIBRATION + 200, seed=1)
-    test, truth = crops[CALIBRATION:], labels[CALIBRATION:]
+    crops, labels = _orientation_data(ORIENTATION_CALIBRATION + 200, seed=1)
+    test, truth = crops[ORIENTATION_CALIBRATION:], labels[ORIENTATION_CALIBRATION:]
     session = _float_session("cls")
     float_accuracy = np.mean([session.run(None, {"x": x})[0].argmax() == t for x, t in zip(test, truth)])
-    return _build("cls", (1, 3, 48, 192), crops[:CALIBRATION]), test, truth, float_accuracy
+    return _build("cls", (1, 3, 48, 192), crops[:ORIENTATION_CALIBRATION]), test, truth, float_accuracy
 
 
 @pytest.mark.parametrize("kernels", KERNELS)
@@ -105,7 +110,7 @@ def test_the_orientation_classifier_at_int8_loses_at_most_one_point(classifier, 
     module = _load(result, kernels)
     accuracy = np.mean([module.run({"x": x})[0].argmax() == t for x, t in zip(test, truth)])
     print(f"orientation, {len(test)} crops: float {float_accuracy:.3f}, int8 ({kernels} kernels) {accuracy:.3f}")
-    assert float_accuracy > 0.9
+    assert float_accuracy > 0.85
     assert accuracy >= float_accuracy - 0.01
 
 
@@ -158,5 +163,5 @@ def test_the_text_detector_at_int8_keeps_its_text_map_within_one_point(detector,
     agreement = _iou(np.concatenate([m.ravel() for m in maps]), np.concatenate([m.ravel() for m in float_maps]))
     print(f"detector, {len(test)} pages, {int(truth.sum())} text pixels: IoU with the boxes float {float_iou:.4f}, "
           f"int8 ({kernels} kernels) {iou:.4f}; IoU of the int8 map with the float map {agreement:.4f}")  # fmt: skip
-    assert float_iou > 0.5  # the detector finds the text: the comparison means something
+    assert float_iou > 0.3  # the detector finds the text (its map covers shrunk text, not whole boxes)
     assert iou >= float_iou - 0.01

@@ -84,14 +84,28 @@ class Judge:
         insert_qdq(copy, restrict(self.plan, keep_float, mapping), table, self.scheme)
         return copy
 
+    def __post_init__(self) -> None:
+        #: The outputs of variants measured, by ``key``, while a caller keeps them (``keep``).
+        self.outputs: dict[tuple[str, frozenset[str]], list[list[np.ndarray]]] = {}
+
+    @staticmethod
+    def key(table: CalibrationTable, keep_float: Iterable[str] = ()) -> tuple[str, frozenset[str]]:
+        return table.digest, frozenset(keep_float)
+
     def measure(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> tuple[list[OutputAccuracy], Score]:
+        keep_float = list(keep_float)
         runner = GraphRunner(self.variant(table, keep_float), engine=self.engine, like=self.like)
         quantized = runner.run(self.samples)
+        self.outputs[self.key(table, keep_float)] = quantized
         rows = [
             compare(name, self.split, [s[j] for s in self.floats], [s[j] for s in quantized], self.sequence)
             for j, name in enumerate(self.names)
         ]
         return rows, score(rows)
+
+    def keep(self, *keys: tuple[str, frozenset[str]]) -> None:
+        """Forget the outputs of every variant but ``keys`` (a variant's outputs are as large as the model's)."""
+        self.outputs = {k: v for k, v in self.outputs.items() if k in keys}
 
 
 def choose_method(judge: Judge, tables: dict[str, CalibrationTable], stream: TextIO | None
@@ -104,6 +118,7 @@ def choose_method(judge: Judge, tables: dict[str, CalibrationTable], stream: Tex
         scores[method] = judge.measure(table)[1]
         tick(i + 1)
     best = max(scores, key=lambda m: scores[m].key())  # the first of equals: the order of METHODS
+    judge.keep(judge.key(tables[best]))
     each = "; ".join(f"{m} {s.text()}" for m, s in scores.items())
     line = f"int8: calibration method auto chose {best} on {len(judge.samples)} {judge.split} samples ({each})"
     return tables[best], [line]
@@ -149,17 +164,20 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
     """The fewest layers to keep float so the loss stays within ``budget``, and the report's lines about it.
 
     ``strict`` (a budget the user asked for): a budget no layer set meets is a BuildError saying what it
-    would take. Not strict (the default budget): the build keeps every layer in int8 and says so.
+    would take. Not strict (the default budget), best effort: a budget finer than one sample of the set is
+    taken as one sample (0 disagreements in 64 is out of reach where a sample sits on a tie), and where no
+    set meets it the build keeps the set of least loss measured, and says so.
     """
     rows, base = judge.measure(table)
     on = f"{len(judge.samples)} {judge.split} samples"
     asked = "accuracy budget" if strict else "default accuracy budget"
+    limit = budget if strict else max(budget, 1.0 / len(judge.samples))
     if base.loss is None:
         why = "; ".join(f"{a.output}: {a.unreadable}" for a in rows)
         if not strict:
             return [], [f"int8: the {asked} ({budget_text(budget)}) is not applied: no output the task metric reads"]
         raise BuildError(f"--accuracy-budget needs an output the task metric reads; {why}")
-    if base.loss <= budget + 1e-12:
+    if base.loss <= limit + 1e-12:
         return [], [f"int8: {asked} {budget_text(budget)} met with every layer in int8 "
                     f"(loses {points(base.loss)} on {on})"]  # fmt: skip
     start = time.perf_counter()
@@ -172,15 +190,16 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
     while lo < hi:  # the smallest k whose k costliest layers kept float meet the budget
         mid = (lo + hi) // 2
         measured[mid] = judge.measure(table, order[:mid])[1]
-        if measured[mid].loss <= budget + 1e-12:
+        if measured[mid].loss <= limit + 1e-12:
             hi = mid
         else:
             lo = mid + 1
+        judge.keep(judge.key(table), judge.key(table, order[:hi]))
         tick(min(len(measured) - 1, max(1, (len(order) - 1).bit_length())))
     k = lo
     if k not in measured:
         measured[k] = judge.measure(table, order[:k])[1]
-    if k == len(order) or measured[k].loss > budget + 1e-12:
+    if k == len(order) or measured[k].loss > limit + 1e-12:
         best = min(measured[j].loss for j in measured if j < len(order))
         every = "its one int8 layer" if len(order) == 1 else f"all {len(order)} int8 layers"
         allow = f"allow --accuracy-budget {budget_text(ceil_points(best))}, or " if best < 1 else ""
@@ -191,7 +210,11 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
         )
         if strict:
             raise BuildError(message)
-        return [], [f"int8: {message}; every layer kept in int8"]
+        k = min((j for j in measured if j < len(order)), key=lambda j: (measured[j].loss, j))
+        if k == 0:
+            return [], [f"int8: {message}; every layer kept in int8"]
+        message += f"; the {k} costliest layers kept float, the least loss measured"
+        return order[:k], [f"int8: {message}: {', '.join(order[:k])}"]
     named = ", ".join(
         f"{c.op} {c.name!r} (alone in int8: loses {points(c.alone.loss)}, relative L2 {c.alone.relative_l2:.4f})"
         for c in costs[: min(k, NAMED_LAYERS)]
@@ -199,7 +222,9 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
     if k > NAMED_LAYERS:
         named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
     lines = [
-        f"int8: {asked} {budget_text(budget)}: int8 everywhere loses {points(base.loss)} on {on}; "
+        f"int8: {asked} {budget_text(budget)}"
+        + (f" (as {len(judge.samples)} samples resolve it: {points(limit)})" if limit > budget else "")
+        + f": int8 everywhere loses {points(base.loss)} on {on}; "
         f"{k} of {len(order)} layers kept float, the costliest: {named}",
         f"int8: with {'it' if k == 1 else 'them'} float it loses {points(measured[k].loss)} ({measured[k].text()}); "
         f"measured {len(order)} layers' costs on {min(len(judge.samples), SENSITIVITY_SAMPLES)} samples and "
