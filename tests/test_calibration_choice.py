@@ -456,6 +456,12 @@ def test_aot_build_says_which_method_won_and_the_verdict(digits, tmp_path):  # n
     assert "Traceback" not in bad.stderr
     no_data = subprocess.run([*command[:-4], "--accuracy-budget", "1%"], capture_output=True, text=True)
     assert no_data.returncode != 0 and "Traceback" not in no_data.stderr
+    # without the flag one point applies as best it can; "off" measures no budget at all
+    default = subprocess.run(command[:-2], capture_output=True, text=True)
+    assert default.returncode == 0 and "int8: default accuracy budget 1%" in default.stdout, default.stderr
+    off = subprocess.run([*command[:-1], "off"], capture_output=True, text=True)
+    assert off.returncode == 0 and "accuracy budget" not in off.stdout, off.stderr
+    assert "int8 verdict: " in off.stdout
 
 
 def test_with_nothing_held_back_auto_judges_on_the_calibration_samples_and_says_so(outliers):
