@@ -431,6 +431,28 @@ def test_bad_calibration_input_is_one_line_each(digits, tmp_path):  # noqa: F811
         aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(table=table, accuracy_budget=0.01), log=None)
 
 
+def test_a_budget_on_an_output_the_task_metric_cannot_read_is_one_line(tmp_path):
+    """A feature map (rank 4) has no task agreement: a budget asked for is an error naming the output and why;
+    the default budget is not applied, and the build says so."""
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 1, 1)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["features"], name="conv")], "features",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], [w],
+    )  # fmt: skip
+    path = tmp_path / "features.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+    with pytest.raises(BuildError, match=r"--accuracy-budget needs an output the task metric reads; features: a "
+                       r"rank-4 output \(shape \[1, 4, 8, 8\]\)") as e:  # fmt: skip
+        _build(str(path), samples, accuracy_budget=0.01)
+    assert "\n" not in str(e.value)
+    built = _build(str(path), samples)
+    assert "int8: the default accuracy budget (1%) is not applied: no output the task metric reads" in built.notes
+    assert any(n.startswith("int8 verdict: no output the task metric reads") for n in built.notes)
+
+
 def test_the_accuracy_budget_flag_reads_percent_or_fraction():
     assert parse_budget("1%") == pytest.approx(0.01) and parse_budget("0.005") == pytest.approx(0.005)
     assert parse_budget(None) is None
