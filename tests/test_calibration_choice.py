@@ -102,6 +102,39 @@ def test_a_sequence_output_gets_per_position_and_exact_sequence_agreement():
     assert (swapped.top1_agreement, swapped.exact_agreement) == (row.top1_agreement, row.exact_agreement)
 
 
+def _ctc_scores(path: list[int], classes: int = 6) -> np.ndarray:
+    """(1, T, classes) scores whose argmax follows ``path``."""
+    scores = np.zeros((1, len(path), classes), np.float32)
+    scores[0, np.arange(len(path)), path] = 1.0
+    return scores
+
+
+def test_a_ctc_output_is_judged_by_its_greedy_reading_not_its_positions():
+    floats = [_ctc_scores([0, 3, 3, 0, 4, 0, 0, 5]), _ctc_scores([0, 0, 2, 0, 2, 0, 1, 0])]
+    # sample 0: the blank moves one step and a repeat stretches, the text "3 4 5" stays; sample 1: "2 2 1" -> "2 1"
+    quantized = [_ctc_scores([0, 3, 0, 0, 4, 4, 0, 5]), _ctc_scores([0, 0, 2, 2, 2, 0, 1, 0])]
+    row = compare("chars", "held-back", floats, quantized)
+    assert row.exact_agreement == 0.0 and row.ctc_agreement == pytest.approx(0.5)
+    assert row.ctc and row.task_agreement == row.ctc_agreement  # class 0 is the most frequent argmax
+    assert "CTC reading 50.0% (greedy CTC: argmax per step, repeats merged, class 0 dropped as the blank; the " \
+        "task agreement: class 0 is the float argmax at 56% of positions" in row.line()  # fmt: skip
+    asked = compare("chars", "held-back", floats, quantized, sequence="positions")
+    assert not asked.ctc and asked.task_agreement == 0.0 and "not the task agreement" in asked.line()
+    # time-major (T, batch, C): the same reading
+    swapped = compare("chars", "held-back", [f.transpose(1, 0, 2) for f in floats],
+                      [q.transpose(1, 0, 2) for q in quantized])  # fmt: skip
+    assert swapped.ctc_agreement == row.ctc_agreement
+    # a tagger: class 0 is not the most frequent argmax, so every position must agree
+    tags = [_ctc_scores([1, 2, 2, 0, 3, 3]), _ctc_scores([4, 4, 1, 1, 0, 2])]
+    tagger = compare("tags", "held-back", tags, [_ctc_scores([1, 2, 0, 2, 3, 3]), tags[1]])
+    assert not tagger.ctc and tagger.task_agreement == tagger.exact_agreement == pytest.approx(0.5)
+
+
+def test_a_sequence_reading_that_is_not_one_is_a_one_line_error():
+    with pytest.raises(BuildError, match="sequence reading 'beam' is not one of auto, ctc, positions"):
+        QuantizeConfig([], sequence="beam")
+
+
 @pytest.mark.parametrize(
     "array, says",
     [
@@ -211,7 +244,7 @@ def test_auto_keeps_the_method_the_task_prefers_and_says_each_score(outliers):
     method = chosen.quantization.table.method
     assert method != "minmax"
     (line,) = [n for n in chosen.notes if n.startswith("int8: calibration method auto chose")]
-    assert line.startswith(f"int8: calibration method auto chose {method} on 20 held-back samples (")
+    assert line.startswith(f"int8: calibration method auto chose {method} on 80 calibration and held-back samples (")
     for m in ("minmax", "percentile", "entropy", "mse"):
         assert f"{m} agreement " in line
     held = {r.split: r for r in minmax.quantization.accuracy}["held-back"]
@@ -230,7 +263,7 @@ def test_a_budget_keeps_the_costliest_layer_float_and_names_it(tmp_path):
     path = tmp_path / "deep.onnx"
     onnx.save(_sequence_onnx(rng, 3), path)
     samples = _outlier_samples(rng, 80)
-    plain = _build(str(path), samples, method="minmax")
+    plain = _build(str(path), samples, method="minmax", mixed_precision=False)
     budgeted = _build(str(path), samples, method="minmax", accuracy_budget=0.01)
     assert not plain.quantization.kept_float
     kept = budgeted.quantization.kept_float
@@ -398,6 +431,28 @@ def test_bad_calibration_input_is_one_line_each(digits, tmp_path):  # noqa: F811
         aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(table=table, accuracy_budget=0.01), log=None)
 
 
+def test_a_budget_on_an_output_the_task_metric_cannot_read_is_one_line(tmp_path):
+    """A feature map (rank 4) has no task agreement: a budget asked for is an error naming the output and why;
+    the default budget is not applied, and the build says so."""
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 1, 1)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["features"], name="conv")], "features",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], [w],
+    )  # fmt: skip
+    path = tmp_path / "features.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+    with pytest.raises(BuildError, match=r"--accuracy-budget needs an output the task metric reads; features: a "
+                       r"rank-4 output \(shape \[1, 4, 8, 8\]\)") as e:  # fmt: skip
+        _build(str(path), samples, accuracy_budget=0.01)
+    assert "\n" not in str(e.value)
+    built = _build(str(path), samples)
+    assert "int8: the default accuracy budget (1%) is not applied: no output the task metric reads" in built.notes
+    assert any(n.startswith("int8 verdict: no output the task metric reads") for n in built.notes)
+
+
 def test_the_accuracy_budget_flag_reads_percent_or_fraction():
     assert parse_budget("1%") == pytest.approx(0.01) and parse_budget("0.005") == pytest.approx(0.005)
     assert parse_budget(None) is None
@@ -423,6 +478,12 @@ def test_aot_build_says_which_method_won_and_the_verdict(digits, tmp_path):  # n
     assert "Traceback" not in bad.stderr
     no_data = subprocess.run([*command[:-4], "--accuracy-budget", "1%"], capture_output=True, text=True)
     assert no_data.returncode != 0 and "Traceback" not in no_data.stderr
+    # without the flag one point applies as best it can; "off" measures no budget at all
+    default = subprocess.run(command[:-2], capture_output=True, text=True)
+    assert default.returncode == 0 and "int8: default accuracy budget 1%" in default.stdout, default.stderr
+    off = subprocess.run([*command[:-1], "off"], capture_output=True, text=True)
+    assert off.returncode == 0 and "accuracy budget" not in off.stdout, off.stderr
+    assert "int8 verdict: " in off.stdout
 
 
 def test_with_nothing_held_back_auto_judges_on_the_calibration_samples_and_says_so(outliers):

@@ -258,12 +258,13 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--accuracy-budget",
     metavar="PERCENT",
     help="Task agreement int8 may lose, e.g. 1% (or 0.01); past it the layers whose quantization costs most "
-    "stay float, the fewest that meet it. Without it the report's verdict is given against 1%.",
+    "stay float, the fewest that meet it (an error where none do). Without it 1% applies as best it can; "
+    "'off' keeps every layer int8.",
 )
 @click.option(
     "--holdout",
     type=click.FloatRange(0.0, 1.0, max_open=True),
-    default=0.1,
+    default=QuantizeConfig.holdout,
     show_default=True,
     help="Share of the calibration samples kept out of calibration, for the accuracy report.",
 )
@@ -294,8 +295,10 @@ def main(
         shapes = parse_input_shapes(inputs)
         quantize = None
         if calibration or calibration_table:
+            off = accuracy_budget is not None and accuracy_budget.lower() == "off"
             quantize = QuantizeConfig(calibration, calibration_method, table=calibration_table, holdout=holdout,
-                                      accuracy_budget=parse_budget(accuracy_budget))  # fmt: skip
+                                      accuracy_budget=None if off else parse_budget(accuracy_budget),
+                                      mixed_precision=not off)  # fmt: skip
         elif accuracy_budget is not None:
             raise BuildError("--accuracy-budget applies to an int8 build: add --calibration DIR")
         result = build(

@@ -27,7 +27,7 @@ from aot.compiler.quantize.insert import (
     resolve_scheme,
 )
 from aot.compiler.quantize.methods import HISTOGRAM_METHODS
-from aot.compiler.quantize.report import DEFAULT_BUDGET, OutputAccuracy, accuracy_report, verdict
+from aot.compiler.quantize.report import DEFAULT_BUDGET, EVERY_SAMPLE, OutputAccuracy, accuracy_report, verdict
 from aot.compiler.quantize.samples import data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
 from aot.compiler.quantize.tuning import Judge, choose_method, fit_budget, restrict
@@ -47,27 +47,39 @@ class Quantization:
     calibrated: int = 0
     output_names: list[str] = field(default_factory=list)
     accuracy: list[OutputAccuracy] = field(default_factory=list)
+    #: The same over every sample, calibration and held-back together: what the verdict reads.
+    overall: list[OutputAccuracy] = field(default_factory=list)
     #: The layers (node names) kept float under the accuracy budget.
     kept_float: list[str] = field(default_factory=list)
     #: The budget the verdict is given against.
     budget: float = DEFAULT_BUDGET
     #: Runs the quantized graph as built (Q/DQ in float) for the report.
     runner: GraphRunner | None = None
+    #: How a sequence output's task agreement reads it (report.SEQUENCE_READINGS).
+    sequence: str = "auto"
+    #: Every sample's outputs of the quantized graph where choosing measured them already (else the report runs it).
+    quantized: list[list[np.ndarray]] | None = None
 
     def measure(self, log: TextIO | None = sys.stderr) -> None:
         """The accuracy stage: the quantized graph on every sample against the float outputs."""
         if self.runner is None or not self.samples:
             return
-        tick = progress_bar(log, "accuracy", len(self.samples))
-        tick(0)
-        quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
-        self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated)
+        quantized = self.quantized
+        if quantized is None:
+            tick = progress_bar(log, "accuracy", len(self.samples))
+            tick(0)
+            quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
+        self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated,
+                                        self.sequence)  # fmt: skip
+        if 0 < self.calibrated < len(self.samples):  # the verdict's rows: every sample
+            self.overall = accuracy_report(self.output_names, self.float_outputs, quantized, 0, self.sequence,
+                                           split=EVERY_SAMPLE)  # fmt: skip
 
     def report_lines(self) -> list[str]:
         """The report's lines: one per output and split, then the verdict."""
         if not self.accuracy:
             return []
-        return [a.line() for a in self.accuracy] + [verdict(self.accuracy, self.budget)]
+        return [a.line() for a in self.accuracy] + [verdict(self.overall or self.accuracy, self.budget)]
 
 
 def held_back_split(samples: int, holdout: float) -> int:
@@ -118,12 +130,10 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         tables = {m: make_table(observers, m, config.percentile, calibrated, digest) for m in methods}
     lines: list[str] = []
     judge = None
-    if samples and floats:
-        held = calibrated < len(samples)
-        judge = Judge(graph, plan, names, samples[calibrated:] if held else samples,
-                      floats[calibrated:] if held else floats, "held-back" if held else "calibration",
-                      config.engine, runner, scheme)  # fmt: skip
-        if not held and len(tables) > 1:
+    if samples and floats:  # judged on every sample (report.py says why)
+        split = EVERY_SAMPLE if 0 < calibrated < len(samples) else "calibration" if calibrated else "held-back"
+        judge = Judge(graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence)
+        if calibrated == len(samples) and len(tables) > 1:
             lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
     if len(tables) > 1:
         table, chose = choose_method(judge, tables, log)
@@ -136,6 +146,9 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
             raise BuildError("an accuracy budget needs samples to measure it on: --calibration DIR")
         kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
         lines.extend(fitted)
+    elif config.mixed_precision and judge is not None:  # the default budget, best effort
+        kept, fitted = fit_budget(judge, table, DEFAULT_BUDGET, log, strict=False)
+        lines.extend(fitted)
     final = restrict(plan, kept)
     insert_qdq(graph, final, table, scheme)
     graph.metadata["calibration"] = table.digest
@@ -146,6 +159,9 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
+    result.sequence = config.sequence
+    if judge is not None and config.report:  # the final variant's outputs, measured already: the report reuses them
+        result.quantized = judge.outputs.get(judge.key(table, kept))
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET
     if config.report and samples:  # written now: partitioning rewrites the graph after this stage
         result.runner = GraphRunner(graph, engine=config.engine, like=runner)

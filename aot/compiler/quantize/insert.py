@@ -280,8 +280,23 @@ def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     return scales.astype(np.float32)
 
 
-def quantize_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    scales = weight_scales(w, axis)
+def bias_fitting_scales(scales: np.ndarray, bias: np.ndarray, x_scale: float) -> np.ndarray:
+    """``scales`` raised where an int32 bias at x_scale * w_scale would saturate.
+
+    A channel with near-zero weights and a real bias (a dead channel after batch-norm
+    folding: PP-OCR's recognizer has two) gets a weight scale so small that its bias
+    needs more than 2**31 steps; clipped, its output is wrong by the whole bias. Its
+    weight scale grows until the bias fits in half the int32 range (headroom for the
+    accumulated products), as onnxruntime's own quantizer does; its weights round
+    coarser, which for weights that small costs nothing.
+    """
+    need = np.abs(np.asarray(bias, np.float64)) / (float(x_scale) * (INT32.max // 2))
+    return np.maximum(scales, need).astype(np.float32)
+
+
+def quantize_weights(w: np.ndarray, axis: int, scales: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """int8 weights and their per-channel scales (``scales``: given, else ``weight_scales``)."""
+    scales = weight_scales(w, axis) if scales is None else scales
     shape = [1] * w.ndim
     shape[axis] = -1
     q = np.clip(np.rint(w / scales.reshape(shape)), -INT8_MAX, INT8_MAX).astype(np.int8)
@@ -345,7 +360,19 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
             continue
         w = node.inputs[1]
         axis = weight_axis(node)
-        q, scales = quantize_weights(np.asarray(w.data, np.float32), axis)
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        int32_bias = (
+            scheme.int32_bias
+            and id(node) in quantized_nodes  # a dynamic matmul's input scale is known only at run time
+            and bias is not None
+            and bias.is_constant
+            and bias.type.dtype == "float32"
+        )
+        weights = np.asarray(w.data, np.float32)
+        scales = weight_scales(weights, axis)
+        if int32_bias:
+            scales = bias_fitting_scales(scales, bias.data, input_scales[id(node)])
+        q, scales = quantize_weights(weights, axis, scales)
         wq = graph.constant(q, f"{w.name}_int8")
         dq = graph.op(
             "dequantize", wq, graph.constant(scales, f"{w.name}_scale"),
@@ -353,14 +380,7 @@ def insert_qdq(graph: Graph, plan: QuantizationPlan, table: CalibrationTable, sc
             axis=axis, name=f"{node.name}_weight_dequantize",
         )  # fmt: skip
         node.inputs[1] = dq
-        bias = node.inputs[2] if len(node.inputs) > 2 else None
-        if (
-            scheme.int32_bias
-            and id(node) in quantized_nodes
-            and bias is not None
-            and bias.is_constant
-            and bias.type.dtype == "float32"
-        ):
+        if int32_bias:
             step = (input_scales[id(node)] * scales).astype(np.float32)
             node.inputs[2] = graph.op(
                 "dequantize", graph.constant(quantize_bias(bias.data, step), f"{bias.name}_int32"),
