@@ -103,13 +103,14 @@ def pytest_configure(config):
 #: differently, so a tolerance tuned on one ISA can fail on the other. .ci/run runs these again with numpy's
 #: AVX-512 dispatch off (NPY_DISABLE_CPU_FEATURES), so an AVX-512 CI machine catches an AVX2-only failure of
 #: numpy's loops. onnxruntime has no such switch: its int8 kernels' ISA paths are pinned by the load-time
-#: choice runtime_lite makes, which the int8 tests force both ways.
+#: choice runtime_lite makes, which the int8 tests force both ways (test_int8_real_models.py computes on
+#: onnxruntime only, so it runs once).
 ISA_SENSITIVE_MODULES = frozenset({
     "test_onnx_ops.py", "test_zoo.py", "test_cnn_kernels.py", "test_transformer_kernels.py", "test_conv_lowering.py",
     "test_pool_lowering.py", "test_quantization.py", "test_onnxruntime_backend.py", "test_npu.py",
     "test_aten_ops.py", "test_conformance.py", "test_empty_batches.py", "test_gemm_policy.py", "test_idioms.py",
     "test_int8_onnxruntime.py", "test_calibration_choice.py", "test_npu_int8_mobile.py", "test_npu_mobile.py",
-    "test_openvino_backend.py", "test_dynamic_images.py", "test_dynamic_recurrent.py", "test_int8_real_models.py",
+    "test_openvino_backend.py", "test_dynamic_images.py", "test_dynamic_recurrent.py", "test_npu_real_models.py",
 })  # fmt: skip
 
 
