@@ -159,4 +159,23 @@ def test_the_tap_weight_cache_holds_at_most_its_limit():
         tiles = cache.get(w, (0, 1, 2, 3, 4), 7)
         assert tiles.shape == (5, 5, 7 * 16) and cache._bytes <= cache.limit
     assert len(cache._entries) == 3
-    assert cache.get(weights[-1], (0, 1, 2, 3, 4), 7) is cache._entries[next(reversed(cache._entries))][1]
+    newest = cache._entries[next(reversed(cache._entries))][1]
+    assert np.shares_memory(cache.get(weights[-1], (0, 1, 2, 3, 4), 7), newest)
+
+
+def test_a_narrower_map_reads_the_widest_tap_weights_built():
+    """A model run at many widths (a symbolic image width) builds each weight's tiles once, for the widest."""
+    from runtime_lite.kernels.conv import _TileCache, _tiles
+
+    cache = _TileCache(limit=1 << 20)
+    w = np.random.default_rng(0).standard_normal((16, 1, 5, 5), dtype=np.float32)
+    w.flags.writeable = False
+    taps = (0, 1, 2, 3, 4)
+    wide = cache.get(w, taps, 9)
+    held = cache._bytes
+    narrow = cache.get(w, taps, 4)
+    assert cache._bytes == held and len(cache._entries) == 1 and np.shares_memory(narrow, wide)
+    np.testing.assert_array_equal(narrow, _tiles(w, taps, 4))
+    wider = cache.get(w, taps, 12)  # wider than any before: built anew, replacing the entry
+    assert len(cache._entries) == 1 and cache._bytes == wider.nbytes
+    np.testing.assert_array_equal(cache.get(w, taps, 9), _tiles(w, taps, 9))

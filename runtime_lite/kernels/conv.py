@@ -208,14 +208,21 @@ class _TileCache:
         self._lock = threading.RLock()  # a weight freed while the lock is held calls _discard in this thread
 
     def get(self, w: np.ndarray, taps: tuple[int, ...], ow: int) -> np.ndarray:
+        """The tiles for ``ow`` output columns: a prefix view of the widest built so far for this weight.
+
+        One entry per weight and taps, not per width: a model run at many image sizes
+        (symbolic width) builds the tiles once for the widest map, and a narrower run
+        reads the first ``ow * C`` values of each row (the first run at a new width
+        built 3.3 MB of tiles per layer before, half of that run's time).
+        """
         if w.flags.writeable:
             return _tiles(w, taps, ow)
-        key = (id(w), taps, ow)
+        key, c = (id(w), taps), w.shape[0]
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry[0]() is w:
+            if entry is not None and entry[0]() is w and entry[1].shape[2] >= ow * c:
                 self._entries.move_to_end(key)
-                return entry[1]
+                return entry[1][:, :, : ow * c]
         tiles = _tiles(w, taps, ow)
         if tiles.nbytes <= self.limit:
             with self._lock:
