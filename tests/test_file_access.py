@@ -34,6 +34,7 @@ WATCH = textwrap.dedent(
     import numpy as np
     import runtime_lite, runtime_lite.backends.npu, runtime_lite.backends.tensorrt.engine_cache  # imports read .py files: do them first
     import runtime_lite.format.weights
+    from runtime_lite.kernels import KERNELS  # the host kernels load on first use (cold start): load them now
     import runtime_lite.backends.tensorrt.builder, runtime_lite.backends.tensorrt.gpu
     try:
         import onnxruntime, tensorrt, cuda.bindings.runtime  # the test stand-ins, when on the path
