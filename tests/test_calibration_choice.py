@@ -24,13 +24,14 @@ from aot.cli.build import parse_budget
 from aot.compiler.backends.npu.patterns import int8_reason
 from aot.compiler.quantize import QuantizeConfig
 from aot.compiler.quantize.calibrate import RangeObserver
-from aot.compiler.quantize.engine import GraphRunner
+from aot.compiler.quantize.engine import GraphRunner, follow_batch
 from aot.compiler.quantize.insert import insert_qdq, plan_quantization
 from aot.compiler.quantize.methods import entropy_amax, mse_amax
 from aot.compiler.quantize.report import compare, score, unreadable_reason, verdict
 from aot.compiler.quantize.tuning import restrict
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
+from aot.ir.graph import Graph
 from aot.passes import optimize
 from tests.test_quantization import _config, _digits_onnx, _train_digits, digits  # noqa: F401
 
@@ -334,23 +335,55 @@ def test_a_time_major_output_stacks_along_its_batch_axis(tmp_path):
         np.testing.assert_allclose(y, (sample["x"] @ w).transpose(1, 0, 2), rtol=1e-4, atol=1e-4)
 
 
-def test_a_batch_pinned_by_a_reshape_runs_one_sample_at_a_time():
-    """A reshape to the constant (1, 64) refuses two stacked samples: each sample runs alone, right."""
-    rng = np.random.default_rng(9)
+def _reshape_then_matmul(target: list[int], rng: np.random.Generator) -> tuple[Graph, np.ndarray]:
+    """x (1, 1, 8, 8) reshaped to the constant ``target``, then times a (64, 10) weight."""
     w = rng.standard_normal((64, 10)).astype(np.float32)
+    out = [1, 10] if len(target) == 2 else [10]
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["x", "shape"], ["flat"]), helper.make_node("MatMul", ["flat", "w"], ["y"])],
         "pinned", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 8, 8])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([1, 64], np.int64), "shape")],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(target, np.int64), "shape")],
     )  # fmt: skip
-    ir = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])), w
+
+
+def test_a_reshape_to_a_constant_batch_of_one_follows_a_stacked_batch():
+    """A graph built for batch 1 reshapes to the constant (1, 64): the calibration graph keeps the input's batch
+    there, so samples run stacked, and each gets its own result back."""
+    rng = np.random.default_rng(9)
+    ir, w = _reshape_then_matmul([1, 64], rng)
+    samples = [{"x": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)} for _ in range(4)]
+    runner = GraphRunner(ir, engine="onnxruntime")
+    outputs = runner.run(samples)
+    assert runner.describe().startswith("onnxruntime, batches of")
+    for sample, (y,) in zip(samples, outputs):
+        np.testing.assert_allclose(y, sample["x"].reshape(1, 64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_pinned_by_a_reshape_runs_one_sample_at_a_time():
+    """A reshape to the constant (64,) drops the batch axis: two stacked samples are refused, each runs alone."""
+    rng = np.random.default_rng(9)
+    ir, w = _reshape_then_matmul([64], rng)
     samples = [{"x": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)} for _ in range(4)]
     runner = GraphRunner(ir, engine="onnxruntime")
     outputs = runner.run(samples)
     assert runner.describe() == "onnxruntime, one sample at a time"
     for sample, (y,) in zip(samples, outputs):
-        np.testing.assert_allclose(y, sample["x"].reshape(1, 64) @ w, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(y, sample["x"].reshape(64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_follow_batch_leaves_reshapes_whose_input_does_not_start_with_the_batch():
+    """(8, 1, 8) -> (1, 64): the input's first dim is not 1, so the target keeps its 1 (nothing to follow)."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "other",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [8, 1, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.array([1, 64], np.int64), "shape")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert follow_batch(model) == 0
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == [1, 64]
 
 
 class FailingSessionStandIn:

@@ -10,8 +10,12 @@ same ones a deployed bundle falls back to).
 
 Batching is proved, not assumed: the batch dim is made symbolic, then one sample and
 two stacked must give the same outputs, stacked along one axis of each (axis 0 for
-(batch, classes), axis 1 for a (time, batch, classes) sequence). A model whose
-reshapes pin the batch at 1 fails that and runs sample by sample, still on onnxruntime.
+(batch, classes), axis 1 for a (time, batch, classes) sequence). A graph built for a
+pinned input shape carries reshapes to constant targets that start with that batch of 1
+(a CTC recognizer's ``[1, 40, 3, 8, 15]``, a classifier's ``[1, 200]``): those whose input
+starts with 1 too reshape to ``0`` there instead (ONNX: keep the input's dim), so they
+follow a stacked batch; a model that still pins it fails the check and runs sample by
+sample, still on onnxruntime.
 """
 
 from __future__ import annotations
@@ -200,6 +204,52 @@ def _close(expected: np.ndarray, got: np.ndarray) -> bool:
     return relative_l2(got, expected) <= BATCH_TOLERANCE
 
 
+def follow_batch(model) -> int:
+    """Make each ``Reshape`` to a constant ``[1, ...]`` of an input ``[1, ...]`` keep its input's first dim
+    (``0``), so that a stacked batch passes through it; returns how many were changed. Written at batch 1,
+    the model's own shapes (onnx's shape inference) say which inputs start with 1; the batching check
+    proves the result."""
+    import onnx
+    from onnx import numpy_helper
+
+    initializers = {t.name: t for t in model.graph.initializer}
+    candidates = []
+    for node in model.graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in initializers:
+            continue
+        if any(a.name == "allowzero" and a.i for a in node.attribute):
+            continue  # 0 is a real zero there
+        target = numpy_helper.to_array(initializers[node.input[1]])
+        if target.ndim == 1 and target.size and target[0] == 1:
+            candidates.append((node, target))
+    if not candidates:
+        return 0
+    # shapes only: the weights' dims without their data (a 400 MB encoder would be copied for nothing)
+    light = onnx.helper.make_graph(
+        model.graph.node, "shapes", model.graph.input, model.graph.output,
+        [t for t in model.graph.initializer if np.prod(t.dims) <= 64],
+        value_info=[onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                    for t in model.graph.initializer if np.prod(t.dims) > 64],
+    )  # fmt: skip
+    inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(light, opset_imports=model.opset_import))
+    shapes = {v.name: v.type.tensor_type.shape for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    changed = set()
+    for k, (node, target) in enumerate(candidates):
+        shape = shapes.get(node.input[0])
+        if shape is None or not shape.dim or shape.dim[0].dim_value != 1:
+            continue
+        follows = np.concatenate([[0], target[1:]]).astype(target.dtype)
+        changed.add(node.input[1])
+        node.input[1] = f"{node.input[1]}__follow_batch_{k}"
+        model.graph.initializer.append(numpy_helper.from_array(follows, node.input[1]))
+    used = {name for node in model.graph.node for name in node.input}
+    kept = [t for t in model.graph.initializer if t.name not in changed or t.name in used]
+    if len(kept) < len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
+    return len(changed)
+
+
 def _onnxruntime_session(probe: Graph):
     """An onnxruntime session of ``probe`` written as ONNX with a symbolic batch dim, and its output names."""
     import onnxruntime
@@ -209,6 +259,7 @@ def _onnxruntime_session(probe: Graph):
 
     start = time.perf_counter()
     model = write_recipe(probe, "fp32", exports=ONNXRUNTIME_EXPORTS, label="calibration")
+    follow_batch(model)
     for value in model.graph.input:
         dims = value.type.tensor_type.shape.dim
         if len(dims) and (dims[0].HasField("dim_param") or dims[0].dim_value == 1):
@@ -217,6 +268,9 @@ def _onnxruntime_session(probe: Graph):
         value.type.tensor_type.ClearField("shape")
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4  # the batching check makes some models fail on purpose; errors still raise
+    # A build makes dozens of these sessions, each running batches: without the arena, a batch's activations
+    # go back to the system when it ends instead of staying reserved by every session the build made.
+    options.enable_cpu_mem_arena = False
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # a shared build machine's cores
     # A float graph gets every optimization (fusions and the blocked conv layout: twice as fast on a CNN);
     # one with Q/DQ the basic ones (constant folding, no fusions), so Q/DQ stay float ops computed as
