@@ -71,12 +71,15 @@ def source(name: str, workdir: Path) -> str:
 OPTIONS = {"onnxruntime": {"threads": THREADS, "spinning": False}}
 
 
-def reference_session(path: str) -> ort.InferenceSession:
+def reference_session(path: str, spinning: bool = False) -> ort.InferenceSession:
+    """onnxruntime on the original file. ``spinning``: its intra-op threads spin between runs (onnxruntime's
+    default); off here by default, as the delegate's OPTIONS set it, so both sides run alike."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the delegate's (OPTIONS)
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the delegate's (OPTIONS)
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
