@@ -92,6 +92,23 @@ def test_a_bert_quantizes_its_matmuls_dynamically_without_calibration(tiny_bert,
     assert "MatMulInteger" not in fused and "DequantizeLinear" not in fused
 
 
+def test_calibration_data_does_not_keep_a_berts_matmuls_float(tiny_bert):
+    """Given samples, the default one-point budget has no class scores to judge in an encoder's hidden states (a
+    layer norm's output): the report says so and judges them by relative L2, and every matmul stays int8. Read as
+    (batch, time, classes), their argmax over 64 hidden units moved under any quantization, and the budget kept
+    nearly every layer float: a bundle of float size and float speed."""
+    samples = [_feeds(seed) for seed in range(8)]
+    result = aot.build(tiny_bert, targets=["onnxruntime"], quantize=aot.QuantizeConfig(samples), log=None)
+    plain = _int8(tiny_bert)
+    assert result.quantization.kept_float == []
+    assert len(result.to_bytes()) <= len(plain.to_bytes()) * 1.01
+    lines = result.quantization.report_lines()
+    assert any(
+        "judged by relative L2 alone: the task metric cannot read the output of a layer_norm" in x for x in lines
+    )
+    assert "no output the task metric reads" in lines[-1]
+
+
 def test_dynamic_matmuls_compute_as_quantize_dynamic_does_and_the_host_plan_the_same(tiny_bert, tmp_path):
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

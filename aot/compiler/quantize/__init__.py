@@ -27,7 +27,14 @@ from aot.compiler.quantize.insert import (
     resolve_scheme,
 )
 from aot.compiler.quantize.methods import HISTOGRAM_METHODS
-from aot.compiler.quantize.report import DEFAULT_BUDGET, EVERY_SAMPLE, OutputAccuracy, accuracy_report, verdict
+from aot.compiler.quantize.report import (
+    DEFAULT_BUDGET,
+    EVERY_SAMPLE,
+    OutputAccuracy,
+    accuracy_report,
+    feature_outputs,
+    verdict,
+)
 from aot.compiler.quantize.samples import data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
 from aot.compiler.quantize.tuning import Judge, choose_method, fit_budget, restrict
@@ -57,6 +64,8 @@ class Quantization:
     runner: GraphRunner | None = None
     #: How a sequence output's task agreement reads it (report.SEQUENCE_READINGS).
     sequence: str = "auto"
+    #: The outputs holding features, not class scores (report.feature_outputs): relative L2 judges them.
+    features: dict[str, str] = field(default_factory=dict)
     #: Every sample's outputs of the quantized graph where choosing measured them already (else the report runs it).
     quantized: list[list[np.ndarray]] | None = None
 
@@ -70,10 +79,10 @@ class Quantization:
             tick(0)
             quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
         self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated,
-                                        self.sequence)  # fmt: skip
+                                        self.sequence, features=self.features)  # fmt: skip
         if 0 < self.calibrated < len(self.samples):  # the verdict's rows: every sample
             self.overall = accuracy_report(self.output_names, self.float_outputs, quantized, 0, self.sequence,
-                                           split=EVERY_SAMPLE)  # fmt: skip
+                                           split=EVERY_SAMPLE, features=self.features)  # fmt: skip
 
     def report_lines(self) -> list[str]:
         """The report's lines: one per output and split, then the verdict."""
@@ -116,6 +125,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
+    features = feature_outputs(graph)
     floats: list[list[np.ndarray]] = []
     runner = None
     if config.table is not None:
@@ -132,7 +142,9 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     judge = None
     if samples and floats:  # judged on every sample (report.py says why)
         split = EVERY_SAMPLE if 0 < calibrated < len(samples) else "calibration" if calibrated else "held-back"
-        judge = Judge(graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence)
+        judge = Judge(
+            graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence, features
+        )
         if calibrated == len(samples) and len(tables) > 1:
             lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
     if len(tables) > 1:
@@ -159,7 +171,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
-    result.sequence = config.sequence
+    result.sequence, result.features = config.sequence, features
     if judge is not None and config.report:  # the final variant's outputs, measured already: the report reuses them
         result.quantized = judge.outputs.get(judge.key(table, kept))
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET

@@ -13,8 +13,10 @@ shape says what the task is, and the relative L2 stands beside:
   decoding (argmax per step, repeats merged, class 0 dropped as the blank) agrees, which
   is what a CTC recognizer's exact-string accuracy sees (a blank moved by one step or a
   repeat stretched changes positions, not the text);
-- anything else (one value per row, integer outputs, feature maps of rank 4 or more):
-  one line saying the task metric cannot read it; relative L2 judges it.
+- anything else (one value per row, integer outputs, feature maps of rank 4 or more, and
+  features: an output a layer norm, a batch norm or a tanh makes, as an encoder's hidden
+  states and pooled embedding are, holds no class scores whose argmax a task reads): one line
+  saying the task metric cannot read it; relative L2 judges it.
 
 The verdict, the method ``auto`` keeps and the layers the budget keeps float are judged on
 every sample, calibration and held-back together: a budget of one point needs a hundred
@@ -39,6 +41,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from aot.ir.graph import Graph
 
 #: The budget a verdict is given against when the build sets none: one point of agreement.
 DEFAULT_BUDGET = 0.01
@@ -93,6 +97,26 @@ class OutputAccuracy:
         return f"{head}, top-1 agreement {self.top1_agreement * 100:.1f}%"
 
 
+#: Ops whose output is features, never class scores: no task takes the argmax of a normalized hidden state.
+FEATURE_OPS = frozenset({"layer_norm", "batch_norm", "instance_norm", "tanh"})
+#: Ops that move values without changing what they are: an output is read through them to its maker.
+_LAYOUT_OPS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "identity", "cast"})
+
+
+def feature_outputs(graph: Graph) -> dict[str, str]:
+    """The graph's outputs that hold features, not class scores, by name: why, in a few words."""
+    features = {}
+    for value in graph.outputs:
+        maker = value.producer
+        while maker is not None and maker.op in _LAYOUT_OPS and maker.inputs:
+            maker = maker.inputs[0].producer
+        if maker is not None and maker.op in FEATURE_OPS:
+            features[value.name] = (
+                f"the output of a {maker.op} (shape {list(value.type.shape)}): features, not class scores"
+            )
+    return features
+
+
 def unreadable_reason(array: np.ndarray) -> str | None:
     """Why an output of this shape and dtype has no task agreement, or None when it has one."""
     shape = list(array.shape)
@@ -140,16 +164,17 @@ def reads_as_ctc(float_classes: list[np.ndarray], reading: str) -> tuple[bool, s
 
 
 def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.ndarray],
-            sequence: str = "auto") -> OutputAccuracy:  # fmt: skip
+            sequence: str = "auto", feature: str | None = None) -> OutputAccuracy:  # fmt: skip
     """One output over one split; ``floats[i]`` and ``quantized[i]`` are sample i's arrays; ``sequence`` says how
-    a sequence output's task agreement reads it (``SEQUENCE_READINGS``)."""
+    a sequence output's task agreement reads it (``SEQUENCE_READINGS``); ``feature``: why the output holds
+    features (``feature_outputs``), or None."""
     f = np.concatenate([np.asarray(a, np.float64).ravel() for a in floats])
     q = np.concatenate([np.asarray(a, np.float64).ravel() for a in quantized])
     norm = np.linalg.norm(f)
     diff = q - f
     rel = float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
     max_abs = float(np.abs(diff).max(initial=0.0))
-    why = unreadable_reason(np.asarray(floats[0]))
+    why = feature or unreadable_reason(np.asarray(floats[0]))
     if why is not None:
         return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why)
     float_classes = [np.argmax(a, -1) for a in floats]
@@ -166,9 +191,12 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
 
 
 def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized: list[list[np.ndarray]],
-                    calibrated: int, sequence: str = "auto", split: str | None = None) -> list[OutputAccuracy]:  # fmt: skip
+                    calibrated: int, sequence: str = "auto", split: str | None = None,
+                    features: dict[str, str] | None = None) -> list[OutputAccuracy]:  # fmt: skip
     """``floats[i][j]``: sample i's output j; the first ``calibrated`` samples were used for calibration.
-    ``split``: one set of rows over every sample, labelled so, instead of one per split."""
+    ``split``: one set of rows over every sample, labelled so, instead of one per split. ``features``: the
+    outputs that hold features (``feature_outputs``)."""
+    features = features or {}
     report = []
     parts = (
         [(split, slice(None))]
@@ -180,7 +208,7 @@ def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized:
         if not f:
             continue
         for j, name in enumerate(names):
-            report.append(compare(name, split, [s[j] for s in f], [s[j] for s in q], sequence))
+            report.append(compare(name, split, [s[j] for s in f], [s[j] for s in q], sequence, features.get(name)))
     return report
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
@@ -78,6 +78,7 @@ class Judge:
     like: GraphRunner | None = None  # a runner whose batching the variants reuse
     scheme: Int8Scheme = SYMMETRIC  # how the build writes its Q/DQ: the variants judged must be written the same
     sequence: str = "auto"  # how a sequence output's task agreement reads it (report.SEQUENCE_READINGS)
+    features: dict[str, str] = field(default_factory=dict)  # outputs holding features (report.feature_outputs)
 
     def variant(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> Graph:
         copy, mapping = clone(self.graph)
@@ -98,7 +99,14 @@ class Judge:
         quantized = runner.run(self.samples)
         self.outputs[self.key(table, keep_float)] = quantized
         rows = [
-            compare(name, self.split, [s[j] for s in self.floats], [s[j] for s in quantized], self.sequence)
+            compare(
+                name,
+                self.split,
+                [s[j] for s in self.floats],
+                [s[j] for s in quantized],
+                self.sequence,
+                self.features.get(name),
+            )
             for j, name in enumerate(self.names)
         ]
         return rows, score(rows)
