@@ -139,9 +139,52 @@ def test_weights_are_stored_once_and_handed_to_onnxruntime_without_a_copy():
     assert len(handle.weights) == 2  # the conv and dense weights; the bias (1 KiB) is inline in the recipe
     for (name, array), value in zip(handle.weights.items(), handle.session._values):
         assert not array.flags.writeable, name  # a view of the bundle's blob
-        assert value.data_ptr() == array.ctypes.data, name  # onnxruntime holds that memory, not a copy
+        assert value is array, name  # handed as an in-memory external-data file that onnxruntime reads in place
     feeds = {"x": X}
     assert _error(module.run(feeds), onnxruntime_outputs(model, feeds)) <= 1e-5
+
+
+def _add_a_placeholder_weight(w: np.ndarray, name: str = "w") -> tuple[bytes, np.ndarray]:
+    """y = x + w, with ``w`` an external-data placeholder the caller supplies (as aot writes a large weight)."""
+    tensor = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(w.shape),
+                              data_location=TensorProto.EXTERNAL)  # fmt: skip
+    tensor.external_data.add(key="location", value=PLACEHOLDER)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", name], ["y"])], "add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(w.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(w.shape))], [tensor],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString(), w
+
+
+def test_onnxruntime_reads_each_weight_in_place_from_the_buffer_it_is_handed():
+    """The placeholder's location is renamed in place to a file of its own, handed as a buffer onnxruntime reads
+    directly: a change to the array after the session was built shows in the next run (no copy was taken)."""
+    from runtime_lite.backends.onnxruntime.session import Session, SessionSettings
+
+    recipe, w = _add_a_placeholder_weight(np.zeros((256, 256), np.float32))
+    facts = check_recipe(recipe, {"w": w}, "test")
+    at = facts.placeholder_at["w"]
+    assert recipe[at : at + len(PLACEHOLDER)] == PLACEHOLDER.encode()  # where the check saw the location's text
+    session = Session(recipe, {"w": w}, ["x"], ["y"], SessionSettings(threads=1), placeholders=facts.placeholder_at)
+    assert session._values[0] is w  # the in-memory file path, not an OrtValue
+    x = np.ones((256, 256), np.float32)
+    np.testing.assert_array_equal(session.run([x])[0], x)
+    w[3, 4] = 5.0
+    assert session.run([x])[0][3, 4] == 6.0
+
+
+def test_a_placeholder_not_where_the_check_saw_it_is_handed_as_an_ortvalue():
+    """A stale offset (the guard reads the placeholder's own bytes there first) keeps the OrtValue path: same
+    result, and no byte of the recipe is overwritten."""
+    from runtime_lite.backends.onnxruntime.session import Session, SessionSettings
+
+    recipe, w = _add_a_placeholder_weight(np.full((64, 64), 2.0, np.float32))
+    facts = check_recipe(recipe, {"w": w}, "test")
+    stale = {"w": facts.placeholder_at["w"] + 1}
+    session = Session(recipe, {"w": w}, ["x"], ["y"], SessionSettings(threads=1), placeholders=stale)
+    assert not isinstance(session._values[0], np.ndarray)  # an OrtValue
+    np.testing.assert_array_equal(session.run([np.ones((64, 64), np.float32)])[0], np.full((64, 64), 3.0))
 
 
 # -- options ---------------------------------------------------------------------------------------------

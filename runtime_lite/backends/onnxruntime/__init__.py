@@ -197,7 +197,8 @@ def recipe_session(
         raise OnnxRuntimeUnavailable(f"this is onnxruntime {version}, and {wrong}")
     config, disabled = (int8.config, int8.disabled) if int8 is not None else (None, ())
     if place is None:
-        return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled)
+        return Session(bytes(recipe), weights, input_names, output_names, settings, footprint, config, disabled,
+                       placeholders=facts.placeholder_at)  # fmt: skip
     from runtime_lite.backends.onnxruntime.optimized import cached_session  # where the graph cache is on
 
     return cached_session(

@@ -43,7 +43,7 @@ from runtime_lite.errors import BundleError
 from runtime_lite.execution.load_budget import current_load_budget, refusal
 
 #: The location an external-data initializer must name: a placeholder for the bundle's own blob,
-#: handed to onnxruntime by ``SessionOptions.add_external_initializers``; never a path.
+#: handed to onnxruntime as an in-memory file of its own (session.py renames it in place); never a path.
 PLACEHOLDER = "aot-bundle-weights"
 #: protobuf's own limit on one message.
 MAX_RECIPE_BYTES = (1 << 31) - 1
@@ -155,6 +155,10 @@ class RecipeFacts:
     nodes: list = field(default_factory=list, repr=False)
     #: The graph's outputs by name: onnxruntime keeps every one alive to the end of a run, fetched or not.
     outputs: list = field(default_factory=list, repr=False)
+    #: Where each placeholder's location text (:data:`PLACEHOLDER`) starts in the recipe, by initializer name:
+    #: session.py names each one's weight there, in place (the same length: no other byte moves).
+    placeholder_at: dict = field(default_factory=dict, repr=False)
+    _base: int = field(default=0, repr=False)
 
 
 class _Refused(Exception):
@@ -248,6 +252,7 @@ def _signed(number: int) -> int:
 
 def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
     name, dims, data_type, location, external, raw, typed = "", [], 0, 0, {}, None, []
+    where_text = None  # the location's text, as a view into the recipe
     for key, wire, value in _fields(data, "TensorProto", TENSOR_FIELDS):
         if key == "raw_data":
             raw = value
@@ -262,10 +267,11 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
         elif key == "data_location":
             location = value
         elif key == "external_data":
-            entry = {
-                k: _text(v, where, ".external_data") for k, _, v in _fields(value, "StringStringEntry", ENTRY_FIELDS)
-            }
+            views = {k: v for k, _, v in _fields(value, "StringStringEntry", ENTRY_FIELDS)}
+            entry = {k: _text(v, where, ".external_data") for k, v in views.items()}
             external[entry.get("key", "")] = entry.get("value", "")
+            if entry.get("key") == "location":
+                where_text = views.get("value")
     if location not in (0, EXTERNAL):
         raise _Refused(f"{where} ({name!r}) has data_location {location}")
     facts.dims[name] = tuple(dims)
@@ -289,6 +295,11 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
     if name in facts.external:
         raise _Refused(f"{where} ({name!r}) is a second initializer of that name")
     facts.external.append(name)
+    facts.placeholder_at[name] = _address(where_text) - facts._base
+
+
+def _address(view: memoryview) -> int:
+    return np.frombuffer(view, np.uint8).ctypes.data
 
 
 def _small_values(data_type: int, dims: list[int], raw: memoryview | None, typed: list) -> list | None:
@@ -433,6 +444,7 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
     """
     data = memoryview(recipe).cast("B")
     facts = RecipeFacts()
+    facts._base = _address(data) if len(data) else 0
     budget = current_load_budget()  # the bundle's: its recipes together may hand onnxruntime so many nodes
     max_nodes = MAX_NODES if budget is None else min(MAX_NODES, budget.left())
     try:

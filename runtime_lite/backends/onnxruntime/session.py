@@ -2,8 +2,10 @@
 
 ``runtime-lite[onnxruntime]`` installs it. A recipe reaches :func:`open_session`
 only after ``recipe_check.check_recipe`` accepted it; the weights the bundle
-supplies are handed over as ``OrtValue``\\ s viewing the bundle's read-only blobs
-(``OrtValue.ortvalue_from_numpy`` wraps the array's memory, it does not copy it).
+supplies are handed over as in-memory external-data files that onnxruntime reads in place
+(``_weights_as_files`` says why), or as ``OrtValue``\\ s viewing the bundle's read-only blobs
+where that cannot be done (``OrtValue.ortvalue_from_numpy`` wraps the array's memory, it does
+not copy it).
 
 A run keeps the load's budgets: its activations must fit ``max_memory`` (their size
 comes from footprint.py before the session runs), and past ``max_run_seconds``
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends.onnxruntime.footprint import Footprint, check_run
+from runtime_lite.backends.onnxruntime.recipe_check import PLACEHOLDER
 from runtime_lite.execution.limits import current_budget
 
 #: ``optimization`` load option -> onnxruntime's GraphOptimizationLevel member.
@@ -100,6 +103,7 @@ class Session:
         disabled: Sequence[str] = (),
         save_to: str | None = None,
         save_config: Mapping[str, str] | None = None,
+        placeholders: Mapping[str, int] | None = None,
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -123,10 +127,13 @@ class Session:
         for key, value in (config or {}).items():  # e.g. an int8 recipe's kernels (int8.py)
             options.add_session_config_entry(key, value)
         options.log_severity_level = log_severity()
-        # The OrtValues view the arrays (the bundle's blobs); they stay referenced as long as the session.
-        self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
-        if weights:
-            options.add_external_initializers(list(weights), self._values)
+        named = _weights_as_files(recipe, weights, placeholders, options)
+        if named is not None:  # onnxruntime reads each weight where it lies, as it maps an external-data file
+            recipe, self._values = named
+        else:  # OrtValues viewing the arrays (the bundle's blobs); they stay referenced as long as the session
+            self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
+            if weights:
+                options.add_external_initializers(list(weights), self._values)
         self.version = ort.__version__
         try:
             self._session = ort.InferenceSession(
@@ -181,6 +188,41 @@ class Session:
         pending, self.pending_graph = self.pending_graph, None
         if pending is not None:  # the load failed before it was verified: no graph is kept
             pending.discard()
+
+
+#: Each weight's name as an in-memory external-data file: as long as the placeholder it replaces.
+_FILE_NAME = "aot-bundle-w{:06d}"
+
+
+def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placeholders: Mapping[str, int] | None,
+                      options: Any) -> tuple[bytes, list[np.ndarray]] | None:  # fmt: skip
+    """The recipe with each placeholder's location renamed to a file of its own, those files handed to onnxruntime
+    as buffers it reads in place; None where the recipe check did not place them or this onnxruntime cannot.
+
+    Why: onnxruntime builds a session from weights handed as external data in memory as it does from a mapped
+    external-data file, and faster than from ``add_external_initializers``' OrtValues (BERT-base: 0.35 against
+    0.57 s in a fresh process; ResNet-50 0.15 against 0.21 s). Each renamed location is the placeholder's own
+    bytes overwritten in place with a name of the same length, so no other byte of the checked recipe moves and
+    every location the session reads is one of the buffers handed here (never a path onnxruntime would open).
+    """
+    if not weights or placeholders is None or set(placeholders) != set(weights) or len(weights) > 10**6:
+        return None
+    if not hasattr(options, "add_external_initializers_from_files_in_memory"):
+        return None  # an onnxruntime before 1.17
+    if any(array.nbytes == 0 or not array.flags.c_contiguous for array in weights.values()):
+        return None
+    patched, mark = bytearray(recipe), PLACEHOLDER.encode()
+    files, arrays = [], []
+    for i, (name, array) in enumerate(weights.items()):
+        at, file = placeholders[name], _FILE_NAME.format(i)
+        if patched[at : at + len(mark)] != mark or len(file) != len(mark):
+            return None  # not where the check saw it: keep the OrtValue path
+        patched[at : at + len(mark)] = file.encode()
+        files.append(file)
+        arrays.append(array)
+    options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+    options.add_external_initializers_from_files_in_memory(files, arrays, [a.nbytes for a in arrays])
+    return bytes(patched), arrays
 
 
 __all__ = ["OPTIMIZATION_LEVELS", "OnnxRuntimeUnavailable", "Session", "SessionSettings", "import_onnxruntime"]
