@@ -20,12 +20,11 @@ benchmarks/modern_models.py (cached under /tmp).
 
 from __future__ import annotations
 
-import os
 import sys
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+from bench_env import THREADS  # before numpy: it sets the thread counts
+
+# isort: split
 
 import argparse  # noqa: E402
 import gc  # noqa: E402

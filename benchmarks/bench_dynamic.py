@@ -19,12 +19,11 @@ target (host plan, ``--target onnxruntime``) and size, one process:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+from bench_env import THREADS  # before numpy: it sets the thread counts
+
+# isort: split
 
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -18,9 +18,9 @@ import argparse
 import os
 import sys
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+from bench_env import THREADS  # before numpy: it sets the thread counts
+
+# isort: split
 
 import statistics  # noqa: E402
 import subprocess  # noqa: E402

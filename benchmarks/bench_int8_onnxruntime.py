@@ -26,13 +26,12 @@ decide the verdict. Nothing is written to BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+from bench_env import THREADS  # before numpy: it sets the thread counts
+
+# isort: split
 
 import statistics  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -15,12 +15,11 @@ residual blocks (conv, batch_norm, relu, add) and of MobileNetV3-shaped blocks
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+import bench_env  # noqa: F401  (before numpy: it sets the thread counts)
+
+# isort: split
 
 import statistics  # noqa: E402
 import tempfile  # noqa: E402

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+import bench_env  # noqa: F401  (before numpy: it sets the thread counts)
+
+# isort: split
 
 import numpy as np  # noqa: E402
 from onnx import helper  # noqa: E402

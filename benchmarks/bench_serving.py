@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))
+from bench_env import THREADS  # before numpy: it sets the thread counts
+
+# isort: split
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
