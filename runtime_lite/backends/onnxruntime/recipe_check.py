@@ -158,7 +158,6 @@ class RecipeFacts:
     #: Where each placeholder's location text (:data:`PLACEHOLDER`) starts in the recipe, by initializer name:
     #: session.py names each one's weight there, in place (the same length: no other byte moves).
     placeholder_at: dict = field(default_factory=dict, repr=False)
-    _base: int = field(default=0, repr=False)
 
 
 class _Refused(Exception):
@@ -295,7 +294,7 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
     if name in facts.external:
         raise _Refused(f"{where} ({name!r}) is a second initializer of that name")
     facts.external.append(name)
-    facts.placeholder_at[name] = _address(where_text) - facts._base
+    facts.placeholder_at[name] = _address(where_text)  # made relative to the recipe when the walk ends
 
 
 def _address(view: memoryview) -> int:
@@ -444,7 +443,6 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
     """
     data = memoryview(recipe).cast("B")
     facts = RecipeFacts()
-    facts._base = _address(data) if len(data) else 0
     budget = current_load_budget()  # the bundle's: its recipes together may hand onnxruntime so many nodes
     max_nodes = MAX_NODES if budget is None else min(MAX_NODES, budget.left())
     try:
@@ -485,6 +483,8 @@ def check_recipe(recipe: bytes | memoryview, supplied: Mapping[str, np.ndarray],
             raise _Refused(f"opset {facts.opset} is outside {OPSETS.start}..{OPSETS.stop - 1}")
         if budget is not None:
             budget.charge(len(facts.nodes), where)
+        start = _address(data) if len(data) else 0
+        facts.placeholder_at = {name: at - start for name, at in facts.placeholder_at.items()}
         missing = sorted(set(supplied) - set(facts.external))
         if missing:
             raise _Refused(f"the bundle supplies weight {missing[0]!r}, which no initializer of the recipe holds")

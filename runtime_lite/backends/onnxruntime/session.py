@@ -206,7 +206,7 @@ def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placehol
     every location the session reads is one of the buffers handed here (never a path onnxruntime would open).
     """
     if not weights or placeholders is None or set(placeholders) != set(weights) or len(weights) > 10**6:
-        return None
+        return None  # (past a million weights the names would outgrow the placeholder)
     if not hasattr(options, "add_external_initializers_from_files_in_memory"):
         return None  # an onnxruntime before 1.17
     if any(array.nbytes == 0 or not array.flags.c_contiguous for array in weights.values()):
@@ -215,7 +215,7 @@ def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placehol
     files, arrays = [], []
     for i, (name, array) in enumerate(weights.items()):
         at, file = placeholders[name], _FILE_NAME.format(i)
-        if patched[at : at + len(mark)] != mark or len(file) != len(mark):
+        if patched[at : at + len(mark)] != mark:
             return None  # not where the check saw it: keep the OrtValue path
         patched[at : at + len(mark)] = file.encode()
         files.append(file)
