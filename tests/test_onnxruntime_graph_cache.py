@@ -6,18 +6,22 @@ each in a temporary cache directory of its own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import struct
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 
 import aot
 import runtime_lite
 from runtime_lite import BundleError
+from runtime_lite.backends.onnxruntime import optimized
 from tests.helpers import onnxruntime_outputs, wide_model
 
 X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -41,7 +45,7 @@ def _detail(module: runtime_lite.Module) -> str:
 
 
 def _entry(cache: Path, suffix: str) -> Path:
-    (path,) = (cache / "onnxruntime-graphs" / "v1").glob(f"*.{suffix}")
+    (path,) = (cache / "onnxruntime-graphs" / "v2").glob(f"*.{suffix}")
     return path
 
 
@@ -68,7 +72,7 @@ def test_a_weight_the_optimizer_left_alone_is_the_bundles_own_not_a_second_copy(
     module = _load(bundle, tmp_path)
     handle = module._modules[0].handle
     bundle_addresses = {array.ctypes.data for array in handle.weights.values()}
-    held = {value.data_ptr() for value in handle.session._values}
+    held = {value.ctypes.data for value in handle.session._values}
     assert bundle_addresses & held, "onnxruntime holds no bundle view: every weight was stored again"
     # the entry holds what the optimizer changed (reordered, fused), not the 4 MiB dense weight again
     assert _entry(tmp_path, "engine").stat().st_size < sum(a.nbytes for a in handle.weights.values())
@@ -115,8 +119,8 @@ def test_a_tampered_entry_is_caught_dropped_and_made_again(bundle, tmp_path, cap
 
 def test_a_load_that_does_not_verify_neither_reads_nor_keeps_a_graph(bundle, tmp_path):
     assert FROM_RECIPE in _detail(_load(bundle, tmp_path, verify=False))
-    assert not (tmp_path / "onnxruntime-graphs" / "v1").exists() or not list(
-        (tmp_path / "onnxruntime-graphs" / "v1").glob("*.engine")
+    assert not (tmp_path / "onnxruntime-graphs" / "v2").exists() or not list(
+        (tmp_path / "onnxruntime-graphs" / "v2").glob("*.engine")
     )
     _load(bundle, tmp_path)
     assert FROM_RECIPE in _detail(_load(bundle, tmp_path, verify=False))
@@ -130,7 +134,7 @@ def test_a_load_that_fails_its_checksums_keeps_no_graph(bundle, tmp_path, monkey
     corrupt[-64] ^= 0x01  # inside the largest weight blob, hashed while the session is built
     with pytest.raises(BundleError, match="checksum mismatch"):
         _load(bytes(corrupt), tmp_path)
-    assert not list(tmp_path.glob("onnxruntime-graphs/v1/*.engine"))
+    assert not list(tmp_path.glob("onnxruntime-graphs/v2/*.engine"))
     assert not list(scratch.iterdir())  # the graph onnxruntime saved went with the session
 
 
@@ -138,4 +142,43 @@ def test_graph_cache_false_builds_from_the_recipe_every_time(bundle, tmp_path):
     options = {"onnxruntime": {"graph_cache": False, "cache_dir": str(tmp_path)}}
     for _ in range(2):
         assert FROM_RECIPE in _detail(runtime_lite.load(bundle, backend_options=options))
-    assert not list(tmp_path.glob("onnxruntime-graphs/v1/*.engine"))
+    assert not list(tmp_path.glob("onnxruntime-graphs/v2/*.engine"))
+
+
+def test_every_large_initializer_of_a_kept_graph_is_an_in_memory_file_of_its_own(bundle, tmp_path):
+    _load(bundle, tmp_path)
+    module = _load(bundle, tmp_path)
+    graph = onnx.load_from_string(_graph_of(_entry(tmp_path, "engine")))  # parses: the re-encoding is valid
+    external = [t for t in graph.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external
+    for tensor in external:
+        fields = {entry.key: entry.value for entry in tensor.external_data}
+        assert set(fields) == {"location", "length"} and fields["location"].startswith("aot-graph-w"), fields
+    handed = module._modules[0].handle.session._values
+    assert len(handed) == len(external)
+    assert all(not array.flags.writeable for array in handed)  # read-only views: the entry's or the bundle's
+
+
+def test_an_entry_whose_graph_names_a_file_it_does_not_hold_is_refused(bundle, tmp_path):
+    _load(bundle, tmp_path)
+    entry = bytearray(_entry(tmp_path, "engine").read_bytes())
+    digests = json.loads(_entry(tmp_path, "json").read_text())["ingredients"]
+    graph_size, index_size = struct.unpack_from("<QQ", entry, 8)
+    index = json.loads(bytes(entry[24 + graph_size : 24 + graph_size + index_size]))
+    index["bundle"] = {}  # the weights the optimizer left alone: no longer handed over
+    head = _graph_of(_entry(tmp_path, "engine")) + json.dumps(index, sort_keys=True).encode()
+    forged = bytearray(optimized.MAGIC + struct.pack("<QQ", graph_size, len(head) - graph_size) + head)
+    forged += bytes(-len(forged) % optimized.ALIGN) + entry[len(entry) - _data_size(index) :]
+    digests = {**digests, "head_sha256": hashlib.sha256(head).hexdigest()}
+    with pytest.raises(ValueError, match="names no file the entry holds"):
+        optimized.unpack(forged, digests, {})
+
+
+def _graph_of(engine: Path) -> bytes:
+    data = engine.read_bytes()
+    (graph_size,) = struct.unpack_from("<Q", data, 8)
+    return data[24 : 24 + graph_size]
+
+
+def _data_size(index: dict) -> int:
+    return max((offset + length for offset, length in index["data"].values()), default=0)

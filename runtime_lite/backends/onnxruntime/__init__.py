@@ -87,8 +87,8 @@ LOAD_OPTIONS = (
         boolean,
         env_flag("AOT_ONNXRUNTIME_GRAPH_CACHE", False),
         "keep the graph onnxruntime optimized on this host in the cache (authenticated, checked) and open it from "
-        "there at later loads of a verified bundle (default: $AOT_ONNXRUNTIME_GRAPH_CACHE, else false: it saved no "
-        "load time where measured, docs/onnxruntime.md)",
+        "there at later loads of a verified bundle (default: $AOT_ONNXRUNTIME_GRAPH_CACHE, else false: on 2 cores "
+        "hashing the kept weights cost more than it saved, docs/onnxruntime.md)",
     ),
     Option("cache_dir", path, None, "the cache directory (default: $AOT_CACHE_DIR, else the XDG cache dir)"),
     Option(
@@ -202,8 +202,9 @@ def recipe_session(
     from runtime_lite.backends.onnxruntime.optimized import cached_session  # where the graph cache is on
 
     return cached_session(
-        place, recipe, weights, input_names, output_names, settings, footprint, config, disabled, version
-    )
+        place, recipe, weights, input_names, output_names, settings, footprint, config, disabled, version,
+        facts.placeholder_at,
+    )  # fmt: skip
 
 
 def session_placement(session: Session, settings: SessionSettings, seconds: float, int8: Int8Kernels | None) -> str:

@@ -104,6 +104,7 @@ class Session:
         save_to: str | None = None,
         save_config: Mapping[str, str] | None = None,
         placeholders: Mapping[str, int] | None = None,
+        files: Mapping[str, np.ndarray] | None = None,
     ):
         if not settings.enabled:
             raise OnnxRuntimeUnavailable("onnxruntime is disabled by the load option onnxruntime.enabled=false")
@@ -127,8 +128,11 @@ class Session:
         for key, value in (config or {}).items():  # e.g. an int8 recipe's kernels (int8.py)
             options.add_session_config_entry(key, value)
         options.log_severity_level = log_severity()
-        named = _weights_as_files(recipe, weights, placeholders, options)
-        if named is not None:  # onnxruntime reads each weight where it lies, as it maps an external-data file
+        named = _weights_as_files(recipe, weights, placeholders, options) if files is None else None
+        if files is not None:  # a graph whose every external location is one of these (optimized.py)
+            _hand_files(options, list(files), list(files.values()))
+            self._values = list(files.values())
+        elif named is not None:  # onnxruntime reads each weight where it lies, as it maps an external-data file
             recipe, self._values = named
         else:  # OrtValues viewing the arrays (the bundle's blobs); they stay referenced as long as the session
             self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
@@ -208,7 +212,7 @@ def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placehol
     if not weights or placeholders is None or set(placeholders) != set(weights) or len(weights) > 10**6:
         return None  # (past a million weights the names would outgrow the placeholder)
     if not hasattr(options, "add_external_initializers_from_files_in_memory"):
-        return None  # an onnxruntime before 1.17
+        return None  # an onnxruntime before 1.17 (reads_files_in_memory)
     if any(array.nbytes == 0 or not array.flags.c_contiguous for array in weights.values()):
         return None
     patched, mark = bytearray(recipe), PLACEHOLDER.encode()
@@ -220,9 +224,23 @@ def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placehol
         patched[at : at + len(mark)] = file.encode()
         files.append(file)
         arrays.append(array)
-    options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
-    options.add_external_initializers_from_files_in_memory(files, arrays, [a.nbytes for a in arrays])
+    _hand_files(options, files, arrays)
     return bytes(patched), arrays
 
 
-__all__ = ["OPTIMIZATION_LEVELS", "OnnxRuntimeUnavailable", "Session", "SessionSettings", "import_onnxruntime"]
+def _hand_files(options: Any, names: list[str], arrays: list[np.ndarray]) -> None:
+    """``arrays`` as the in-memory external-data files ``names``, which onnxruntime reads where they lie: without
+    the config key it copies each one (BERT-base: 0.71-0.94 s to build its session, against 0.34-0.37 s)."""
+    options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+    options.add_external_initializers_from_files_in_memory(names, arrays, [a.nbytes for a in arrays])
+
+
+def reads_files_in_memory() -> bool:
+    """Whether this onnxruntime takes external-data files from memory (1.17 and later)."""
+    return hasattr(import_onnxruntime().SessionOptions, "add_external_initializers_from_files_in_memory")
+
+
+__all__ = [
+    "OPTIMIZATION_LEVELS", "OnnxRuntimeUnavailable", "Session", "SessionSettings", "import_onnxruntime",
+    "reads_files_in_memory",
+]  # fmt: skip
