@@ -82,7 +82,7 @@ def replay_npu_int8(bundle: bytes, inputs: dict) -> tuple[int, int]:
     kernel's int8 output against the reference. Returns (integer kernels checked, int8 elements compared)."""
     import runtime_lite
     from runtime_lite.backends.npu import FIELD, NpuProgram
-    from runtime_lite.format.records import NpuGraph, NpuKernel
+    from runtime_lite.format.npu_records import NpuGraph, NpuKernel
 
     checked = elements = 0
     original_init, original_run = NpuProgram.__init__, NpuProgram.run

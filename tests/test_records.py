@@ -22,7 +22,8 @@ from runtime_lite.backends import BackendContext, IncompatiblePayload, context_f
 from runtime_lite.backends.npu import NpuBackend
 from runtime_lite.backends.tensorrt.spec import BuildSettings, EngineRecord, FallbackRecord, TensorRTSpecs
 from runtime_lite.execution.plan import _parse_instruction, _parse_instruction_naming_the_field
-from runtime_lite.format.records import ConstantRecord, Instruction, NpuGraph, PlanRecord
+from runtime_lite.format.npu_records import NpuGraph
+from runtime_lite.format.records import ConstantRecord, Instruction, PlanRecord
 from runtime_lite.format.signature import TensorSpec
 from tests.source_tree import python_sources
 from tests.test_partition import conv_relu

@@ -28,8 +28,9 @@ from runtime_lite.errors import BundleError
 from runtime_lite.execution.limits import BudgetExceeded, current_budget
 from runtime_lite.execution.plan import bind_cost, bind_kernel, check_result_count, guarded
 from runtime_lite.format.fields import expect_index
+from runtime_lite.format.npu_records import BodyOp, NpuGraph, NpuKernel
 from runtime_lite.format.reader import MAX_DECODED_ITEMS
-from runtime_lite.format.records import BodyOp, ConstantRecord, NpuGraph, NpuKernel
+from runtime_lite.format.records import ConstantRecord
 
 FORMAT = fmt.NPU_GRAPH
 #: Where this reader's BundleErrors point: ``bundle field 'npu.graph.nodes[2].op' ...``.

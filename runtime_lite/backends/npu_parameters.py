@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime_lite.errors import BundleError
-from runtime_lite.format.records import NpuKernel, NpuNode
+from runtime_lite.format.npu_records import NpuKernel, NpuNode
 
 INTEGER_KERNELS = frozenset({"int8_conv", "int8_dense"})  # with a Q31 multiplier and shift among their operands
 #: Every kernel that reads int8 values as they are, and which of its operands are such values (None: all of them).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,7 +36,6 @@ from runtime_lite.execution.load_budget import loading
 from runtime_lite.execution.placement import Placement, check_required_present, enforce, normalize_require
 from runtime_lite.execution.plan import BoundModule, HostPlan
 from runtime_lite.execution.plan_shapes import check_output_shapes
-from runtime_lite.execution.profile import Profile
 from runtime_lite.format.fields import expect, expect_index, expect_key
 from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
 from runtime_lite.format.records import Instruction
@@ -51,6 +50,9 @@ from runtime_lite.format.signature import (
     parse_dims,
     parse_specs,
 )
+
+if TYPE_CHECKING:  # json and the profile's export: imported by ``profile``, not at every start
+    from runtime_lite.execution.profile import Profile
 
 
 class Module:
@@ -161,6 +163,8 @@ class Module:
         Slower than ``run`` (it times every step); use it to see where time goes and
         what each backend decided (the NPU's engine, tiers, tiles, fusion, cycles).
         """
+        from runtime_lite.execution.profile import Profile
+
         events: list[dict[str, Any]] = []
         outputs = self._run(inputs, events)
         return Profile(outputs, events)

@@ -10,7 +10,7 @@
                           "dispatch": {"engine": "CONV", "fused": true, "tile": [32, 32], ...}}}],
      "arg_nodes": [0], "heads": [[2, 0, 0]]}
 
-The records are runtime_lite's (``NpuGraph`` and the rest, runtime_lite/format/records.py),
+The records are runtime_lite's (``NpuGraph`` and the rest, runtime_lite/format/npu_records.py),
 so the writer and the reader share one declaration of every field.
 One kernel node per composite: that is one NPU dispatch. Its ``body`` lists the
 canonical ops it fuses, which the run side executes with the host's kernels.
@@ -34,7 +34,7 @@ from aot.errors import BuildError
 from aot.ir.graph import Value
 from runtime_lite import format as fmt
 from runtime_lite.format.dtypes import to_numpy_dtype
-from runtime_lite.format.records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
+from runtime_lite.format.npu_records import BodyOp, NpuGraph, NpuKernel, NpuNode, NpuTensor
 
 FORMAT = fmt.NPU_GRAPH
 #: Composites lowered to one integer kernel (int8.py, int8_mobile.py) instead of their ops' float kernels.

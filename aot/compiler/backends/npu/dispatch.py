@@ -27,7 +27,7 @@ import numpy as np
 from aot.compiler.backends.npu.device import DeviceProfile
 from aot.compiler.backends.npu.mobile import is_view
 from aot.ir.graph import Node, Value
-from runtime_lite.format.records import DispatchRecord, TensorPlacement
+from runtime_lite.format.npu_records import DispatchRecord, TensorPlacement
 
 
 @dataclass
