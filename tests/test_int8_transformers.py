@@ -139,26 +139,35 @@ def test_dynamic_matmuls_compute_as_quantize_dynamic_does_and_the_host_plan_the_
 
 def test_a_cpu_without_vnni_runs_dynamic_matmuls_on_float_kernels(tiny_bert, tmp_path, monkeypatch):
     """MatMulInteger runs on integer kernels whatever the session says (they saturate and lose to float without
-    VNNI): the bundle also carries the float form, which the float and emulated kernel choices run."""
+    VNNI): the bundle also carries a float form, which the float kernels run (activations in float), and the
+    quantized function on float kernels, which the emulated ones run."""
     from runtime_lite.backends.onnxruntime.int8 import choose_kernels
 
     monkeypatch.setattr(codegen, "INLINE_BYTES", 1 << 30)  # the weights inside the recipe, to optimize it alone
     result = _int8(tiny_bert)
     (record,) = result.header["modules"]
-    float_form = onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"]["recipe_float"]]))
+    forms = {field: onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"][field]]))
+             for field in ("recipe_float", "recipe_emulated")}  # fmt: skip
+    dynamic = {
+        field: sum(n.op_type == "DynamicQuantizeLinear" for n in form.graph.node) for field, form in forms.items()
+    }
+    assert dynamic["recipe_float"] == 0 and dynamic["recipe_emulated"] >= 6, dynamic
     no_vnni = choose_kernels("auto", {"avx2", "fma"}, "x86_64")  # an AMD Zen3's flags
     assert no_vnni.kernels == "float"
-    fused = _fused_ops(float_form, tmp_path, no_vnni)
+    fused = _fused_ops(forms["recipe_float"], tmp_path, no_vnni)
     assert not {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulNBits"} & set(fused)
     assert fused.count("MatMul") + fused.count("FusedMatMul") + fused.count("Gemm") >= 12, fused
     fp32, integer = _session(tiny_bert), _load(result, int8="integer")
-    on_float = _load(result, int8="float")
+    on_float, emulated = _load(result, int8="float"), _load(result, int8="emulated")
     assert "float kernels" in on_float.placement["onnxruntime_0"]["detail"], on_float.placement
     for seed in range(2):
         feeds = _feeds(seed)
-        reference, ours = fp32.run(None, feeds)[0], on_float.run(feeds)[0]
-        assert _relative(ours, reference) < 0.03  # int8 weights, activations quantized at run time as before
-        assert _relative(ours, integer.run(feeds)[0]) < 0.01  # the same function as the integer kernels'
+        reference, ours, exact = fp32.run(None, feeds)[0], on_float.run(feeds)[0], integer.run(feeds)[0]
+        print(f"seed {seed}: to fp32, float kernels {_relative(ours, reference):.5f}, integer kernels "
+              f"{_relative(exact, reference):.5f}")  # fmt: skip
+        assert _relative(ours, reference) < 0.03  # int8 weights; the activations unrounded
+        assert _relative(ours, reference) < _relative(exact, reference)  # which is the larger part of int8's error
+        assert _relative(emulated.run(feeds)[0], exact) < 0.01  # the quantized function, as the integer kernels'
 
 
 VOCAB = 512

@@ -252,8 +252,12 @@ class OnnxRuntimeModule:
 
             place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
         # a dynamically quantized recipe's MatMulInteger runs on integer kernels whatever the session says: float
-        # and emulated kernels take its float form (the same weights, dequantized once by onnxruntime)
-        field = "recipe_float" if self.int8 is not None and self.int8.kernels != "integer" else "recipe"
+        # kernels take its float form (the same weights, dequantized once by onnxruntime, activations in float),
+        # emulated ones the quantized function on float kernels (a bundle before recipe_emulated: the float form)
+        field = "recipe"
+        if self.int8 is not None and self.int8.kernels != "integer":
+            field = "recipe_emulated" if self.int8.kernels == "emulated" and "recipe_emulated" in payloads else \
+                "recipe_float"  # fmt: skip
         field = field if field in payloads else "recipe"
         start = time.perf_counter()
         try:
