@@ -278,3 +278,19 @@ def test_the_dynamic_quantize_kernel_is_onnx_dynamic_quantize_linear():
         np.testing.assert_array_equal(got[1], expected[1])
         np.testing.assert_array_equal(got[2], expected[2])
         assert np.abs(got[0].astype(int) - expected[0].astype(int)).max() <= 1  # x / scale vs x * (1 / scale)
+
+
+def test_a_bundle_written_before_recipe_emulated_runs_its_float_form_on_emulated_kernels(tiny_bert):
+    import copy
+
+    from aot.packager.writer import to_bytes
+
+    result = _int8(tiny_bert)
+    header = copy.deepcopy(result.header)
+    (record,) = header["modules"]
+    del record["payloads"]["recipe_emulated"]  # as the build wrote it before this payload existed
+    older = runtime_lite.load(to_bytes(header, result.blobs), backend_options={"onnxruntime": {"int8": "emulated"}})
+    assert older.placement["onnxruntime_0"]["runs_on"] == "onnxruntime", older.placement
+    on_float = _load(result, int8="float")
+    feeds = _feeds(0)
+    assert _relative(older.run(feeds)[0], on_float.run(feeds)[0]) < 1e-5  # the same recipe_float
