@@ -10,10 +10,12 @@ block is 16 floats with AVX-512, 8 with AVX2), so it cannot be written once at b
 time for every host: the first load on a host saves it (``SessionOptions.optimized_model_filepath``,
 the initializers in a file beside the graph), and later loads open it (at the same
 level: the passes find little left to do, and redo what a saved graph does not hold), its
-weights handed over as read-only views, as a recipe's are.
+weights handed over as in-memory external-data files read in place, as a recipe's are.
+It stays off by default (docs/onnxruntime.md): on 2 cores, reading and hashing the kept
+weights costs a cold start more than the session saves.
 
 An entry lives in the engine cache's store (``runtime_lite/backends/tensorrt/engine_cache.py``,
-folder ``onnxruntime-graphs/v1``), under its trust boundary: each entry is authenticated by
+folder ``onnxruntime-graphs/v2``), under its trust boundary: each entry is authenticated by
 an HMAC under a key kept outside the cache and its sha256 is checked before onnxruntime
 sees a byte, so a tampered, truncated or planted entry is dropped (a WARNING names why)
 and the recipe is optimized again. The key is the bundle's digest (which names every
