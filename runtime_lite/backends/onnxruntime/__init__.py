@@ -55,6 +55,9 @@ from runtime_lite.format.signature import TensorSpec
 logger = logging.getLogger("runtime_lite.onnxruntime")
 
 SPECS_FIELD = "onnxruntime.compile_specs"
+#: The recipe payload each int8 kernel choice runs, the first of these the bundle has, else ``recipe`` (a dynamic
+#: recipe's float forms; a bundle written before ``recipe_emulated`` runs ``recipe_float`` there).
+FORMS_BY_KERNELS = {"float": ("recipe_float",), "emulated": ("recipe_emulated", "recipe_float")}
 
 
 threads = thread_count("onnxruntime's default, one per physical core")
@@ -254,11 +257,8 @@ class OnnxRuntimeModule:
         # a dynamically quantized recipe's MatMulInteger runs on integer kernels whatever the session says: float
         # kernels take its float form (the same weights, dequantized once by onnxruntime, activations in float),
         # emulated ones the quantized function on float kernels (a bundle before recipe_emulated: the float form)
-        field = "recipe"
-        if self.int8 is not None and self.int8.kernels != "integer":
-            field = "recipe_emulated" if self.int8.kernels == "emulated" and "recipe_emulated" in payloads else \
-                "recipe_float"  # fmt: skip
-        field = field if field in payloads else "recipe"
+        forms = FORMS_BY_KERNELS.get(self.int8.kernels, ()) if self.int8 is not None else ()
+        field = next((form for form in forms if form in payloads), "recipe")
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(

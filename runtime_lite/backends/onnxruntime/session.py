@@ -128,12 +128,11 @@ class Session:
         for key, value in (config or {}).items():  # e.g. an int8 recipe's kernels (int8.py)
             options.add_session_config_entry(key, value)
         options.log_severity_level = log_severity()
-        named = _weights_as_files(recipe, weights, placeholders, options) if files is None else None
         if files is not None:  # a graph whose every external location is one of these (optimized.py)
             _hand_files(options, list(files), list(files.values()))
             self._values = list(files.values())
-        elif named is not None:  # onnxruntime reads each weight where it lies, as it maps an external-data file
-            recipe, self._values = named
+        elif (named := _weights_as_files(recipe, weights, placeholders, options)) is not None:
+            recipe, self._values = named  # onnxruntime reads each weight where it lies, as from a mapped file
         else:  # OrtValues viewing the arrays (the bundle's blobs); they stay referenced as long as the session
             self._values = [ort.OrtValue.ortvalue_from_numpy(array) for array in weights.values()]
             if weights:
@@ -211,8 +210,8 @@ def _weights_as_files(recipe: bytes, weights: Mapping[str, np.ndarray], placehol
     """
     if not weights or placeholders is None or set(placeholders) != set(weights) or len(weights) > 10**6:
         return None  # (past a million weights the names would outgrow the placeholder)
-    if not hasattr(options, "add_external_initializers_from_files_in_memory"):
-        return None  # an onnxruntime before 1.17 (reads_files_in_memory)
+    if not reads_files_in_memory():
+        return None
     if any(array.nbytes == 0 or not array.flags.c_contiguous for array in weights.values()):
         return None
     patched, mark = bytearray(recipe), PLACEHOLDER.encode()

@@ -182,12 +182,12 @@ def without_dynamic_activation_quantization(recipe: bytes) -> bytes:
     error: 0.024 relative L2 to fp32 with them, 0.018 without."""
     model = onnx.load_from_string(recipe)
     graph = model.graph
-    made_by = {output: node for node in graph.node for output in node.output}
+    quantized_from = {node.output[0]: node.input[0] for node in graph.node if node.op_type == "DynamicQuantizeLinear"}
     plain = {
-        node.output[0]: made_by[node.input[0]].input[0]
+        node.output[0]: quantized_from[node.input[0]]
         for node in graph.node
-        if node.op_type == "DequantizeLinear" and getattr(made_by.get(node.input[0]), "op_type", "") == "DynamicQuantizeLinear"
-    }  # fmt: skip
+        if node.op_type == "DequantizeLinear" and node.input[0] in quantized_from
+    }
     if not plain:
         return recipe
     outputs = {o.name for o in graph.output}
