@@ -250,6 +250,89 @@ def test_pending_hashes_name_the_first_bad_blob_and_cancel_between_chunks(monkey
     assert not _verify_threads()
 
 
+
+# -- a large file is read by two threads: the back half on its own ------------------------------------------
+
+
+def _read_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "runtime_lite-read"]
+
+
+def test_a_large_bundle_is_read_in_two_halves_and_every_byte_is_the_files(delegated, tmp_path, monkeypatch):
+    """The back half (from a 2 MiB boundary) is read with ``preadv`` on its own thread while the loading thread
+    reads the front; the hash of each blob still sees the file's bytes (a zero page would be a mismatch)."""
+    model, build = delegated
+    path = tmp_path / "m.aotb"
+    build.save(path)
+    size = path.stat().st_size
+    real_preadv, offsets = os.preadv, []
+
+    def spying_preadv(fd, buffers, offset):
+        offsets.append((offset, threading.current_thread().name))
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(source, "PARALLEL_READ_BYTES", 1 << 20)
+    monkeypatch.setattr(source, "READ_STEP", 256 << 10)
+    monkeypatch.setattr(source.os, "preadv", spying_preadv)
+    module = runtime_lite.load(path)
+    assert offsets and offsets[0] == (size // 2 & ~((2 << 20) - 1), "runtime_lite-read")
+    assert offsets[-1][0] + (256 << 10) >= size
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(module.run({"x": x})[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    header, start = _layout(build.to_bytes())
+    blob = header["blobs"][_payload(build, "fallback_weights")]
+    assert start + blob["offset"] + blob["size"] - 5 >= offsets[0][0]  # the byte below lies in the back half
+    with pytest.raises(BundleError, match="checksum mismatch"):
+        runtime_lite.load(_damaged(build, tmp_path, _payload(build, "fallback_weights"), where=-5))
+    assert not _read_threads() and not _verify_threads()
+
+
+@pytest.mark.parametrize("failure", ["shrank", "io error"])
+def test_a_back_half_that_fails_to_read_is_one_line_and_leaves_no_thread(delegated, tmp_path, monkeypatch, failure):
+    """Test double for a file cut short (or a disk error) under the back half's thread: ``os.preadv`` fails."""
+    _, build = delegated
+    path = tmp_path / "m.aotb"
+    build.save(path)
+
+    def failing_preadv(fd, buffers, offset):
+        if failure == "shrank":
+            return 0
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(source, "PARALLEL_READ_BYTES", 1 << 20)
+    monkeypatch.setattr(source.os, "preadv", failing_preadv)
+    with pytest.raises(BundleError) as info:
+        runtime_lite.load(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert ("shrank while it was being read" if failure == "shrank" else "Input/output error") in message
+    assert not _read_threads() and not _verify_threads()
+
+
+def test_a_load_that_fails_before_the_back_half_is_in_stops_its_thread(delegated, tmp_path, monkeypatch):
+    """A header that fails its check ends the load while the back half is still being read (test double: a slow
+    ``preadv``): its thread stops within a step and is joined before the file is closed."""
+    _, build = delegated
+    data = bytearray(build.to_bytes())
+    _, start = _layout(bytes(data))
+    data[64] ^= 0x01  # inside the header: its sha256 check fails
+    path = tmp_path / "bad.aotb"
+    path.write_bytes(bytes(data))
+    real_preadv, calls = os.preadv, []
+
+    def slow_preadv(fd, buffers, offset):
+        calls.append(offset)
+        time.sleep(0.05)
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(source, "PARALLEL_READ_BYTES", 1 << 20)
+    monkeypatch.setattr(source, "READ_STEP", 64 << 10)
+    monkeypatch.setattr(source.os, "preadv", slow_preadv)
+    with pytest.raises(BundleError):
+        runtime_lite.load(path)
+    assert calls and len(calls) < ((len(data) - (len(data) // 2 & ~((2 << 20) - 1))) >> 16)  # stopped early
+    assert not _read_threads()
+
 # -- the hash follows the private read: a read that fails releases it -----------------------------------
 
 
