@@ -250,7 +250,6 @@ def test_pending_hashes_name_the_first_bad_blob_and_cancel_between_chunks(monkey
     assert not _verify_threads()
 
 
-
 # -- a large file is read by two threads: the back half on its own ------------------------------------------
 
 
@@ -332,6 +331,7 @@ def test_a_load_that_fails_before_the_back_half_is_in_stops_its_thread(delegated
         runtime_lite.load(path)
     assert calls and len(calls) < ((len(data) - (len(data) // 2 & ~((2 << 20) - 1))) >> 16)  # stopped early
     assert not _read_threads()
+
 
 # -- the hash follows the private read: a read that fails releases it -----------------------------------
 
