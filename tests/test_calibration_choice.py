@@ -176,6 +176,26 @@ def test_the_report_ranks_by_agreement_where_relative_l2_ranks_the_other_way():
     assert verdict([a]).startswith("int8 verdict: OVER the 1 point budget") and "--accuracy-budget" in verdict([a])
 
 
+def test_nan_or_infinite_outputs_are_named_and_never_judged_within_the_budget():
+    """A NaN compares as nothing, so neither an argmax nor a norm over one means anything: the report counts
+    them, the verdict says OVER where only the int8 build has them and cannot-be-judged where the float model
+    has them too, and a build that has them ranks below one that has none."""
+    rng = np.random.default_rng(6)
+    floats = [rng.standard_normal((1, 10)).astype(np.float32) for _ in range(20)]
+    broken = [f.copy() for f in floats]
+    broken[3][0, 2] = np.nan
+    row = compare("logits", "held-back", floats, broken)
+    assert row.nonfinite == (0, 1) and "(NaN or infinite values: 0 float, 1 int8)" in row.line()
+    assert verdict([row]).startswith("int8 verdict: OVER the 1 point budget: output logits of the int8 build holds 1")
+    clean = compare("logits", "held-back", floats, [f * 0.5 for f in floats])
+    assert score([clean]).key() > score([row]).key()
+    floats[0][0, 0] = np.inf
+    both = compare("logits", "held-back", floats, broken)
+    assert both.nonfinite == (1, 1)
+    assert verdict([both]).startswith("int8 verdict: cannot be judged: output logits of the float model itself")
+    assert "\n" not in verdict([row]) + verdict([both])
+
+
 # -- the outlier sequence model: auto and the budget, end to end ---------------------------------
 
 
@@ -447,6 +467,18 @@ def test_bad_calibration_input_is_one_line_each(digits, tmp_path):  # noqa: F811
             calibration=[{"images": np.zeros((1, 1, 9, 9), np.float32)}]
         ),
         "input 'images' is float32, got int32": dict(calibration=[{"images": np.zeros((1, 1, 8, 8), np.int32)}]),
+        # a NaN or an infinity would make a range NaN, and the bundle compute nothing (one did, and the report said
+        # "within the 1 point budget"); a float64 past float32's range is infinite once cast
+        r"calibration sample 1: input 'images' holds 1 NaN or infinite value of 64 \(as float32\); calibration data "
+        "must be finite": dict(
+            calibration=[
+                {"images": np.zeros((1, 1, 8, 8), np.float32)},
+                {"images": np.where(np.arange(64).reshape(1, 1, 8, 8) == 27, np.nan, 0).astype(np.float32)},
+            ]
+        ),
+        r"calibration sample 0: input 'images' holds 64 NaN or infinite values of 64": dict(
+            calibration=[{"images": np.full((1, 1, 8, 8), 1e39)}]
+        ),
         "calibration method 'kl' is not one of auto, minmax, percentile, entropy, mse": dict(
             calibration=digits["calibration"], method="kl"
         ),
@@ -456,6 +488,14 @@ def test_bad_calibration_input_is_one_line_each(digits, tmp_path):  # noqa: F811
         with pytest.raises(BuildError, match=message) as e:
             aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(**kw), log=None)
         assert "\n" not in str(e.value)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    stack = np.stack([digits["calibration"][i]["images"] for i in range(3)])
+    stack[2, 0, 0, 4, 4] = np.inf
+    np.save(folder / "stack.npy", stack)
+    with pytest.raises(BuildError, match=r"^calibration file .*stack\.npy \(sample 2 of its stack\): input 'images' "
+                                         r"holds 1 NaN or infinite value of 64"):  # fmt: skip
+        aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(calibration=folder), log=None)
     table = tmp_path / "t.json"
     aot.build(
         digits["path"], targets=["npu"], quantize=_config(digits, report=False), log=None

@@ -68,6 +68,8 @@ class OutputAccuracy:
     #: Whether the CTC reading is this output's task agreement (it reads as CTC), and why (or why not).
     ctc: bool = False
     ctc_why: str = ""
+    #: NaN or infinite values in (the float model's, the int8 build's) results; (0, 0) where every value is finite.
+    nonfinite: tuple[int, int] = (0, 0)
 
     @property
     def task_agreement(self) -> float | None:
@@ -80,6 +82,8 @@ class OutputAccuracy:
             f"accuracy {self.output} ({self.split}, {self.samples} samples): relative L2 {self.relative_l2:.4f}, "
             f"max abs {self.max_abs:.4g}"
         )
+        if any(self.nonfinite):
+            head += f" (NaN or infinite values: {self.nonfinite[0]} float, {self.nonfinite[1]} int8)"
         if self.unreadable is not None:
             return f"{head}; judged by relative L2 alone: the task metric cannot read {self.unreadable}"
         if self.exact_agreement is not None:
@@ -174,20 +178,23 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
     diff = q - f
     rel = float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
     max_abs = float(np.abs(diff).max(initial=0.0))
+    nonfinite = (int(f.size - np.count_nonzero(np.isfinite(f))), int(q.size - np.count_nonzero(np.isfinite(q))))
     why = feature or unreadable_reason(np.asarray(floats[0]))
     if why is not None:
-        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why)
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite)
     float_classes = [np.argmax(a, -1) for a in floats]
     quantized_classes = [np.argmax(b, -1) for b in quantized]
     agree = [a == b for a, b in zip(float_classes, quantized_classes)]
     positions = sum(a.size for a in agree)
     top1 = float(sum(int(a.sum()) for a in agree) / positions)
     if np.asarray(floats[0]).ndim != 3:
-        return OutputAccuracy(name, split, len(floats), rel, max_abs, top1, None, positions)
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, top1, None, positions, nonfinite=nonfinite)
     exact = float(np.mean([a.all() for a in agree]))
     ctc = float(np.mean([ctc_read(a) == ctc_read(b) for a, b in zip(float_classes, quantized_classes)]))
     applies, why = reads_as_ctc(float_classes, sequence)
-    return OutputAccuracy(name, split, len(floats), rel, max_abs, top1, exact, positions, None, ctc, applies, why)
+    return OutputAccuracy(
+        name, split, len(floats), rel, max_abs, top1, exact, positions, None, ctc, applies, why, nonfinite
+    )
 
 
 def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized: list[list[np.ndarray]],
@@ -223,8 +230,11 @@ class Score:
     samples: int
 
     def key(self) -> tuple[float, float, float]:
+        error = (
+            self.relative_l2 if math.isfinite(self.relative_l2) else math.inf
+        )  # NaN outputs: the worst, not unordered
         return (self.task if self.task is not None else 0.0, self.top1 if self.top1 is not None else 0.0,
-                -self.relative_l2)  # fmt: skip
+                -error)  # fmt: skip
 
     @property
     def loss(self) -> float | None:
@@ -272,6 +282,18 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
     if not rows:
         return "int8 verdict: no samples to judge by"
     split = f"{rows[0].samples} {rows[0].split} samples"
+    broken = next((a for a in rows if any(a.nonfinite)), None)
+    if broken is not None:  # a NaN compares as nothing: no agreement or norm over it means anything
+        float_bad, int8_bad = broken.nonfinite
+        if float_bad == 0:
+            return (
+                f"int8 verdict: OVER the {points(budget)} budget: output {broken.output} of the int8 build holds "
+                f"{int8_bad} NaN or infinite values on {split}, where the float model's holds none"
+            )
+        return (
+            f"int8 verdict: cannot be judged: output {broken.output} of the float model itself holds {float_bad} NaN "
+            f"or infinite values on {split} (the int8 build's: {int8_bad})"
+        )
     result = score(rows)
     if result.loss is None:
         return (

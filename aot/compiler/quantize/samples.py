@@ -28,11 +28,13 @@ def _load(path: Path) -> np.ndarray:
         raise BuildError(f"calibration file {path} is not a readable .npy array: {e}") from None
 
 
-def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> list[Sample]:
+def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> tuple[list[Sample], list[str]]:
+    """The samples, and where each came from (a file, a sample of a file's stack, a folder) for errors."""
     if not root.is_dir():
         raise BuildError(f"calibration data {root} is not a directory")
     names = [v.name for v in inputs]
     samples: list[Sample] = []
+    labels: list[str] = []
     if len(inputs) == 1:
         files = sorted(p for p in root.iterdir() if p.suffix == ".npy")
         if not files:
@@ -41,8 +43,10 @@ def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> list[
             array = _load(path)
             if _fits(array, inputs[0]):
                 samples.append({names[0]: array})
+                labels.append(f"calibration file {path}")
             elif array.ndim == len(inputs[0].type.shape) + 1 and _fits(array[0], inputs[0]):
                 samples.extend({names[0]: a} for a in array)  # a stack of samples
+                labels.extend(f"calibration file {path} (sample {k} of its stack)" for k in range(len(array)))
             else:
                 raise BuildError(
                     f"calibration file {path} has shape {list(array.shape)}; input {names[0]!r} is {inputs[0].type}"
@@ -61,14 +65,15 @@ def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> list[
             if missing:
                 raise BuildError(f"calibration sample {folder} has no {missing[0]}.npy")
             samples.append({n: _load(folder / f"{n}.npy") for n in names})
-    return samples[:limit] if limit is not None else samples
+            labels.append(f"calibration sample {folder}")
+    return (samples[:limit], labels[:limit]) if limit is not None else (samples, labels)
 
 
 def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], inputs: list[Value],
                  limit: int | None = None) -> list[Sample]:  # fmt: skip
     """Every sample as {input name: array of the input's dtype and shape}; a misfit is a one-line BuildError."""
     if isinstance(source, (str, os.PathLike)):
-        raw = _from_directory(Path(source), inputs, limit)
+        raw, labels = _from_directory(Path(source), inputs, limit)
     else:
         raw = []
         for i, item in enumerate(source):
@@ -77,6 +82,7 @@ def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], i
             if not isinstance(item, Mapping):
                 raise BuildError(f"calibration sample {i} is a {type(item).__name__}, not a dict of input arrays")
             raw.append({k: np.asarray(v) for k, v in item.items()})
+        labels = [f"calibration sample {i}" for i in range(len(raw))]
     if not raw:
         raise BuildError("calibration data holds no samples")
     samples = []
@@ -97,7 +103,14 @@ def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], i
                 raise BuildError(
                     f"calibration sample {i}: input {value.name!r} is {value.type.dtype}, got {array.dtype}"
                 )
-            checked[value.name] = np.ascontiguousarray(array, dtype=value.type.dtype)
+            with np.errstate(over="ignore"):  # a float64 past float32's range: caught as infinite below
+                checked[value.name] = array = np.ascontiguousarray(array, dtype=value.type.dtype)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+                raise BuildError(
+                    f"{labels[i]}: input {value.name!r} holds {bad} NaN or infinite value{'s' if bad > 1 else ''} "
+                    f"of {array.size} (as {array.dtype}); calibration data must be finite"
+                )
         samples.append(checked)
     return samples
 
