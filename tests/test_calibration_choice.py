@@ -571,6 +571,16 @@ def test_with_nothing_held_back_auto_judges_on_the_calibration_samples_and_says_
     assert any(n.startswith("int8 verdict: ") and "on 40 calibration samples" in n for n in notes)
 
 
+def test_calibration_data_that_is_one_value_everywhere_is_named_in_the_notes(digits):  # noqa: F811
+    """All-zero placeholders calibrate ranges that fit no real image, and the report measured on them looks
+    perfect (a CNN built so ran 0.47 relative L2 from its float model on real data): the build says so."""
+    zeros = [{"images": np.zeros((1, 1, 8, 8), np.float32)} for _ in range(8)]
+    built = aot.build(digits["path"], targets=["npu"], quantize=QuantizeConfig(zeros, report=False), log=None)
+    assert any(n.startswith("int8: calibration input 'images' is 0 everywhere in all 8 samples: ") for n in built.notes)
+    real = aot.build(digits["path"], targets=["npu"], quantize=_config(digits, report=False), log=None)
+    assert not any("everywhere" in n for n in real.notes)
+
+
 def test_a_table_with_samples_measures_the_budget_on_every_sample(outliers, tmp_path):
     path, samples = outliers
     table = tmp_path / "t.json"

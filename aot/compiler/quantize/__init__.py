@@ -35,7 +35,7 @@ from aot.compiler.quantize.report import (
     feature_outputs,
     verdict,
 )
-from aot.compiler.quantize.samples import data_digest, load_samples
+from aot.compiler.quantize.samples import constant_inputs, data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
 from aot.compiler.quantize.tuning import Judge, choose_method, fit_budget, restrict
 from aot.errors import BuildError
@@ -138,7 +138,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         digest = data_digest(samples[:calibrated])
         methods = HISTOGRAM_METHODS if config.method == "auto" else (config.method,)
         tables = {m: make_table(observers, m, config.percentile, calibrated, digest) for m in methods}
-    lines: list[str] = []
+    lines: list[str] = constant_inputs(samples)
     judge = None
     if samples and floats:  # judged on every sample (report.py says why)
         split = EVERY_SAMPLE if 0 < calibrated < len(samples) else "calibration" if calibrated else "held-back"

@@ -115,6 +115,24 @@ def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], i
     return samples
 
 
+def constant_inputs(samples: list[Sample]) -> list[str]:
+    """A line for each float input that takes one value in every sample (all zeros, a placeholder): the ranges
+    calibrated from it fit no real input, and the accuracy measured on it says nothing of one."""
+    lines = []
+    for name in samples[0] if samples else ():
+        arrays = [sample[name] for sample in samples]
+        if arrays[0].dtype.kind != "f" or not arrays[0].size:
+            continue
+        value = arrays[0].flat[0]
+        if all(np.all(a == value) for a in arrays):
+            lines.append(
+                f"int8: calibration input {name!r} is {value:g} everywhere in all {len(arrays)} samples: ranges "
+                "calibrated from it fit no real input, nor does the accuracy below measure one; calibrate on data "
+                "like the model's inputs"
+            )
+    return lines
+
+
 def data_digest(samples: list[Sample]) -> str:
     """sha256 over every sample's names, dtypes, shapes and bytes: which data a table came from."""
     h = hashlib.sha256()
