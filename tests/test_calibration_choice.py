@@ -571,6 +571,29 @@ def test_with_nothing_held_back_auto_judges_on_the_calibration_samples_and_says_
     assert any(n.startswith("int8 verdict: ") and "on 40 calibration samples" in n for n in notes)
 
 
+@pytest.mark.parametrize("engine", ["onnxruntime", "host"])
+def test_a_calibration_sample_the_float_model_fails_on_is_named_not_an_internal_error(tmp_path, engine):
+    """A token id past the vocabulary makes the model's Gather fail: the build names the sample (found alone
+    after its batch failed on onnxruntime) and says what calibration samples must be, in one line."""
+    rng = np.random.default_rng(9)
+    table = numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("ReduceMean", ["e"], ["m"], axes=[1]),
+         helper.make_node("MatMul", ["m", "w"], ["logits"])], "tokens",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 4])],
+        [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 5])], [table, w],
+    )  # fmt: skip
+    path = tmp_path / "tokens.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    samples = [{"ids": rng.integers(0, 50, (1, 4))} for _ in range(8)]
+    aot.build(path, targets=["onnxruntime"], quantize=QuantizeConfig(samples, engine=engine, report=False), log=None)
+    samples[5]["ids"][0, 2] = 99
+    with pytest.raises(BuildError, match=r"^calibration sample 5: the float model fails on it \(") as info:
+        aot.build(path, targets=["onnxruntime"], quantize=QuantizeConfig(samples, engine=engine), log=None)
+    assert "\n" not in str(info.value) and "token ids inside its vocabulary" in str(info.value)
+
+
 def test_calibration_data_that_is_one_value_everywhere_is_named_in_the_notes(digits):  # noqa: F811
     """All-zero placeholders calibrate ranges that fit no real image, and the report measured on them looks
     perfect (a CNN built so ran 0.47 relative L2 from its float model on real data): the build says so."""

@@ -141,3 +141,35 @@ def test_a_reshape_zero_that_copies_a_missing_dim_is_a_one_line_error():
 
     with pytest.raises(ValueError, match=r"reshape: a 0 in \[2, 4, 8, 0\] copies a dim that input \[0, 8, 4\] lacks"):
         resolve_reshape((0, 8, 4), [2, 4, 8, 0])
+
+
+def test_a_mean_over_no_values_is_nan_as_pytorch_and_onnxs_reference_give_and_warns_nothing():
+    """ONNX leaves a mean over an empty set undefined: onnxruntime gives 0, onnx's reference evaluator and PyTorch
+    NaN, which the host kernel keeps (0 for integers); numpy's 'Mean of empty slice' warning never reaches the
+    caller. Over a kept empty axis the result is empty."""
+    import warnings
+
+    import onnx.reference
+
+    from runtime_lite.kernels import KERNELS
+
+    mean = KERNELS["reduce_mean"].fn
+    x = np.zeros((1, 0, 4), np.float32)
+    axes = helper.make_tensor("axes", onnx.TensorProto.INT64, [1], [1])
+    graph = helper.make_graph(
+        [_node("ReduceMean", ["x", "axes"], keepdims=0)], "mean",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 0, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [axes],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (reference,) = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        np.testing.assert_array_equal(mean(x, axes=(1,), keepdims=0), reference)
+        assert np.isnan(mean(np.zeros((0, 3), np.float32), axes=None, keepdims=0))
+        assert mean(np.zeros((2, 0), np.int64), axes=(-1,), keepdims=1).tolist() == [[0], [0]]
+        assert mean(x, axes=(2,), keepdims=1).shape == (1, 0, 1)
+        module = runtime_lite.load(aot.build(model, targets=["host"], log=None).to_bytes())
+        np.testing.assert_array_equal(module.run({"x": x})[0], reference)

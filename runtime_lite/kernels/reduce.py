@@ -74,6 +74,12 @@ def _reduction(reduce):
         if x.size == 0 and reduce in (np.max, np.min):  # numpy refuses an empty max; ONNX gives the identity
             initial = _extreme(x.dtype, reduce is np.max)
             return np.asarray(reduce(x, axis=axis, keepdims=bool(keepdims), initial=initial)).astype(x.dtype)
+        if x.size == 0 and reduce is np.mean:  # over no values: NaN (0 for integers), without numpy's warning
+            total = np.sum(x, axis=axis, keepdims=bool(keepdims))
+            over = math.prod(x.shape[a % x.ndim] for a in set(axis)) if axis is not None else 0
+            if over:
+                return (total / over).astype(x.dtype, copy=False)
+            return np.full(total.shape, np.nan if x.dtype.kind == "f" else 0, x.dtype)
         if reduce in (np.mean, np.sum):
             count = _trailing_axes(x, axis)
             if count:

@@ -21,7 +21,9 @@ from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.methods import choose_amax
 from aot.compiler.quantize.samples import Sample
 from aot.compiler.quantize.table import CalibrationTable, TensorRange
+from aot.errors import BuildError
 from aot.ir.graph import Graph, Node, Value
+from runtime_lite.errors import RuntimeLiteError, one_line
 
 BINS = 2048
 
@@ -126,14 +128,41 @@ def run_float(graph: Graph, tensors: list[Value], samples: list[Sample], observe
     outputs: list[list[np.ndarray]] = []
     tick = progress_bar(stream, "calibrate", len(samples))
     tick(0)
-    for part, observing in ((samples[:observe], True), (samples[observe:], False)):
-        for _, per_sample, results in runner.batches(part):
-            outputs.extend(per_sample)
-            if observing:
-                for value, k in zip(tensors, runner.extra_index):
-                    observers[value.name].observe(results[k])
-            tick(len(outputs), runner.describe())
+    try:
+        for part, observing in ((samples[:observe], True), (samples[observe:], False)):
+            for _, per_sample, results in runner.batches(part):
+                outputs.extend(per_sample)
+                if observing:
+                    for value, k in zip(tensors, runner.extra_index):
+                        observers[value.name].observe(results[k])
+                tick(len(outputs), runner.describe())
+    except Exception as e:
+        if not _engine_error(e):
+            raise
+        if stream is not None:
+            stream.write("\n")
+        raise _failing_sample(runner, samples, len(outputs), e) from None
     return observers, outputs, runner
+
+
+def _engine_error(error: Exception) -> bool:
+    """An error the engine raised running the model (the host plan's, onnxruntime's), not one of ours."""
+    return isinstance(error, RuntimeLiteError) or type(error).__module__.startswith("onnxruntime")
+
+
+def _failing_sample(runner: GraphRunner, samples: list[Sample], first: int, error: Exception) -> BuildError:
+    """The float model failed on a batch starting at sample ``first``: the sample it fails on alone, named."""
+    for index in range(first, len(samples)):
+        try:
+            runner.run([samples[index]])
+        except Exception as e:  # noqa: BLE001 - the first sample the model fails on
+            if _engine_error(e):
+                error, first = e, index
+                break
+    return BuildError(
+        f"calibration sample {first}: the float model fails on it ({type(error).__name__}: {one_line(str(error), 300)}); "
+        "calibration samples must be inputs the model takes (token ids inside its vocabulary, the sizes it reads)"
+    )
 
 
 def make_table(observers: dict[str, RangeObserver], method: str, percentile: float, samples: int,
