@@ -17,7 +17,10 @@ the rounds:
   ``onnxruntime.int8_scheme`` values (the default bundle is ``auto``: dynamic matmuls for BERT);
 * the int8 bundle forced onto float kernels (``onnxruntime.int8=float``, the path a CPU
   without VNNI takes) and its exact emulation (``emulated``) against the float
-  ``--target onnxruntime`` bundle.
+  ``--target onnxruntime`` bundle;
+* where OpenVINO is installed (``--no-openvino`` skips it): the same int8 recipe built for
+  ``--target openvino`` (OpenVINO's int8 kernels, as this CPU chooses them) and for ``--target auto``
+  (each engine timed at load, the faster kept; ``cache=false``), and OpenVINO fp32 on the original file.
 
 The CPU, its vector extension and whether it has VNNI are printed with the figures: they
 decide the verdict. Nothing is written to BENCHMARKS.md.
@@ -158,6 +161,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (random inputs)")
     parser.add_argument("--schemes", nargs="*", default=[], choices=("static", "dynamic", "weight-only"),
                         help="also time int8 bundles built with these onnxruntime.int8_scheme values")  # fmt: skip
+    parser.add_argument("--no-openvino", action="store_true", help="leave out the OpenVINO and auto bundles")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="bench-int8-"))
@@ -180,6 +184,9 @@ def main() -> None:
                           quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False)).to_bytes()  # fmt: skip
         print(f"bundle size, int8_scheme={scheme}: {len(built) / 1e6:.1f} MB ({len(built) / len(plain):.3f}x float)")
         others[f"int8 bundle ({scheme})"] = runtime_lite.load(built, backend_options={"onnxruntime": options})
+
+    engines = {} if args.no_openvino else openvino_sides(model, samples, original, feeds)
+    others.update(engines)
 
     print(machine.describe(f"onnxruntime {ort.__version__}"))
     print(f"this CPU's int8 kernels: {kernels_here('auto').describe()}")
@@ -226,6 +233,42 @@ def main() -> None:
     for kernels in ("float kernels", "emulated"):
         ratio = medians[f"int8 bundle ({kernels})"] / medians["float --target onnxruntime bundle"]
         print(f"int8 bundle ({kernels}) / float bundle: {ratio:.2f}x")
+    if AUTO_INT8 in medians:
+        faster = min(medians["int8 bundle (auto)"], medians[OPENVINO_INT8])
+        print(f"{AUTO_INT8} / the faster int8 bundle (onnxruntime or openvino): {medians[AUTO_INT8] / faster:.2f}x")
+        for label, module in engines.items():
+            if hasattr(module, "placement"):
+                print(f"  {label}: {next(iter(module.placement.values()))['detail']}")
+
+
+OPENVINO_INT8, AUTO_INT8 = "int8 bundle, --target openvino", "int8 bundle, --target auto"
+
+
+def openvino_sides(model: onnx.ModelProto, samples: list[dict], original: str, feeds: dict) -> dict:
+    """The int8 recipe on OpenVINO and on auto, and OpenVINO fp32 on the original file (none without openvino)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        print("openvino is not installed: no OpenVINO or auto rows")
+        return {}
+    config = aot.QuantizeConfig(samples, holdout=0.0, report=False)
+    options = {"openvino": {"threads": THREADS}, "auto": {"threads": THREADS, "cache": False}}
+    sides = {}
+    for target, label in (("openvino", OPENVINO_INT8), ("auto", AUTO_INT8)):
+        built = aot.build(model, targets=[target], log=None, quantize=config).to_bytes()
+        sides[label] = runtime_lite.load(built, backend_options={target: options[target]})
+    compiled = ov.Core().compile_model(original, "CPU", {"INFERENCE_NUM_THREADS": str(THREADS),
+                                                         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
+    request = compiled.create_infer_request()
+    names = [port.get_any_name() for port in compiled.inputs]
+
+    class OnFile:  # OpenVINO fp32 on the original file, as a runner ``_run`` reads
+        def run(self, given: dict) -> list:
+            request.infer([given[n] for n in names])
+            return [request.get_output_tensor(0).data.copy()]
+
+    sides["openvino fp32 (original file)"] = OnFile()
+    return sides
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from aot.compiler.backends import get_compiler_backend
+from aot.compiler.backends import available_compiler_backends, get_compiler_backend
 from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
@@ -230,8 +230,9 @@ def _int8_options(
         options[name] = mine
         int8_targets.append(name)
     if quantize is not None and not int8_targets:
+        capable = ", ".join(name for name in available_compiler_backends() if get_compiler_backend(name).int8)
         raise BuildError(
-            f"quantizing needs a target that computes in int8 (npu, tensorrt, onnxruntime); targets: {', '.join(offload) or 'host'}"
+            f"quantizing needs a target that computes in int8 ({capable}); targets: {', '.join(offload) or 'host'}"
         )
     return options, int8_targets, quantize
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 
 from aot.compiler.backends import CompilerBackend, ModuleArtifact, register_compiler_backend
+from aot.compiler.backends.onnxruntime import BACKEND as ONNXRUNTIME
 from aot.compiler.backends.onnxruntime import onnxruntime_codegen, onnxruntime_patterns
 from aot.compiler.partition import Region
 from aot.compiler.pattern_registry import FusionPattern, register_patterns
+from aot.compiler.quantize.insert import compute_op_reason
 from aot.ir import contrib
 
 #: onnxruntime's own patterns another CPU engine does not take: its contrib ops (aot/ir/contrib.py), which
@@ -42,9 +44,23 @@ def register_recipe_backend(name: str) -> CompilerBackend:
         ]
         return artifact
 
+    def int8_reason(node) -> str | None:
+        return compute_op_reason(node, name)
+
     codegen.__name__ = codegen.__qualname__ = f"{name}_codegen"
     register_patterns(list(reversed(recipe_patterns(name))))
-    return register_compiler_backend(CompilerBackend(name, codegen, bind_constants=True, min_region_size=1))
+    options = tuple(
+        dataclasses.replace(o, help=f"int8: onnxruntime's QDQ recipes, which {name} runs on int8 kernels where the CPU "
+                                    "has VNNI (needs --calibration)")
+        if o.name == "precision" else o
+        for o in ONNXRUNTIME.options
+    )  # fmt: skip
+    return register_compiler_backend(
+        CompilerBackend(
+            name, codegen, bind_constants=True, min_region_size=1, options=options, int8=int8_reason,
+            int8_scheme=ONNXRUNTIME.int8_scheme,
+        )
+    )  # fmt: skip
 
 
 __all__ = ["recipe_patterns", "register_recipe_backend"]

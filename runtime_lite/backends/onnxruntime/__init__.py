@@ -60,6 +60,11 @@ SPECS_FIELD = "onnxruntime.compile_specs"
 FORMS_BY_KERNELS = {"float": ("recipe_float",), "emulated": ("recipe_emulated", "recipe_float")}
 
 
+def recipe_form(payloads: dict[str, memoryview], kernels: str | None) -> str:
+    """The payload that holds the recipe form for ``kernels`` (an int8 recipe's; None for a float recipe)."""
+    return next((form for form in FORMS_BY_KERNELS.get(kernels or "", ()) if form in payloads), "recipe")
+
+
 threads = thread_count("onnxruntime's default, one per physical core")
 
 #: What a deployment may set at load: ``load(path, backend_options={"onnxruntime": {...}})``.
@@ -257,8 +262,7 @@ class OnnxRuntimeModule:
         # a dynamically quantized recipe's MatMulInteger runs on integer kernels whatever the session says: float
         # kernels take its float form (the same weights, dequantized once by onnxruntime, activations in float),
         # emulated ones the quantized function on float kernels (a bundle before recipe_emulated: the float form)
-        forms = FORMS_BY_KERNELS.get(self.int8.kernels, ()) if self.int8 is not None else ()
-        field = next((form for form in forms if form in payloads), "recipe")
+        field = recipe_form(payloads, self.int8.kernels if self.int8 is not None else None)
         start = time.perf_counter()
         try:
             self.session: Session | None = recipe_session(
@@ -334,5 +338,5 @@ BACKEND = register_backend(OnnxRuntimeBackend())
 
 __all__ = [
     "BACKEND", "LOAD_OPTIONS", "OnnxRuntimeBackend", "OnnxRuntimeModule", "int8_kernels", "load_settings",
-    "recipe_session", "session_placement",
+    "recipe_form", "recipe_session", "session_placement",
 ]  # fmt: skip

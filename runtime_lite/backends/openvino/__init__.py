@@ -11,7 +11,8 @@ At ``init`` the recipe passes the same check as onnxruntime's (recipe_check.py: 
 paths, allow-listed default-domain ops, bounded opset and size, kernel geometry)
 before OpenVINO parses anything, and the same footprint walk bounds a run's memory;
 then OpenVINO reads the recipe with its weights in place (memory_recipe.py) and
-compiles it for the CPU. Where OpenVINO is not installed, is disabled, or refuses the
+compiles it for the CPU. An int8 recipe runs on OpenVINO's int8 kernels where the CPU has an
+8-bit dot product and on its float kernels elsewhere (int8.py; the ``int8`` option). Where OpenVINO is not installed, is disabled, or refuses the
 recipe, the region runs its host plan and the load says why, once;
 ``load(..., require=("openvino",))`` refuses instead. ``describe`` says which.
 
@@ -34,6 +35,7 @@ from runtime_lite.backends.onnxruntime import recipe_weights
 from runtime_lite.backends.onnxruntime.footprint import Footprint
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
+from runtime_lite.backends.openvino import int8
 from runtime_lite.backends.openvino.engine import HINTS, PRECISIONS, Engine, EngineSettings, OpenVinoUnavailable
 from runtime_lite.backends.options import Option, boolean, choice, thread_count
 from runtime_lite.errors import BundleError
@@ -57,6 +59,13 @@ LOAD_OPTIONS = (
         "f32",
         f"the CPU plugin's inference precision ({'|'.join(PRECISIONS)}); f32 computes as the model does, bf16 "
         "is openvino's own default on CPUs with AMX or AVX512-BF16",
+    ),
+    Option(
+        "int8",
+        choice(*int8.INT8_CHOICES),
+        "auto",
+        "an int8 recipe's kernels: integer (openvino's int8 kernels), float (its low-precision transformations "
+        "off), auto (integer where the CPU has an 8-bit dot product, VNNI or AMX)",
     ),
     Option("enabled", boolean, True, "false: never hand the recipe to openvino, run the host plan"),
     Option(
@@ -95,9 +104,12 @@ class OpenVinoModule(CpuEngineModule):
 
     def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
+        #: An int8 recipe's kernels here (integer or float, and why); None for a float recipe.
+        self.int8 = int8.kernels_here(options["int8"]) if record.precision == "int8" else None
         settings = EngineSettings(
-            options["threads"], options["hint"], options["precision"], options["enabled"], options["pinning"]
-        )
+            options["threads"], options["hint"], options["precision"], options["enabled"], options["pinning"],
+            low_precision=self.int8 is None or self.int8.kernels == "integer",
+        )  # fmt: skip
         self.id = record.region
         self.inputs: tuple[TensorSpec, ...] = record.inputs
         self.outputs: tuple[TensorSpec, ...] = record.outputs
@@ -106,15 +118,19 @@ class OpenVinoModule(CpuEngineModule):
         plan, constants = fallback_constants(payloads, self.id, "openvino")
         #: The recipe's initializers the bundle supplies, by name: read-only views of its blobs.
         self.weights = weights = recipe_weights(payloads, record, constants, SPECS_FIELD)
+        field = int8.recipe_field(payloads) if self.int8 is not None else "recipe"
         start = time.perf_counter()
         try:
             self.engine: Engine | None = recipe_engine(
-                payloads["recipe"], weights, self.inputs, self.outputs, settings, RECIPE_FIELD
+                payloads[field], weights, self.inputs, self.outputs, settings, f"openvino.payloads.{field}"
             )
             self.placement = (
                 f"on openvino {self.engine.version} (CPU, {self.engine.threads} threads, {settings.hint} hint, "
                 f"{settings.precision}{'' if settings.pinning is None else ', pinned' if settings.pinning else ', unpinned'}, compiled in {time.perf_counter() - start:.2f} s)"
             )
+            if self.int8 is not None:
+                obeyed = self.engine.low_precision == settings.low_precision
+                self.placement += f"; {int8.describe(self.int8, obeyed, field)}"
         except OpenVinoUnavailable as e:
             self.engine, self.placement = None, f"on the host: {e}"
         #: "openvino" with an engine, "host" on the fallback plan (the module's load warns or refuses).

@@ -16,6 +16,7 @@ request is cancelled (``InferRequest.cancel``, after ``wait_for`` timed out).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -33,6 +34,10 @@ from runtime_lite.execution.limits import current_budget
 HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT"}
 #: ``precision`` load option -> OpenVINO's INFERENCE_PRECISION_HINT.
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+#: The CPU plugin's switch for its low-precision transformations (which turn a QDQ recipe's Q/DQ around a
+#: convolution or matrix product into int8 kernels); not among its documented properties, so an OpenVINO that
+#: refuses it compiles without it, and says so.
+LOW_PRECISION_OFF = ("LP_TRANSFORMS_MODE", "NO")
 
 
 class OpenVinoUnavailable(Exception):
@@ -76,6 +81,9 @@ class EngineSettings:
     enabled: bool = True
     #: Pin the inference threads to cores (ENABLE_CPU_PINNING); None: OpenVINO's own choice (pinned on Linux).
     pinning: bool | None = None
+    #: False: an int8 recipe's Q/DQ run as float ops (the CPU plugin's low-precision transformations off), and
+    #: activations meeting int8 weights stay float (its dynamic quantization off: group size 0).
+    low_precision: bool = True
 
     def config(self) -> dict[str, str]:
         config = {"PERFORMANCE_HINT": HINTS[self.hint], "INFERENCE_PRECISION_HINT": PRECISIONS[self.precision]}
@@ -83,6 +91,9 @@ class EngineSettings:
             config["INFERENCE_NUM_THREADS"] = str(self.threads)
         if self.pinning is not None:
             config["ENABLE_CPU_PINNING"] = "YES" if self.pinning else "NO"
+        if not self.low_precision:  # and no run-time quantization of the activations int8 weights meet
+            config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+            config[LOW_PRECISION_OFF[0]] = LOW_PRECISION_OFF[1]
         return config
 
 
@@ -113,9 +124,19 @@ class Engine:
         #: The arrays OpenVINO reads in place: referenced as long as the engine.
         self._weights = dict(weights)
         core = _core(ov)
+        #: Whether an int8 recipe's low-precision transformations ran (False only where asked off and obeyed).
+        self.low_precision = settings.low_precision
         try:
             model = core.read_model(in_memory(recipe, self._weights))
-            self._compiled = core.compile_model(model, "CPU", settings.config())
+            try:
+                self._compiled = core.compile_model(model, "CPU", settings.config())
+            except Exception:
+                if settings.low_precision:
+                    raise
+                self.low_precision = True  # an OpenVINO without the switch: its int8 kernels, as describe says
+                self._compiled = core.compile_model(
+                    model, "CPU", dataclasses.replace(settings, low_precision=True).config()
+                )
         except Exception as e:  # an OpenVINO too old for the recipe's opset or its in-memory weights, an op it lacks
             raise OpenVinoUnavailable(f"openvino {self.version} refused the recipe: {_first_line(e)}") from None
         ports = {name: i for i, port in enumerate(self._compiled.inputs) for name in port.get_names()}
@@ -182,4 +203,12 @@ class Engine:
         self._weights = {}
 
 
-__all__ = ["HINTS", "PRECISIONS", "Engine", "EngineSettings", "OpenVinoUnavailable", "import_openvino"]
+__all__ = [
+    "HINTS",
+    "LOW_PRECISION_OFF",
+    "PRECISIONS",
+    "Engine",
+    "EngineSettings",
+    "OpenVinoUnavailable",
+    "import_openvino",
+]

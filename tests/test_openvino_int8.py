@@ -1,0 +1,185 @@
+"""int8 on OpenVINO and on ``--target auto``: onnxruntime's QDQ recipes, run on the kernels the CPU pays for.
+
+The trained digits model (tests/test_quantization.py) built for ``--target openvino --precision int8``
+carries the same recipe an onnxruntime build does; OpenVINO runs it on its int8 kernels where the CPU
+has an 8-bit dot product and with its low-precision transformations off elsewhere. Checked against
+onnxruntime's emulation of the quantized function and against the float model's test accuracy.
+``ZEN3`` flags (a test double for a CPU without VNNI) stand in where this machine has one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnx
+import pytest
+
+import aot
+import runtime_lite
+from aot.errors import BuildError
+from runtime_lite.backends.onnxruntime import int8 as onnxruntime_int8
+from runtime_lite.backends.openvino import int8 as openvino_int8
+from runtime_lite.backends.openvino.engine import LOW_PRECISION_OFF, EngineSettings
+from runtime_lite.backends.openvino.int8 import WORDS, choose_kernels, kernels_here
+from runtime_lite.errors import OptionError
+from tests.test_int8_onnxruntime import _output_step
+from tests.test_quantization import _accuracy, _config, digits  # noqa: F401 (the trained digits model, a fixture)
+
+needs_openvino = pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None,
+    reason="openvino is not installed (pip install 'runtime-lite[openvino]'); the test extra installs it",
+)
+AVX512_VNNI = {"sse2", "avx2", "avx512f", "avx512_vnni"}
+ZEN3 = {"sse2", "avx2", "fma"}  # AVX2, no VNNI
+
+
+@pytest.mark.parametrize(
+    ("flags", "machine", "kernels"),
+    [
+        (AVX512_VNNI, "x86_64", "integer"),
+        ({"sse2", "avx2", "avx_vnni"}, "x86_64", "integer"),
+        ({"sse2", "avx2", "amx_int8"}, "x86_64", "integer"),
+        (ZEN3, "x86_64", "float"),
+        ({"fp", "asimd", "asimddp"}, "aarch64", "integer"),
+        ({"fp", "asimd"}, "aarch64", "float"),
+        (set(), "x86_64", "float"),  # flags unreadable: the safe side
+    ],
+)
+def test_auto_runs_openvinos_int8_kernels_only_where_the_cpu_has_an_8_bit_dot_product(flags, machine, kernels):
+    chosen = choose_kernels("auto", flags, machine)
+    assert chosen.kernels == kernels
+    assert openvino_int8.describe(chosen).startswith(f"{WORDS[kernels]}: ")
+    settings = EngineSettings(low_precision=kernels == "integer")
+    assert (LOW_PRECISION_OFF[0] in settings.config()) == (kernels == "float")
+
+
+def test_forced_kernels_and_a_bad_choice():
+    assert choose_kernels("integer", ZEN3, "x86_64").kernels == "integer"
+    assert choose_kernels("float", AVX512_VNNI, "x86_64").reason == "openvino.int8=float"
+    assert "no VNNI" in choose_kernels("auto", ZEN3, "x86_64").reason
+    with pytest.raises(ValueError, match="int8 kernels must be one of auto, integer, float, got 'emulated'"):
+        choose_kernels("emulated", ZEN3, "x86_64")  # onnxruntime's emulation has no OpenVINO counterpart
+
+
+@pytest.fixture(scope="module")
+def builds(digits):  # noqa: F811
+    """The digits model at int8 for OpenVINO, for auto and for onnxruntime, from the same calibration."""
+    return {
+        target: aot.build(digits["path"], targets=[target], quantize=_config(digits, report=False), log=None)
+        for target in ("openvino", "auto", "onnxruntime")
+    }
+
+
+def _outputs(module, digits, n: int = 120) -> np.ndarray:  # noqa: F811
+    return np.concatenate([module.run({"images": digits["test"][i : i + 1]})[0] for i in range(n)])
+
+
+def test_an_openvino_int8_build_writes_onnxruntimes_recipe_and_its_int8_facts(builds):
+    recipes = {}
+    for target, result in builds.items():
+        (record,) = result.header["modules"]
+        assert record["backend"] == target and record["compile_specs"]["precision"] == "int8"
+        recipe = onnx.load_from_string(bytes(result.blobs.payloads[record["payloads"]["recipe"]]))
+        assert recipe.graph.name == record["id"]
+        recipe.graph.name = "region"
+        recipes[target] = recipe.SerializeToString()
+    assert recipes["openvino"] == recipes["auto"] == recipes["onnxruntime"]  # one recipe (named as its region)
+    with pytest.raises(BuildError, match=r"^quantizing needs a target that computes in int8 \(auto, npu, "
+                                         r"onnxruntime, openvino, tensorrt\); targets: host$"):  # fmt: skip
+        aot.build(builds["openvino"].graph, targets=["host"], quantize=aot.QuantizeConfig([]), log=None)
+
+
+@needs_openvino
+def test_digits_at_int8_on_openvino_keep_their_accuracy_and_compute_the_quantized_function(builds, digits):  # noqa: F811
+    emulated = _outputs(
+        runtime_lite.load(builds["onnxruntime"].to_bytes(), backend_options={"onnxruntime": {"int8": "emulated"}}),
+        digits,
+    )
+    here, step = kernels_here("auto"), _output_step(builds["onnxruntime"])
+    for kernels in ("auto", "integer", "float"):
+        module = runtime_lite.load(builds["openvino"].to_bytes(), backend_options={"openvino": {"int8": kernels}})
+        (placement,) = module.placement.values()
+        ran = here.kernels if kernels == "auto" else kernels
+        assert placement["runs_on"] == "openvino" and f"; {WORDS[ran]}: " in placement["detail"], placement
+        outputs = _outputs(module, digits)
+        # the quantized function within one step of its output (OpenVINO rounds a tie its own way: a FakeQuantize
+        # of float ops on float kernels, oneDNN's requantization on int8 ones), where the CPU has the kernels
+        if ran == "float" or here.kernels == "integer":
+            assert np.abs(outputs - emulated).max() <= step * 1.001
+        if ran == here.kernels or ran == "float":  # what a deployment gets: within one point of the float model
+            accuracy = _accuracy(lambda x, m=module: m.run({"images": x})[0], digits)
+            print(f"digits: float {digits['float']:.4f}, openvino int8 on {ran} kernels {accuracy:.4f}")
+            assert accuracy >= digits["float"] - 0.01
+
+
+@needs_openvino
+def test_auto_times_each_engine_on_the_kernels_it_would_run_and_says_which(builds, digits, monkeypatch):  # noqa: F811
+    module = runtime_lite.load(builds["auto"].to_bytes(), backend_options={"auto": {"cache": False}})
+    (placement,) = module.placement.values()
+    chosen = module._modules[0].handle.engine_name
+    words = kernels_here("auto") if chosen == "openvino" else onnxruntime_int8.kernels_here("auto")
+    expected = openvino_int8.describe(words) if chosen == "openvino" else words.describe()
+    assert "measured here: " in placement["detail"] and placement["detail"].endswith(expected), placement
+    reference = _outputs(module, digits, 40)
+    # a CPU without VNNI (test double: its flags): both engines run float kernels, and say so
+    monkeypatch.setattr(openvino_int8, "cpu_flags_and_model", lambda: ("AMD EPYC (Zen 3)", ZEN3))
+    monkeypatch.setattr(onnxruntime_int8, "cpu_flags_and_model", lambda: ("AMD EPYC (Zen 3)", ZEN3))
+    for engine in ("onnxruntime", "openvino"):
+        pinned = runtime_lite.load(builds["auto"].to_bytes(), backend_options={"auto": {"engine": engine}})
+        detail = pinned.placement["auto_0"]["detail"]
+        assert detail.startswith(f"on {engine} ") and "no VNNI" in detail, detail
+        assert ("float kernels" in detail) and "integer kernels" not in detail and "int8 kernels:" not in detail
+        outputs = _outputs(pinned, digits, 40)  # float kernels: near the quantized function, not it
+        assert np.linalg.norm(outputs - reference) < 0.05 * np.linalg.norm(reference)
+        assert np.mean(outputs.argmax(1) == reference.argmax(1)) >= 0.95
+
+
+def test_a_bad_int8_option_is_one_line_and_a_float_bundle_says_nothing_of_int8(digits):  # noqa: F811
+    with pytest.raises(OptionError, match=r"openvino.*int8.*emulated") as info:
+        runtime_lite.load(
+            aot.build(digits["path"], targets=["openvino"], log=None).to_bytes(),
+            backend_options={"openvino": {"int8": "emulated"}},
+        )
+    assert "\n" not in str(info.value)
+    if importlib.util.find_spec("openvino") is not None:
+        module = runtime_lite.load(aot.build(digits["path"], targets=["openvino"], log=None).to_bytes())
+        assert "int8" not in next(iter(module.placement.values()))["detail"]
+
+
+@needs_openvino
+def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_take_int8_weights(monkeypatch):
+    """OpenVINO runs DynamicQuantizeLinear -> MatMulInteger slower than float (BERT-base 1.30x its fp32), and the
+    recipe's float form faster (0.52x): it always runs that form, with its int8 weights, and says so; on float
+    kernels the outputs are those of onnxruntime's float kernels over the same form."""
+    rng = np.random.default_rng(4)
+    w1 = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, "w1")
+    w2 = onnx.numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32) / 8, "w2")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"]), onnx.helper.make_node("Relu", ["h"], ["r"]),
+         onnx.helper.make_node("MatMul", ["r", "w2"], ["y"])], "encoder",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 16, 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 32])], [w1, w2],
+    )  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    built = {
+        target: aot.build(model, targets=[target], log=None,
+                          backend_options={target: {"precision": "int8", "int8_scheme": "dynamic"}})
+        for target in ("openvino", "onnxruntime")
+    }  # fmt: skip
+    (record,) = built["openvino"].header["modules"]
+    assert "recipe_float" in record["payloads"]
+    x = {"x": rng.standard_normal((1, 16, 64)).astype(np.float32)}
+    float_kernels = runtime_lite.load(
+        built["onnxruntime"].to_bytes(), backend_options={"onnxruntime": {"int8": "float"}}
+    )
+    reference = float_kernels.run(x)[0]
+    for kernels in ("auto", "integer", "float"):
+        module = runtime_lite.load(built["openvino"].to_bytes(), backend_options={"openvino": {"int8": kernels}})
+        detail = next(iter(module.placement.values()))["detail"]
+        assert "; int8 weights on openvino's own kernels for them (" in detail, detail
+        outputs = module.run(x)[0]
+        if kernels == "float":  # nothing quantized at run time: onnxruntime's float kernels' function
+            np.testing.assert_allclose(outputs, reference, rtol=1e-4, atol=1e-4)
+        else:  # activations quantized per group at run time where the CPU has the kernels
+            assert np.linalg.norm(outputs - reference) < 0.02 * np.linalg.norm(reference)
