@@ -17,7 +17,7 @@ The recipe is checked (recipe_check.py) before either engine sees it, and each e
 keeps the load's run budgets as it does as a backend of its own. An int8 recipe runs on each
 engine's kernels as that engine's backend would choose them by the CPU (integer where it has an
 8-bit dot product, float elsewhere), so what is timed is what each would run: on ResNet-50
-(Intel Xeon with AMX) OpenVINO's int8 kernels ran it in 0.42x the time of onnxruntime's.
+(Intel Xeon with AMX) OpenVINO's int8 kernels ran it in 0.44x the time of onnxruntime's.
 """
 
 from __future__ import annotations
