@@ -183,3 +183,18 @@ def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_tak
             np.testing.assert_allclose(outputs, reference, rtol=1e-4, atol=1e-4)
         else:  # activations quantized per group at run time where the CPU has the kernels
             assert np.linalg.norm(outputs - reference) < 0.02 * np.linalg.norm(reference)
+
+
+@needs_openvino
+def test_an_openvino_without_the_switch_for_float_kernels_runs_its_int8_ones_and_says_so(builds, monkeypatch):
+    """Test double for an OpenVINO whose CPU plugin refuses ``LP_TRANSFORMS_MODE`` (not a documented property):
+    a key it does not know. The recipe still compiles, on its int8 kernels, and describe says why."""
+    from runtime_lite.backends.openvino import engine
+
+    monkeypatch.setattr(engine, "LOW_PRECISION_OFF", ("AOT_NOT_A_PROPERTY", "NO"))
+    module = runtime_lite.load(builds["openvino"].to_bytes(), backend_options={"openvino": {"int8": "float"}})
+    (placement,) = module.placement.values()
+    assert placement["runs_on"] == "openvino", placement
+    assert placement["detail"].endswith(
+        "; int8 on openvino's int8 kernels: this openvino has no switch for its low-precision transformations"
+    ), placement

@@ -11,9 +11,10 @@ At ``init`` the recipe passes the same check as onnxruntime's (recipe_check.py: 
 paths, allow-listed default-domain ops, bounded opset and size, kernel geometry)
 before OpenVINO parses anything, and the same footprint walk bounds a run's memory;
 then OpenVINO reads the recipe with its weights in place (memory_recipe.py) and
-compiles it for the CPU. An int8 recipe runs on OpenVINO's int8 kernels where the CPU has an
-8-bit dot product and on its float kernels elsewhere (int8.py; the ``int8`` option). Where OpenVINO is not installed, is disabled, or refuses the
-recipe, the region runs its host plan and the load says why, once;
+compiles it for the CPU. An int8 recipe runs on OpenVINO's int8 kernels where the CPU has
+an 8-bit dot product and on its float kernels elsewhere (int8.py; the ``int8`` option).
+Where OpenVINO is not installed, is disabled, or refuses the recipe, the region runs its
+host plan and the load says why, once;
 ``load(..., require=("openvino",))`` refuses instead. ``describe`` says which.
 
 Nothing here imports openvino until an OpenVINO module is loaded (engine.py does, inside

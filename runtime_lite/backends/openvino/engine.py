@@ -16,7 +16,6 @@ request is cancelled (``InferRequest.cancel``, after ``wait_for`` timed out).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -134,9 +133,8 @@ class Engine:
                 if settings.low_precision:
                     raise
                 self.low_precision = True  # an OpenVINO without the switch: its int8 kernels, as describe says
-                self._compiled = core.compile_model(
-                    model, "CPU", dataclasses.replace(settings, low_precision=True).config()
-                )
+                config = {k: v for k, v in settings.config().items() if k != LOW_PRECISION_OFF[0]}
+                self._compiled = core.compile_model(model, "CPU", config)
         except Exception as e:  # an OpenVINO too old for the recipe's opset or its in-memory weights, an op it lacks
             raise OpenVinoUnavailable(f"openvino {self.version} refused the recipe: {_first_line(e)}") from None
         ports = {name: i for i, port in enumerate(self._compiled.inputs) for name in port.get_names()}
