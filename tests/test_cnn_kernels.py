@@ -94,6 +94,8 @@ def test_mean_and_sum_match_numpy_over_any_axes(case, transposed, op):
         got = KERNELS[op].fn(x, axes=axes, keepdims=keepdims)
         wanted = np.asarray(reduce(x, axis=None if axes is None else tuple(axes), keepdims=bool(keepdims)))
     wanted = wanted.astype(x.dtype, copy=False)
+    if op == "reduce_mean" and x.dtype.kind == "i" and x.size == 0:  # numpy's NaN cast to int64 is no value: 0
+        wanted = np.zeros_like(wanted)
     assert got.shape == wanted.shape and got.dtype == wanted.dtype
     np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-5, equal_nan=True)
 
