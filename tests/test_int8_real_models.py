@@ -17,6 +17,7 @@ time (one to two minutes on a shared 2-core machine: the default budget measures
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import numpy as np
@@ -51,12 +52,19 @@ def _load(result: aot.BuildResult, kernels: str) -> runtime_lite.Module:
 
 
 @pytest.fixture(scope="module")
-def recognizer():
+def recognizer_lines():
+    """(calibration images, test lines, the float model's exact-string accuracy and CER on them)."""
     lines = text_lines(CALIBRATION + 236, seed=0, width=320)
     calibration, test = lines[:CALIBRATION], lines[CALIBRATION:]
     session = _float_session("rec")
     exact, cer = recognition_scores(lambda x: session.run(None, {"x": x})[0], test)
-    return _build("rec", (1, 3, 48, 320), [x for _, x in calibration]), test, exact, cer
+    return [x for _, x in calibration], test, exact, cer
+
+
+@pytest.fixture(scope="module")
+def recognizer(recognizer_lines):
+    calibration, test, exact, cer = recognizer_lines
+    return _build("rec", (1, 3, 48, 320), calibration), test, exact, cer
 
 
 @pytest.mark.parametrize("kernels", KERNELS)
@@ -70,6 +78,22 @@ def test_the_text_recognizer_at_int8_loses_at_most_one_point_of_exact_strings(re
     assert exact >= float_exact - 0.01
     verdict = [n for n in result.notes if n.startswith("int8 verdict")]
     assert verdict and "CTC reading" in " ".join(result.notes)  # the report read the output as CTC
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino is not installed (the test extra "
+                    "installs it)")  # fmt: skip
+def test_the_text_recognizer_at_int8_on_openvino_with_the_defaults_loses_at_most_one_point(recognizer_lines):
+    """The same recipe on OpenVINO (docs/openvino.md, "int8"): its int8 kernels where the CPU has an 8-bit dot
+    product, its float kernels elsewhere; the recognizer's dynamic matmuls in their float form either way."""
+    calibration, test, float_exact, _ = recognizer_lines
+    result = aot.build(str(model_path("rec")), targets=["openvino"], input_shapes={"x": (1, 3, 48, 320)},
+                       quantize=QuantizeConfig(calibration=[{"x": x} for x in calibration]), log=None)  # fmt: skip
+    module = runtime_lite.load(result.to_bytes())
+    (placement,) = module.placement.values()
+    assert placement["runs_on"] == "openvino" and "int8" in placement["detail"], placement
+    exact, cer = recognition_scores(lambda x: module.run({"x": x})[0], test)
+    print(f"recognizer on openvino: float exact {float_exact:.3f}; int8 exact {exact:.3f} CER {cer:.4f}")
+    assert exact >= float_exact - 0.01
 
 
 # -- the orientation classifier: 0 or 180 degrees ---------------------------------------------------
