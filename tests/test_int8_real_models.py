@@ -80,6 +80,7 @@ def test_the_text_recognizer_at_int8_loses_at_most_one_point_of_exact_strings(re
     assert verdict and "CTC reading" in " ".join(result.notes)  # the report read the output as CTC
 
 
+@pytest.mark.own_process  # a second recognizer build and an OpenVINO engine: 2.5 GiB with the first one still held
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino is not installed (the test extra "
                     "installs it)")  # fmt: skip
 def test_the_text_recognizer_at_int8_on_openvino_with_the_defaults_loses_at_most_one_point(recognizer_lines):
