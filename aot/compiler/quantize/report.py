@@ -230,9 +230,8 @@ class Score:
     samples: int
 
     def key(self) -> tuple[float, float, float]:
-        error = (
-            self.relative_l2 if math.isfinite(self.relative_l2) else math.inf
-        )  # NaN outputs: the worst, not unordered
+        # outputs with a NaN rank last (a NaN in the key would leave builds unordered)
+        error = self.relative_l2 if math.isfinite(self.relative_l2) else math.inf
         return (self.task if self.task is not None else 0.0, self.top1 if self.top1 is not None else 0.0,
                 -error)  # fmt: skip
 
