@@ -36,12 +36,11 @@ from runtime_lite.backends import register_backend
 from runtime_lite.backends.auto.verdict import VERSION, cache_path, read_verdict, write_verdict
 from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
-from runtime_lite.backends.onnxruntime import int8_kernels, recipe_form, recipe_session, recipe_weights
+from runtime_lite.backends.onnxruntime import int8_kernels, recipe_weights, region_session
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import OnnxRuntimeUnavailable, SessionSettings, import_onnxruntime
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
-from runtime_lite.backends.openvino import int8 as openvino_int8
-from runtime_lite.backends.openvino import recipe_engine
+from runtime_lite.backends.openvino import region_engine
 from runtime_lite.backends.openvino.engine import EngineSettings, OpenVinoUnavailable, import_openvino
 from runtime_lite.backends.options import Option, accepting, boolean, choice, integer, thread_count
 from runtime_lite.errors import BundleError
@@ -60,20 +59,14 @@ def _onnxruntime(payloads, weights, inputs, outputs, threads: int, int8: bool) -
     ``describe`` says of those kernels (None for a float recipe)."""
     settings = SessionSettings(threads=threads)
     kernels = int8_kernels(settings) if int8 else None
-    field = recipe_form(payloads, kernels.kernels if kernels is not None else None)
-    session = recipe_session(payloads[field], weights, inputs, outputs, settings, f"auto.payloads.{field}", kernels)
+    session = region_session(payloads, weights, inputs, outputs, settings, kernels, "auto")
     return session, kernels.describe() if kernels is not None else None
 
 
 def _openvino(payloads, weights, inputs, outputs, threads: int, int8: bool) -> tuple[Any, str | None]:
     """``_onnxruntime``'s, for OpenVINO's CPU plugin."""
-    kernels = openvino_int8.kernels_here("auto") if int8 else None
-    settings = EngineSettings(threads=threads, low_precision=kernels is None or kernels.kernels == "integer")
-    field = openvino_int8.recipe_field(payloads) if kernels is not None else "recipe"
-    engine = recipe_engine(payloads[field], weights, inputs, outputs, settings, f"auto.payloads.{field}")
-    if kernels is None:
-        return engine, None
-    return engine, openvino_int8.describe(kernels, engine.low_precision == settings.low_precision, field)
+    return region_engine(payloads, weights, inputs, outputs, EngineSettings(threads=threads), "auto" if int8 else None,
+                         "auto")  # fmt: skip
 
 
 #: Each candidate engine: (its version, or Unavailable; an engine over a checked recipe, or Unavailable).

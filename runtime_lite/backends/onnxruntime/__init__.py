@@ -215,6 +215,20 @@ def recipe_session(
     )  # fmt: skip
 
 
+def region_session(
+    payloads: dict[str, memoryview], weights: dict[str, np.ndarray], inputs, outputs, settings: SessionSettings,
+    int8: Int8Kernels | None, backend: str, place: Any = None,
+) -> Session:  # fmt: skip
+    """A session over the region's recipe in the form ``int8``'s kernels run (``recipe_form``: a dynamically
+    quantized recipe's MatMulInteger runs on integer kernels whatever the session says, so float kernels take its
+    float form, emulated ones the quantized function on float kernels); ``backend`` names the payload fields in
+    errors. OnnxRuntimeUnavailable as ``recipe_session``."""
+    field = recipe_form(payloads, int8.kernels if int8 is not None else None)
+    return recipe_session(
+        payloads[field], weights, inputs, outputs, settings, f"{backend}.payloads.{field}", int8, place
+    )
+
+
 def session_placement(session: Session, settings: SessionSettings, seconds: float, int8: Int8Kernels | None) -> str:
     """Where a recipe runs, as ``describe`` says it: onnxruntime's version, threads, build time, int8 kernels."""
     where = (
@@ -259,16 +273,11 @@ class OnnxRuntimeModule:
             from runtime_lite.backends.onnxruntime.optimized import GraphPlace
 
             place = GraphPlace(options.get("cache_dir"), bundle_digest, self.id)
-        # a dynamically quantized recipe's MatMulInteger runs on integer kernels whatever the session says: float
-        # kernels take its float form (the same weights, dequantized once by onnxruntime, activations in float),
-        # emulated ones the quantized function on float kernels (a bundle before recipe_emulated: the float form)
-        field = recipe_form(payloads, self.int8.kernels if self.int8 is not None else None)
         start = time.perf_counter()
         try:
-            self.session: Session | None = recipe_session(
-                payloads[field], weights, self.inputs, self.outputs, settings, f"onnxruntime.payloads.{field}",
-                self.int8, place,
-            )  # fmt: skip
+            self.session: Session | None = region_session(
+                payloads, weights, self.inputs, self.outputs, settings, self.int8, "onnxruntime", place
+            )
             self.placement = session_placement(self.session, settings, time.perf_counter() - start, self.int8)
         except OnnxRuntimeUnavailable as e:
             self.session, self.placement = None, f"on the host: {e}"
@@ -338,5 +347,5 @@ BACKEND = register_backend(OnnxRuntimeBackend())
 
 __all__ = [
     "BACKEND", "LOAD_OPTIONS", "OnnxRuntimeBackend", "OnnxRuntimeModule", "int8_kernels", "load_settings",
-    "recipe_form", "recipe_session", "session_placement",
+    "recipe_session", "region_session", "session_placement",
 ]  # fmt: skip

@@ -23,6 +23,7 @@ a function).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -98,6 +99,22 @@ def recipe_engine(
     return Engine(recipe, weights, input_names, output_names, settings, footprint)
 
 
+def region_engine(
+    payloads: dict[str, memoryview], weights: dict[str, np.ndarray], inputs, outputs, settings: EngineSettings,
+    int8_kernels: str | None, backend: str,
+) -> tuple[Engine, str | None]:  # fmt: skip
+    """An engine over the region's recipe, and what ``describe`` says of an int8 recipe's kernels (None for a float
+    one). ``int8_kernels``: the ``int8`` choice for an int8 recipe (int8.py picks the kernels and the form), None
+    for a float one; ``backend`` names the payload fields in errors. OpenVinoUnavailable as ``recipe_engine``."""
+    kernels = int8.kernels_here(int8_kernels) if int8_kernels is not None else None
+    field = int8.recipe_field(payloads) if kernels is not None else "recipe"
+    settings = dataclasses.replace(settings, low_precision=kernels is None or kernels.kernels == "integer")
+    engine = recipe_engine(payloads[field], weights, inputs, outputs, settings, f"{backend}.payloads.{field}")
+    if kernels is None:
+        return engine, None
+    return engine, int8.describe(kernels, engine.low_precision == settings.low_precision, field)
+
+
 class OpenVinoModule(CpuEngineModule):
     """One region, resolved at load to an OpenVINO compiled model or its host plan."""
 
@@ -105,12 +122,9 @@ class OpenVinoModule(CpuEngineModule):
 
     def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)  # IncompatiblePayload for another format
-        #: An int8 recipe's kernels here (integer or float, and why); None for a float recipe.
-        self.int8 = int8.kernels_here(options["int8"]) if record.precision == "int8" else None
         settings = EngineSettings(
-            options["threads"], options["hint"], options["precision"], options["enabled"], options["pinning"],
-            low_precision=self.int8 is None or self.int8.kernels == "integer",
-        )  # fmt: skip
+            options["threads"], options["hint"], options["precision"], options["enabled"], options["pinning"]
+        )
         self.id = record.region
         self.inputs: tuple[TensorSpec, ...] = record.inputs
         self.outputs: tuple[TensorSpec, ...] = record.outputs
@@ -119,19 +133,17 @@ class OpenVinoModule(CpuEngineModule):
         plan, constants = fallback_constants(payloads, self.id, "openvino")
         #: The recipe's initializers the bundle supplies, by name: read-only views of its blobs.
         self.weights = weights = recipe_weights(payloads, record, constants, SPECS_FIELD)
-        field = int8.recipe_field(payloads) if self.int8 is not None else "recipe"
         start = time.perf_counter()
         try:
-            self.engine: Engine | None = recipe_engine(
-                payloads[field], weights, self.inputs, self.outputs, settings, f"openvino.payloads.{field}"
-            )
+            self.engine: Engine | None
+            self.engine, kernels = region_engine(
+                payloads, weights, self.inputs, self.outputs, settings,
+                options["int8"] if record.precision == "int8" else None, "openvino",
+            )  # fmt: skip
             self.placement = (
                 f"on openvino {self.engine.version} (CPU, {self.engine.threads} threads, {settings.hint} hint, "
                 f"{settings.precision}{'' if settings.pinning is None else ', pinned' if settings.pinning else ', unpinned'}, compiled in {time.perf_counter() - start:.2f} s)"
-            )
-            if self.int8 is not None:
-                obeyed = self.engine.low_precision == settings.low_precision
-                self.placement += f"; {int8.describe(self.int8, obeyed, field)}"
+            ) + (f"; {kernels}" if kernels else "")
         except OpenVinoUnavailable as e:
             self.engine, self.placement = None, f"on the host: {e}"
         #: "openvino" with an engine, "host" on the fallback plan (the module's load warns or refuses).
@@ -151,4 +163,4 @@ class OpenVinoBackend(CpuEngineBackend):
 
 BACKEND = register_backend(OpenVinoBackend())
 
-__all__ = ["BACKEND", "LOAD_OPTIONS", "OpenVinoBackend", "OpenVinoModule", "recipe_engine"]
+__all__ = ["BACKEND", "LOAD_OPTIONS", "OpenVinoBackend", "OpenVinoModule", "recipe_engine", "region_engine"]
