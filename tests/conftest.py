@@ -111,6 +111,7 @@ ISA_SENSITIVE_MODULES = frozenset({
     "test_aten_ops.py", "test_conformance.py", "test_empty_batches.py", "test_gemm_policy.py", "test_idioms.py",
     "test_int8_onnxruntime.py", "test_calibration_choice.py", "test_npu_int8_mobile.py", "test_npu_mobile.py",
     "test_openvino_backend.py", "test_dynamic_images.py", "test_dynamic_recurrent.py", "test_npu_real_models.py",
+    "test_openvino_int8.py",
 })  # fmt: skip
 
 
