@@ -20,7 +20,11 @@ the rounds:
   ``--target onnxruntime`` bundle;
 * where OpenVINO is installed (``--no-openvino`` skips it): the same int8 recipe built for
   ``--target openvino`` (OpenVINO's int8 kernels, as this CPU chooses them) and for ``--target auto``
-  (each engine timed at load, the faster kept; ``cache=false``), and OpenVINO fp32 on the original file.
+  (each engine timed at load, the faster kept; ``cache=false``), the float ``--target openvino``
+  bundle, and OpenVINO fp32 on the original file; where this CPU (or oneDNN's ISA limit) makes
+  OpenVINO choose float kernels, also its int8 kernels forced, to show what that choice avoids.
+  ``ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/bench_int8_onnxruntime.py`` runs OpenVINO's rows on
+  the kernels of a CPU without VNNI (onnxruntime's MLAS ignores the variable).
 
 The CPU, its vector extension and whether it has VNNI are printed with the figures: they
 decide the verdict. Nothing is written to BENCHMARKS.md.
@@ -54,6 +58,7 @@ import aot  # noqa: E402
 import runtime_lite  # noqa: E402
 from aot.testing import load_zoo_model  # noqa: E402
 from runtime_lite.backends.onnxruntime.int8 import kernels_here  # noqa: E402
+from runtime_lite.backends.openvino import int8 as openvino_int8  # noqa: E402
 from runtime_lite.tools import machine  # noqa: E402
 
 
@@ -190,6 +195,8 @@ def main() -> None:
 
     print(machine.describe(f"onnxruntime {ort.__version__}"))
     print(f"this CPU's int8 kernels: {kernels_here('auto').describe()}")
+    if engines:
+        print(f"openvino's int8 kernels: {openvino_int8.kernels_here('auto').reason}")
     print(f"{THREADS} threads, batch 1, {args.rounds} rounds, each timed run after 0.2 s of its own side; the "
           "machine may be shared: ratios, not absolute times")  # fmt: skip
     print(f"bundle sizes: int8 {len(quantized) / 1e6:.1f} MB, float {len(plain) / 1e6:.1f} MB "
@@ -239,9 +246,14 @@ def main() -> None:
         for label, module in engines.items():
             if hasattr(module, "placement"):
                 print(f"  {label}: {next(iter(module.placement.values()))['detail']}")
+    if OPENVINO_FLOAT in medians:
+        for label in (OPENVINO_INT8, OPENVINO_FORCED):
+            if label in medians:
+                print(f"{label} / {OPENVINO_FLOAT}: {medians[label] / medians[OPENVINO_FLOAT]:.2f}x")
 
 
 OPENVINO_INT8, AUTO_INT8 = "int8 bundle, --target openvino", "int8 bundle, --target auto"
+OPENVINO_FLOAT, OPENVINO_FORCED = "float --target openvino bundle", "int8 bundle, openvino, int8 kernels forced"
 
 
 def openvino_sides(model: onnx.ModelProto, samples: list[dict], original: str, feeds: dict) -> dict:
@@ -257,6 +269,11 @@ def openvino_sides(model: onnx.ModelProto, samples: list[dict], original: str, f
     for target, label in (("openvino", OPENVINO_INT8), ("auto", AUTO_INT8)):
         built = aot.build(model, targets=[target], log=None, quantize=config).to_bytes()
         sides[label] = runtime_lite.load(built, backend_options={target: options[target]})
+        if target == "openvino" and openvino_int8.kernels_here("auto").kernels == "float":
+            forced = {"openvino": {**options["openvino"], "int8": "integer"}}
+            sides[OPENVINO_FORCED] = runtime_lite.load(built, backend_options=forced)
+    plain = aot.build(model, targets=["openvino"], log=None).to_bytes()
+    sides[OPENVINO_FLOAT] = runtime_lite.load(plain, backend_options={"openvino": options["openvino"]})
     compiled = ov.Core().compile_model(original, "CPU", {"INFERENCE_NUM_THREADS": str(THREADS),
                                                          "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
     request = compiled.create_infer_request()

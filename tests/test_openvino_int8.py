@@ -10,6 +10,11 @@ onnxruntime's emulation of the quantized function and against the float model's 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -22,7 +27,7 @@ from runtime_lite.backends.onnxruntime import int8 as onnxruntime_int8
 from runtime_lite.backends.openvino import int8 as openvino_int8
 from runtime_lite.backends.openvino.engine import LOW_PRECISION_OFF, EngineSettings
 from runtime_lite.backends.openvino.int8 import WORDS, choose_kernels, kernels_here
-from runtime_lite.errors import OptionError
+from runtime_lite.errors import OptionError, PlacementError
 from tests.test_int8_onnxruntime import _output_step
 from tests.test_quantization import _accuracy, _config, digits  # noqa: F401 (the trained digits model, a fixture)
 
@@ -52,6 +57,36 @@ def test_auto_runs_openvinos_int8_kernels_only_where_the_cpu_has_an_8_bit_dot_pr
     assert openvino_int8.describe(chosen).startswith(f"{WORDS[kernels]}: ")
     settings = EngineSettings(low_precision=kernels == "integer")
     assert (LOW_PRECISION_OFF[0] in settings.config()) == (kernels == "float")
+
+
+@pytest.mark.parametrize(
+    ("environ", "flags", "kernels"),
+    [
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, AVX512_VNNI, "float"),
+        ({"ONEDNN_MAX_CPU_ISA": "avx512_core"}, AVX512_VNNI, "float"),  # AVX-512 without VNNI; any case
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, AVX512_VNNI, "integer"),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI"}, {"avx2", "avx_vnni"}, "integer"),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI"}, AVX512_VNNI, "float"),  # below AVX512_CORE_VNNI, and no AVX-VNNI
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, {"avx2", "amx_int8"}, "integer"),
+        ({"DNNL_MAX_CPU_ISA": "SSE41"}, AVX512_VNNI, "float"),  # oneDNN's former name
+        ({"ONEDNN_MAX_CPU_ISA": "AVX10_1_512", "DNNL_MAX_CPU_ISA": "SSE41"}, AVX512_VNNI, "integer"),
+        ({"ONEDNN_MAX_CPU_ISA": "NOT_AN_ISA"}, AVX512_VNNI, "integer"),  # oneDNN ignores it
+        ({"ONEDNN_MAX_CPU_ISA": " "}, AVX512_VNNI, "integer"),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, ZEN3, "float"),
+    ],
+)
+def test_onednns_isa_limit_counts_as_the_cpu(environ, flags, kernels):
+    """OpenVINO's CPU plugin obeys oneDNN's ``ONEDNN_MAX_CPU_ISA``: measured on an Intel Xeon with AMX, ResNet-50's
+    recipe on the int8 kernels below VNNI (AVX2, AVX512_CORE) ended 0.31 relative L2 from float, on VNNI 0.028."""
+    limit = openvino_int8.isa_limit(environ)
+    chosen = choose_kernels("auto", flags, "x86_64", limit)
+    assert chosen.kernels == kernels, chosen
+    if limit is not None and kernels == "float" and flags != ZEN3:
+        assert chosen.reason.startswith(f"{limit[0]}={limit[1]} keeps oneDNN, and so openvino, from this CPU's ")
+    assert choose_kernels("auto", flags, "aarch64", ("ONEDNN_MAX_CPU_ISA", "SSE41")).kernels == (
+        choose_kernels("auto", flags, "aarch64").kernels
+    )  # an x86 limit, no word on an Arm CPU's
+    assert choose_kernels("integer", flags, "x86_64", ("ONEDNN_MAX_CPU_ISA", "AVX2")).kernels == "integer"
 
 
 def test_forced_kernels_and_a_bad_choice():
@@ -147,12 +182,8 @@ def test_a_bad_int8_option_is_one_line_and_a_float_bundle_says_nothing_of_int8(d
         assert "int8" not in next(iter(module.placement.values()))["detail"]
 
 
-@needs_openvino
-def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_take_int8_weights(monkeypatch):
-    """OpenVINO runs DynamicQuantizeLinear -> MatMulInteger slower than float (BERT-base 1.30x its fp32), and the
-    recipe's float form faster (0.52x): it always runs that form, with its int8 weights, and says so; on float
-    kernels the outputs are those of onnxruntime's float kernels over the same form."""
-    rng = np.random.default_rng(4)
+def _dynamic_matmul_builds(rng: np.random.Generator) -> dict:
+    """Two matmuls quantized dynamically (``int8_scheme=dynamic``), built for openvino and for onnxruntime."""
     w1 = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, "w1")
     w2 = onnx.numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32) / 8, "w2")
     graph = onnx.helper.make_graph(
@@ -162,11 +193,20 @@ def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_tak
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 32])], [w1, w2],
     )  # fmt: skip
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    built = {
+    return {
         target: aot.build(model, targets=[target], log=None,
                           backend_options={target: {"precision": "int8", "int8_scheme": "dynamic"}})
         for target in ("openvino", "onnxruntime")
     }  # fmt: skip
+
+
+@needs_openvino
+def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_take_int8_weights():
+    """OpenVINO runs DynamicQuantizeLinear -> MatMulInteger slower than float (BERT-base 1.30x its fp32), and the
+    recipe's float form faster (0.52x): it always runs that form, with its int8 weights, and says so; on float
+    kernels the outputs are those of onnxruntime's float kernels over the same form."""
+    rng = np.random.default_rng(4)
+    built = _dynamic_matmul_builds(rng)
     (record,) = built["openvino"].header["modules"]
     assert "recipe_float" in record["payloads"]
     x = {"x": rng.standard_normal((1, 16, 64)).astype(np.float32)}
@@ -186,15 +226,75 @@ def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_tak
 
 
 @needs_openvino
-def test_an_openvino_without_the_switch_for_float_kernels_runs_its_int8_ones_and_says_so(builds, monkeypatch):
-    """Test double for an OpenVINO whose CPU plugin refuses ``LP_TRANSFORMS_MODE`` (not a documented property):
-    a key it does not know. The recipe still compiles, on its int8 kernels, and describe says why."""
+def test_an_openvino_that_will_not_compile_float_kernels_never_runs_int8_ones_chosen_against(
+    builds,
+    digits,
+    monkeypatch,  # noqa: F811
+):
+    """Test double for an OpenVINO whose CPU plugin refuses ``LP_TRANSFORMS_MODE`` (not a documented property): a
+    key it does not know (a real one: OpenVINO 2026.4 under ``ONEDNN_MAX_CPU_ISA=SSE41``, the next test). The static
+    recipe's region runs its host plan, which computes the quantized function, and says why; ``require`` refuses."""
     from runtime_lite.backends.openvino import engine
 
     monkeypatch.setattr(engine, "LOW_PRECISION_OFF", ("AOT_NOT_A_PROPERTY", "NO"))
     module = runtime_lite.load(builds["openvino"].to_bytes(), backend_options={"openvino": {"int8": "float"}})
     (placement,) = module.placement.values()
+    assert placement["runs_on"] == "host", placement
+    assert "would not compile the int8 recipe with its low-precision transformations off" in placement["detail"]
+    assert placement["detail"].endswith("and its int8 kernels were chosen against here"), placement
+    accuracy = _accuracy(lambda x, m=module: m.run({"images": x})[0], digits)
+    assert accuracy >= digits["float"] - 0.01
+    with pytest.raises(PlacementError, match=r"compiled for openvino, required\) runs on the host") as info:
+        runtime_lite.load(
+            builds["openvino"].to_bytes(), backend_options={"openvino": {"int8": "float"}}, require=("openvino",)
+        )
+    assert "\n" not in str(info.value)
+    # a recipe whose only int8 are its weights (the dynamic matmuls' float form) keeps openvino, and says so
+    rng = np.random.default_rng(5)
+    weights_only = runtime_lite.load(
+        _dynamic_matmul_builds(rng)["openvino"].to_bytes(), backend_options={"openvino": {"int8": "float"}}
+    )
+    (placement,) = weights_only.placement.values()
     assert placement["runs_on"] == "openvino", placement
-    assert placement["detail"].endswith(
-        "; int8 on openvino's int8 kernels: this openvino has no switch for its low-precision transformations"
-    ), placement
+    assert "its low-precision transformations and dynamic quantization on): openvino.int8=float" in placement["detail"]
+
+
+#: A child process under oneDNN's ISA limit: the digits bundle with the defaults, its placement and its outputs.
+_UNDER_LIMIT = """
+import json, sys, numpy as np, runtime_lite
+module = runtime_lite.load(sys.argv[1])
+test = np.load(sys.argv[2])
+outputs = np.concatenate([module.run({"images": test[i : i + 1]})[0] for i in range(len(test))])
+np.save(sys.argv[3], outputs)
+print(json.dumps(next(iter(module.placement.values()))))
+"""
+
+
+@needs_openvino
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN's ISA limit is x86's")
+@pytest.mark.parametrize("isa", ["AVX2", "SSE41"])
+def test_openvino_limited_below_vnni_runs_int8_on_float_kernels_or_the_host_never_int8_ones(
+    builds,
+    digits,
+    isa,
+    tmp_path,  # noqa: F811
+):
+    """Real hardware, not flags: OpenVINO kept by ``ONEDNN_MAX_CPU_ISA`` from the CPU's VNNI runs the recipe on its
+    float kernels (AVX2), or, where it cannot compile it so (SSE41, OpenVINO 2026.4), the region runs its host plan:
+    within one point of float either way, and never on the int8 kernels that saturate there."""
+    bundle, test, out = tmp_path / "digits.aotb", tmp_path / "test.npy", tmp_path / "out.npy"
+    bundle.write_bytes(builds["openvino"].to_bytes())
+    np.save(test, digits["test"])
+    environ = {**os.environ, "ONEDNN_MAX_CPU_ISA": isa}
+    done = subprocess.run([sys.executable, "-c", _UNDER_LIMIT, str(bundle), str(test), str(out)], env=environ,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    placement = json.loads(done.stdout.strip().splitlines()[-1])
+    assert f"{isa} keeps oneDNN" in placement["detail"] or "chosen against" in placement["detail"], placement
+    assert WORDS["integer"] not in placement["detail"], placement
+    if placement["runs_on"] == "openvino":
+        assert WORDS["float"] in placement["detail"], placement
+    accuracy = float(np.mean(np.load(out).argmax(1) == digits["labels"]))
+    print(f"digits under ONEDNN_MAX_CPU_ISA={isa}: on {placement['runs_on']}, int8 {accuracy:.4f}, "
+          f"float {digits['float']:.4f}")  # fmt: skip
+    assert accuracy >= digits["float"] - 0.01

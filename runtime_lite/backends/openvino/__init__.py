@@ -108,7 +108,11 @@ def region_engine(
     for a float one; ``backend`` names the payload fields in errors. OpenVinoUnavailable as ``recipe_engine``."""
     kernels = int8.kernels_here(int8_kernels) if int8_kernels is not None else None
     field = int8.recipe_field(payloads) if kernels is not None else "recipe"
-    settings = dataclasses.replace(settings, low_precision=kernels is None or kernels.kernels == "integer")
+    settings = dataclasses.replace(
+        settings,
+        low_precision=kernels is None or kernels.kernels == "integer",
+        low_precision_fallback=field == int8.WEIGHTS_ONLY_FORM,  # a static recipe's int8 kernels only where chosen
+    )
     engine = recipe_engine(payloads[field], weights, inputs, outputs, settings, f"{backend}.payloads.{field}")
     if kernels is None:
         return engine, None

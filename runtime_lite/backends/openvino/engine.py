@@ -34,8 +34,8 @@ HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT"}
 #: ``precision`` load option -> OpenVINO's INFERENCE_PRECISION_HINT.
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 #: The CPU plugin's switch for its low-precision transformations (which turn a QDQ recipe's Q/DQ around a
-#: convolution or matrix product into int8 kernels); not among its documented properties, so an OpenVINO that
-#: refuses it compiles without it, and says so.
+#: convolution or matrix product into int8 kernels); not among its documented properties. Where OpenVINO will not
+#: compile a recipe with it, ``EngineSettings.low_precision_fallback`` decides what happens.
 LOW_PRECISION_OFF = ("LP_TRANSFORMS_MODE", "NO")
 
 
@@ -83,6 +83,10 @@ class EngineSettings:
     #: False: an int8 recipe's Q/DQ run as float ops (the CPU plugin's low-precision transformations off), and
     #: activations meeting int8 weights stay float (its dynamic quantization off: group size 0).
     low_precision: bool = True
+    #: Where OpenVINO will not compile the recipe with ``low_precision`` off: True compiles it with them on (a
+    #: recipe whose only int8 are weights: its accuracy does not hang on them); False refuses, OpenVinoUnavailable
+    #: (a static recipe: its int8 kernels were chosen against, and on a CPU without VNNI they saturate).
+    low_precision_fallback: bool = True
 
     def config(self) -> dict[str, str]:
         config = {"PERFORMANCE_HINT": HINTS[self.hint], "INFERENCE_PRECISION_HINT": PRECISIONS[self.precision]}
@@ -129,12 +133,19 @@ class Engine:
             model = core.read_model(in_memory(recipe, self._weights))
             try:
                 self._compiled = core.compile_model(model, "CPU", settings.config())
-            except Exception:
+            except Exception as e:
                 if settings.low_precision:
                     raise
-                self.low_precision = True  # an OpenVINO without the switch: its int8 kernels, as describe says
+                if not settings.low_precision_fallback:
+                    raise OpenVinoUnavailable(
+                        f"openvino {self.version} would not compile the int8 recipe with its low-precision "
+                        f"transformations off ({_first_line(e)}), and its int8 kernels were chosen against here"
+                    ) from None
+                self.low_precision = True  # as describe says
                 config = {k: v for k, v in settings.config().items() if k != LOW_PRECISION_OFF[0]}
                 self._compiled = core.compile_model(model, "CPU", config)
+        except OpenVinoUnavailable:
+            raise
         except Exception as e:  # an OpenVINO too old for the recipe's opset or its in-memory weights, an op it lacks
             raise OpenVinoUnavailable(f"openvino {self.version} refused the recipe: {_first_line(e)}") from None
         ports = {name: i for i, port in enumerate(self._compiled.inputs) for name in port.get_names()}
