@@ -547,6 +547,18 @@ def _():
 
 case("flatten_axis0")(lambda: unary("Flatten", x=rand(2, 3, 4), axis=0))
 case("flatten_axis2")(lambda: unary("Flatten", x=rand(2, 3, 4), axis=2))
+case("flatten_axis_rank")(lambda: unary("Flatten", x=rand(2, 3, 4), axis=3))  # (24, 1): legal, and no wrap to 0
+case("flatten_axis_minus1")(lambda: unary("Flatten", x=rand(2, 3, 4), axis=-1))
+case("flatten_axis_minus_rank")(lambda: unary("Flatten", x=rand(2, 3, 4), axis=-3))
+
+
+@case("flatten_axis_rank_symbolic_dims")
+def _():
+    """HF's masks as torch.onnx's legacy exporter writes them: Flatten(axis=2) of a [batch, seq] tensor."""
+    x = rand(2, 3)
+    return make_model([node("Flatten", ["x"], axis=2)], {"x": x}, ["y"], input_shapes={"x": ["b", "s"]}), {"x": x}
+
+
 case("transpose")(lambda: unary("Transpose", x=rand(2, 3, 4), perm=[2, 0, 1]))
 case("transpose_default_reverses")(lambda: unary("Transpose", x=rand(2, 3, 4)))
 case("squeeze_opset11_attr")(lambda: unary("Squeeze", opset=11, x=rand(2, 1, 3, 1), axes=[1, -1]))

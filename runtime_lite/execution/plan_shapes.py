@@ -25,7 +25,7 @@ from runtime_lite.errors import BundleError
 from runtime_lite.format.records import Instruction
 from runtime_lite.format.signature import TensorSpec
 from runtime_lite.kernels.pool import _pool_geometry
-from runtime_lite.kernels.shape import MAX_SHAPE_ENTRIES, onnx_slice, resolve_reshape
+from runtime_lite.kernels.shape import MAX_SHAPE_ENTRIES, flatten_axis, onnx_slice, resolve_reshape
 
 Shape = tuple[int, ...]
 #: A rule: operand shapes (None where unknown), the plan's constant values by operand (None where not
@@ -70,7 +70,7 @@ def _flatten(shapes, values, attrs):
     if not _known(shapes):
         return None
     x = shapes[0]
-    axis = attrs["axis"] % (len(x) if x else 1)
+    axis = flatten_axis(attrs["axis"], len(x))
     return [(math.prod(x[:axis]), math.prod(x[axis:]))]
 
 

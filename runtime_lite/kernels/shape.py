@@ -122,9 +122,16 @@ def reshape(x, target=None, *, shape, allowzero):
     return x.reshape(resolve_reshape(x.shape, shape, allowzero))
 
 
+def flatten_axis(axis: int, rank: int) -> int:
+    """ONNX Flatten's axis, in 0..rank: a negative one counts from the end, and ``rank`` itself is legal (the
+    whole tensor in the first dim: (n, 1), as HF's masks exported by torch.onnx's legacy exporter use it). A
+    bundle's value past either end is clamped, never wrapped round."""
+    return min(max(axis + rank if axis < 0 else axis, 0), rank)
+
+
 @kernel("flatten", view=True, cost=views)
 def flatten(x, *, axis):
-    axis %= x.ndim if x.ndim else 1
+    axis = flatten_axis(axis, x.ndim)
     lead = 1
     for d in x.shape[:axis]:
         lead *= d
