@@ -294,3 +294,63 @@ def test_a_bundle_written_before_recipe_emulated_runs_its_float_form_on_emulated
     on_float = _load(result, int8="float")
     feeds = _feeds(0)
     assert _relative(older.run(feeds)[0], on_float.run(feeds)[0]) < 1e-5  # the same recipe_float
+
+
+def _rms_norm_attention() -> onnx.ModelProto:
+    """One attention block as Llama, Mistral and Qwen2 export it: no LayerNormalization, the RMS norm spelled out
+    (Pow, ReduceMean, Add, Sqrt, Div, Mul), scores Q Kt scaled, softmax, times V, an output projection."""
+    width = 32
+    weights = {name: rand(width, width, seed=i) / 6 for i, name in enumerate(("wq", "wk", "wv", "wo"))}
+    weights.update({"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32),
+                    "gain": rand(width, seed=9, low=0.5, high=1.5), "scale": np.array(width**0.5, np.float32)})  # fmt: skip
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+        helper.make_node("Add", ["ms", "eps"], ["ms_eps"]),
+        helper.make_node("Sqrt", ["ms_eps"], ["rms"]),
+        helper.make_node("Div", ["x", "rms"], ["normed"]),
+        helper.make_node("Mul", ["normed", "gain"], ["h"]),
+        *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1),
+        helper.make_node("MatMul", ["attn", "v"], ["mixed"]),
+        helper.make_node("MatMul", ["mixed", "wo"], ["y"]),
+    ]
+    return make_model(nodes, {"x": rand(1, 8, width, seed=11)}, ["y"], weights)
+
+
+def test_a_decoder_whose_rms_norm_is_spelled_out_quantizes_its_matmuls_dynamically_under_auto():
+    """Attention (a softmax over a product of two activations) marks a transformer as layer normalization does:
+    Llama-style decoders built without calibration data, their matmuls quantized at run time."""
+    model = _rms_norm_attention()
+    kinds = [n.op_type for n in _recipe(_int8(model)).graph.node]
+    assert "DynamicQuantizeLinear" in kinds and "MatMulInteger" in kinds and "QuantizeLinear" not in kinds
+
+
+@pytest.mark.parametrize(
+    ("target", "conv", "advice"),
+    [
+        ("onnxruntime", False, "; --backend-option onnxruntime.int8_scheme=dynamic or weight-only needs none"),
+        ("openvino", False, "; --backend-option openvino.int8_scheme=dynamic or weight-only needs none"),
+        ("auto", True, "; --backend-option auto.int8_scheme=weight-only (int8 weights, float activations) needs none"),
+    ],
+)
+def test_int8_without_data_names_the_ops_that_need_ranges_and_the_option_of_the_target_built(target, conv, advice):
+    if conv:
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+        model = make_model(nodes, {"x": rand(1, 4, 8, 8)}, ["y"], {"w": rand(8, 4, 3, 3, seed=1)})
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        model = make_model(nodes, {"x": rand(2, 64)}, ["y"], {"w": rand(64, 32, seed=1)})
+    with pytest.raises(BuildError) as info:
+        aot.build(model, targets=[target], backend_options={target: {"precision": "int8"}}, log=None)
+    message = str(info.value)
+    ops = "conv2d x1" if conv else "matmul x1"
+    assert message.startswith(f"{target} precision int8 needs calibration data (--calibration DIR) or a calibration "
+                              f"table: 2 activations quantize with calibrated ranges (inputs and results of {ops}; "
+                              "matmuls static)"), message  # fmt: skip
+    assert message.endswith(")" + advice), message
+    scheme = "weight-only" if conv else "dynamic"  # and the advice, followed, builds
+    aot.build(model, targets=[target], log=None, backend_options={target: {"precision": "int8", "int8_scheme": scheme}})

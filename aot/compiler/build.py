@@ -19,7 +19,7 @@ from aot.compiler.host_plan import LoweredPlan, lower_to_host_plan
 from aot.compiler.host_report import explain_host
 from aot.compiler.outline import outline_regions
 from aot.compiler.partition import PartitionedGraph, partition
-from aot.compiler.quantize import Quantization, QuantizeConfig, quantize_graph
+from aot.compiler.quantize import NeedsCalibration, Quantization, QuantizeConfig, quantize_graph
 from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme
 from aot.compiler.targets import check_targets
 from aot.compiler.worst_case import shapes_at_bounds, worst_case_activation_bytes
@@ -186,10 +186,9 @@ def _quantize(graph: Graph, quantize: QuantizeConfig, rules: dict, log: TextIO |
               targets: list[str]) -> Quantization:  # fmt: skip
     try:
         return quantize_graph(graph, quantize, rules, log, scheme)
-    except BuildError as e:  # int8 asked for without data, where the graph needs calibrated ranges
-        if quantize.calibration is None and quantize.table is None:
-            raise BuildError(f"{', '.join(targets)} precision {e}") from None
-        raise
+    except NeedsCalibration as e:  # int8 asked for without data, where the graph needs calibrated ranges
+        schemed = [t for t in targets if any(o.name == "int8_scheme" for o in get_compiler_backend(t).options)]
+        raise BuildError(f"{', '.join(targets)} precision {e}{e.advice(schemed[0] if schemed else None)}") from None
 
 
 def _int8_options(

@@ -7,6 +7,7 @@ stage. docs/quantization.md tells the whole story.
 
 from __future__ import annotations
 
+import collections
 import math
 import sys
 from dataclasses import dataclass, field
@@ -18,8 +19,10 @@ from aot.compiler.quantize.calibrate import make_table, progress_bar, run_float
 from aot.compiler.quantize.config import METHODS, QuantizeConfig
 from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.insert import (
+    DYNAMIC_OPS,
     SYMMETRIC,
     Int8Scheme,
+    QuantizationPlan,
     Rule,
     insert_qdq,
     is_embedding,
@@ -91,6 +94,30 @@ class Quantization:
         return [a.line() for a in self.accuracy] + [verdict(self.overall or self.accuracy, self.budget)]
 
 
+class NeedsCalibration(BuildError):
+    """int8 asked for without data where some activations need calibrated ranges; ``advice`` says which
+    ``int8_scheme`` needs none, as the target that has the option spells it."""
+
+    def __init__(self, plan: QuantizationPlan):
+        static = collections.Counter(
+            q.node.op for q in plan.ops if any(id(v) in {id(t) for t in plan.tensors} for v in q.node.inputs[:1])
+        )
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(static.items()))
+        super().__init__(
+            f"int8 needs calibration data (--calibration DIR) or a calibration table: {len(plan.tensors)} "
+            f"activations quantize with calibrated ranges (inputs and results of {ops}; matmuls {plan.how})"
+        )
+        self.matmuls_only = set(static) <= DYNAMIC_OPS
+
+    def advice(self, target: str | None) -> str:
+        """What spares the data, for ``target`` (one with an ``int8_scheme`` option; None: no target has one)."""
+        if target is None:
+            return ""
+        if self.matmuls_only:
+            return f"; --backend-option {target}.int8_scheme=dynamic or weight-only needs none"
+        return f"; --backend-option {target}.int8_scheme=weight-only (int8 weights, float activations) needs none"
+
+
 def held_back_split(samples: int, holdout: float) -> int:
     """How many of ``samples`` calibrate (the first ones); a held-back share asked for gets at least one."""
     calibrated = samples - math.floor(samples * holdout) if samples else 0
@@ -117,11 +144,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         graph.metadata["calibration"] = table.digest
         return Quantization(table, plan.notes() + stored)
     if config.calibration is None and config.table is None:
-        raise BuildError(
-            f"int8 needs calibration data (--calibration DIR) or a calibration table: {len(plan.tensors)} "
-            f"activations quantize with calibrated ranges (matmuls {plan.how}; "
-            "--backend-option onnxruntime.int8_scheme=dynamic or weight-only needs none for matmuls)"
-        )
+        raise NeedsCalibration(plan)
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
@@ -184,6 +207,7 @@ __all__ = [
     "METHODS",
     "CalibrationTable",
     "Int8Scheme",
+    "NeedsCalibration",
     "OutputAccuracy",
     "QuantizeConfig",
     "Quantization",

@@ -105,9 +105,30 @@ def quantize_embeddings(graph: Graph) -> int:
     return count
 
 
+#: What lies between attention's scores (a product of two activations) and their softmax: scaling, masking,
+#: casts and layout.
+_SCORE_STEPS = frozenset({"multiply", "divide", "add", "subtract", "where", "cast", "reshape", "transpose"})
+
+
+def _softmax_of_scores(node: Node) -> bool:
+    """``node`` is a softmax over a matmul of two activations (Q Kt), reached through at most a few steps."""
+    frontier, steps = [node.inputs[0]], 0
+    while frontier and steps < 8:
+        producer = frontier.pop().producer
+        steps += 1
+        if producer is None:
+            continue
+        if producer.op == "matmul" and not any(v.is_constant for v in producer.inputs):
+            return True
+        if producer.op in _SCORE_STEPS:
+            frontier.extend(v for v in producer.inputs if not v.is_constant)
+    return False
+
+
 def is_transformer(graph: Graph) -> bool:
-    """A graph ``auto`` quantizes dynamically: one with layer normalization (BERT-like encoders, decoders)."""
-    return any(node.op == "layer_norm" for node in graph.nodes)
+    """A graph ``auto`` quantizes dynamically: one with layer normalization or with attention (BERT-like encoders,
+    ViTs, and decoders whose RMS norm is spelled out in elementwise ops: Llama, Mistral, Qwen2)."""
+    return any(node.op == "layer_norm" or (node.op == "softmax" and _softmax_of_scores(node)) for node in graph.nodes)
 
 
 def resolve_scheme(scheme: Int8Scheme, graph: Graph) -> Int8Scheme:
