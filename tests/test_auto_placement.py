@@ -204,3 +204,47 @@ def test_a_verdict_naming_an_engine_outside_its_key_is_ignored(tmp_path):
     assert verdict.read_verdict(path, key) is None
     path.write_text(json.dumps({"key": {**key, "version": 0}, "engine": "openvino", "seconds": {}}))
     assert verdict.read_verdict(path, key) is None
+
+
+def _one_node(node, inputs: dict, outputs: dict, initializers=()):
+    from onnx import TensorProto, helper
+
+    types = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, types[t], s) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, types[t], s) for n, (t, s) in outputs.items()], list(initializers),
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@needs_openvino
+def test_symbolic_image_dims_a_kernel_is_wider_than_are_timed_at_a_size_it_takes(cache_dir):
+    """A 3x3 convolution over [N, 3, H, W]: at 1x1 no engine can run it, so the timing takes H = W = 32 (the batch
+    at 1); the load measures, and the module computes what onnxruntime does on the original file."""
+    from onnx import helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    model = _one_node(helper.make_node("Conv", ["x", "w"], ["y"]), {"x": ("float32", ["N", 3, "H", "W"])},
+                      {"y": ("float32", ["N", 8, "H2", "W2"])}, [weight])  # fmt: skip
+    module = runtime_lite.load(_bundle(model), backend_options={"auto": {"runs": 2}})
+    assert "measured here: " in _detail(module), _detail(module)
+    x = np.random.default_rng(2).standard_normal((2, 3, 20, 17)).astype(np.float32)
+    assert relative_l2(module.run({"x": x})[0], onnxruntime_outputs(model, {"x": x})[0]) < 1e-5
+
+
+@needs_openvino
+def test_a_region_no_sample_input_runs_loads_on_an_engine_untimed_and_keeps_no_verdict(cache_dir):
+    """A 1-D input gathered at index 3: every sample holds its leading axis at 1, which no engine can index. The load
+    must not fail: the first engine runs it untimed, says why, and no verdict is kept (a later load tries again)."""
+    from onnx import helper, numpy_helper
+
+    index = numpy_helper.from_array(np.array(3, np.int64), "i")
+    model = _one_node(helper.make_node("Gather", ["x", "i"], ["y"], axis=0), {"x": ("float32", ["L"])},
+                      {"y": ("float32", [])}, [index])  # fmt: skip
+    module = runtime_lite.load(_bundle(model), backend_options={"auto": {"runs": 2}})
+    detail = _detail(module)
+    assert "not measured: no sample input of its signature runs (" in detail, detail
+    assert module._modules[0].handle.engine_name == next(iter(auto.ENGINES))
+    assert not (cache_dir / "placement").exists() or not list((cache_dir / "placement").iterdir())
+    x = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(module.run({"x": x})[0], x[3])

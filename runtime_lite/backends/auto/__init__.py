@@ -4,7 +4,7 @@ No engine wins everywhere: onnxruntime leads on some models and CPUs, OpenVINO o
 (issue 41). An ``auto`` module (``aot-build --target auto``) carries the onnxruntime
 backend's recipe, which both engines read (aot/compiler/backends/cpu_recipe.py). On the
 first load on a host, each installed engine is built over it and timed on the region's
-own signature (symbolic dims at 1) within a small bounded budget (``runs`` timed runs or
+own signature (symbolic dims at 1, or larger where a kernel needs it: ``SAMPLE_SIZES``) within a small bounded budget (``runs`` timed runs or
 ``budget_s`` seconds per region, whichever ends first, in two alternating passes, each engine's
 block settled by untimed runs first); the
 fastest is kept, the others closed. The verdict is cached (verdict.py) per region, CPU,
@@ -114,17 +114,43 @@ LOAD_OPTIONS = (
 )
 
 
-def sample_inputs(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
-    """Inputs of the region's signature (symbolic dims at 1): normal floats, zeros otherwise (valid indices)."""
+#: The sizes a region's symbolic dims take while its engines are timed, tried in turn until every engine runs:
+#: (the leading axis, the others). All at 1 first; then larger, the leading (batch) axis kept at 1, for a model
+#: whose kernels are wider than 1 (a 3x3 convolution over a [N, 3, H, W] image) or that halves a dim five times.
+SAMPLE_SIZES = ((1, 1), (1, 32), (1, 224))
+
+
+def sample_inputs(specs: Sequence[TensorSpec], sizes: tuple[int, int] = (1, 1)) -> list[np.ndarray]:
+    """Inputs of the region's signature, symbolic dims at ``sizes`` (the leading axis, the others): normal floats,
+    zeros otherwise (valid indices)."""
     rng = np.random.default_rng(0)
     arrays = []
     for spec in specs:
-        shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+        shape = tuple(d if isinstance(d, int) else sizes[axis > 0] for axis, d in enumerate(spec.shape))
         if np.issubdtype(spec.dtype, np.floating):
             arrays.append(rng.standard_normal(shape).astype(spec.dtype))
         else:
             arrays.append(np.zeros(shape, spec.dtype))
     return arrays
+
+
+def runnable_sample(engines: dict[str, Any], specs: Sequence[TensorSpec]) -> tuple[list[np.ndarray] | None, str]:
+    """The first sample (``SAMPLE_SIZES``) every engine runs, or None and why the last one failed. A region cut out of
+    a model can take inputs whose symbolic dims hang together in ways its signature does not say (a Range's length
+    and a reshaped tensor's): no size may run, and the load must not fail for it."""
+    symbolic = any(isinstance(d, str) for spec in specs for d in spec.shape)
+    why = ""
+    for sizes in SAMPLE_SIZES if symbolic else SAMPLE_SIZES[:1]:
+        inputs = sample_inputs(specs, sizes)
+        try:
+            for engine in engines.values():
+                engine.run(inputs)
+        except Exception as e:  # noqa: BLE001 - a size the model cannot take: a kernel wider than it, an index past it
+            text = str(e).strip()
+            why = f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
+            continue
+        return inputs, ""
+    return None, why
 
 
 #: The part of each block spent on untimed runs first: an engine's threads (and the other engine's, still
@@ -233,7 +259,14 @@ class AutoModule(CpuEngineModule):
                 refused[name] = str(e)
         if not engines:
             return None, None, "on the host: " + "; ".join(refused.values())
-        measured = time_engines(engines, sample_inputs(self.inputs), options["runs"], options["budget_s"])
+        inputs, why = runnable_sample(engines, self.inputs)
+        if inputs is None:  # nothing to time on: the first engine, untimed, and no verdict kept (a later load tries)
+            name = next(iter(engines))
+            for other in [n for n in engines if n != name]:
+                engines.pop(other).close()
+            detail = f"on {name} {versions[name]} (CPU, not measured: no sample input of its signature runs ({why}))"
+            return name, engines[name], detail + self._kernels(name)
+        measured = time_engines(engines, inputs, options["runs"], options["budget_s"])
         name = min(measured, key=measured.get)
         for other, engine in engines.items():
             if other != name:
@@ -267,4 +300,7 @@ class AutoBackend(CpuEngineBackend):
 
 BACKEND = register_backend(AutoBackend())
 
-__all__ = ["BACKEND", "LOAD_OPTIONS", "AutoBackend", "AutoModule", "sample_inputs", "time_engines"]
+__all__ = [
+    "BACKEND", "LOAD_OPTIONS", "SAMPLE_SIZES", "AutoBackend", "AutoModule", "runnable_sample", "sample_inputs",
+    "time_engines",
+]  # fmt: skip
