@@ -27,6 +27,7 @@ from runtime_lite.backends.onnxruntime import int8 as onnxruntime_int8
 from runtime_lite.backends.openvino import int8 as openvino_int8
 from runtime_lite.backends.openvino.engine import LOW_PRECISION_OFF, EngineSettings
 from runtime_lite.backends.openvino.int8 import WORDS, choose_kernels, kernels_here
+from runtime_lite.cpu import cpu_flags_and_model
 from runtime_lite.errors import OptionError, PlacementError
 from tests.test_int8_onnxruntime import _output_step
 from tests.test_quantization import _accuracy, _config, digits  # noqa: F401 (the trained digits model, a fixture)
@@ -228,8 +229,8 @@ def test_dynamic_matmuls_run_their_float_form_on_openvino_as_its_own_kernels_tak
 @needs_openvino
 def test_an_openvino_that_will_not_compile_float_kernels_never_runs_int8_ones_chosen_against(
     builds,
-    digits,
-    monkeypatch,  # noqa: F811
+    digits,  # noqa: F811
+    monkeypatch,
 ):
     """Test double for an OpenVINO whose CPU plugin refuses ``LP_TRANSFORMS_MODE`` (not a documented property): a
     key it does not know (a real one: OpenVINO 2026.4 under ``ONEDNN_MAX_CPU_ISA=SSE41``, the next test). The static
@@ -275,9 +276,9 @@ print(json.dumps(next(iter(module.placement.values()))))
 @pytest.mark.parametrize("isa", ["AVX2", "SSE41"])
 def test_openvino_limited_below_vnni_runs_int8_on_float_kernels_or_the_host_never_int8_ones(
     builds,
-    digits,
+    digits,  # noqa: F811
     isa,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     """Real hardware, not flags: OpenVINO kept by ``ONEDNN_MAX_CPU_ISA`` from the CPU's VNNI runs the recipe on its
     float kernels (AVX2), or, where it cannot compile it so (SSE41, OpenVINO 2026.4), the region runs its host plan:
@@ -298,3 +299,68 @@ def test_openvino_limited_below_vnni_runs_int8_on_float_kernels_or_the_host_neve
     print(f"digits under ONEDNN_MAX_CPU_ISA={isa}: on {placement['runs_on']}, int8 {accuracy:.4f}, "
           f"float {digits['float']:.4f}")  # fmt: skip
     assert accuracy >= digits["float"] - 0.01
+
+
+def _grouped_conv1d(kernel: int = 16, groups: int = 4, channels: int = 32) -> onnx.ModelProto:
+    """Wav2Vec2's positional convolution in small: Conv1d over [1, channels, 80], padded, with a bias."""
+    rng = np.random.default_rng(7)
+    weight = rng.standard_normal((channels, channels // groups, kernel)) / np.sqrt(channels // groups * kernel)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Conv", ["x", "w", "b"], ["y"], group=groups, pads=[kernel // 2] * 2)], "conv",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, channels, 80])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weight.astype(np.float32), "w"),
+         onnx.numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32) / 10, "b")],
+    )  # fmt: skip
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+AMX = {"avx2", "avx512f", "avx512_vnni", "amx_int8"}
+
+
+def test_auto_keeps_a_recipe_with_grouped_convolutions_off_amx_int8_kernels():
+    """OpenVINO 2026.4's AMX int8 kernels compute grouped convolutions (more than one input channel per group)
+    wrongly at some kernel sizes (int8.py): auto takes float kernels there; depthwise and ungrouped ones, other
+    CPUs, oneDNN kept below AMX and an explicit choice are left alone."""
+    from runtime_lite.backends.onnxruntime.shapes import Node
+
+    conv = Node("Conv", ["x", "w"], ["y"], {"group": 4}, "graph.node[3]")
+    depthwise = Node("Conv", ["x", "dw"], ["z"], {"group": 32}, "graph.node[5]")
+    unknown = Node("Conv", ["x", "w2"], ["u"], {"group": 2}, "graph.node[7]")
+    shapes = {"w": (32, 8, 16), "dw": (32, 1, 3)}
+    assert openvino_int8.grouped_convolutions([conv, depthwise], shapes) == ["graph.node[3]"]
+    assert openvino_int8.grouped_convolutions([depthwise, unknown], shapes) == ["graph.node[7]"]
+    integer = choose_kernels("auto", AMX, "x86_64")
+    chosen = openvino_int8.avoid_faults(integer, "auto", ["graph.node[3]"], AMX, None)
+    assert chosen.kernels == "float" and chosen.reason.startswith(
+        "openvino's AMX int8 kernels compute some grouped convolutions wrongly, and this recipe has one "
+        "(Conv graph.node[3]) ("
+    ), chosen
+    assert openvino_int8.avoid_faults(integer, "auto", [], AMX, None) == integer
+    assert openvino_int8.avoid_faults(integer, "auto", ["graph.node[3]"], AVX512_VNNI, None) == integer
+    below_amx = ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
+    assert openvino_int8.avoid_faults(integer, "auto", ["graph.node[3]"], AMX, below_amx) == integer
+    forced = choose_kernels("integer", AMX, "x86_64")
+    assert openvino_int8.avoid_faults(forced, "integer", ["graph.node[3]"], AMX, None) == forced
+
+
+@needs_openvino
+def test_a_grouped_conv1d_at_int8_on_openvino_computes_the_quantized_function():
+    """Real hardware: on this CPU, whatever kernels auto takes, the bundle's output is the host plan's quantized
+    function (on AMX, OpenVINO 2026.4's int8 kernels put this convolution about 3 relative L2 away)."""
+    model = _grouped_conv1d()
+    rng = np.random.default_rng(8)
+    samples = [{"x": rng.standard_normal((1, 32, 80)).astype(np.float32)} for _ in range(8)]
+    built = aot.build(model, targets=["openvino"], quantize=aot.QuantizeConfig(samples, holdout=0.0, report=False),
+                      log=None).to_bytes()  # fmt: skip
+    x = {"x": rng.standard_normal((1, 32, 80)).astype(np.float32)}
+    host = runtime_lite.load(built, backend_options={"openvino": {"enabled": False}}).run(x)[0]
+    module = runtime_lite.load(built)
+    (placement,) = module.placement.values()
+    if "amx_int8" in cpu_flags_and_model()[1] and openvino_int8.isa_limit() is None:
+        assert "openvino's AMX int8 kernels compute some grouped convolutions wrongly" in placement["detail"]
+    ours = module.run(x)[0]
+    forced = runtime_lite.load(built, backend_options={"openvino": {"int8": "integer"}}).run(x)[0]
+    print(f"grouped conv1d: auto {np.linalg.norm(ours - host) / np.linalg.norm(host):.2e} from the host plan, "
+          f"int8 kernels forced {np.linalg.norm(forced - host) / np.linalg.norm(host):.2e}")  # fmt: skip
+    assert np.linalg.norm(ours - host) < 0.01 * np.linalg.norm(host)

@@ -35,7 +35,7 @@ from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
 from runtime_lite.backends.onnxruntime import recipe_weights
 from runtime_lite.backends.onnxruntime.footprint import Footprint
-from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
+from runtime_lite.backends.onnxruntime.recipe_check import RecipeFacts, check_recipe
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
 from runtime_lite.backends.openvino import int8
 from runtime_lite.backends.openvino.engine import HINTS, PRECISIONS, Engine, EngineSettings, OpenVinoUnavailable
@@ -81,11 +81,10 @@ LOAD_OPTIONS = (
 
 
 def recipe_engine(
-    recipe: memoryview, weights: dict[str, np.ndarray], inputs, outputs, settings: EngineSettings, where: str
+    recipe: memoryview, facts: RecipeFacts, weights: dict[str, np.ndarray], inputs, outputs, settings: EngineSettings
 ) -> Engine:
-    """An engine over ``recipe`` once it passed the check (OpenVinoUnavailable where openvino is missing or
-    refuses it, where the check could not follow a shape (shapes.py) or bound a run's memory (footprint.py))."""
-    facts = check_recipe(recipe, weights, where)  # before anything else: a bundle error whatever the host has
+    """An engine over ``recipe``, which passed the check with ``facts`` (OpenVinoUnavailable where openvino is missing
+    or refuses it, where the check could not follow a shape (shapes.py) or bound a run's memory (footprint.py))."""
     input_names, output_names = [s.name for s in inputs], [s.name for s in outputs]
     if not settings.enabled:
         raise OpenVinoUnavailable("openvino is disabled by the load option openvino.enabled=false")
@@ -106,14 +105,16 @@ def region_engine(
     """An engine over the region's recipe, and what ``describe`` says of an int8 recipe's kernels (None for a float
     one). ``int8_kernels``: the ``int8`` choice for an int8 recipe (int8.py picks the kernels and the form), None
     for a float one; ``backend`` names the payload fields in errors. OpenVinoUnavailable as ``recipe_engine``."""
-    kernels = int8.kernels_here(int8_kernels) if int8_kernels is not None else None
-    field = int8.recipe_field(payloads) if kernels is not None else "recipe"
+    field = int8.recipe_field(payloads) if int8_kernels is not None else "recipe"
+    # the check before anything else: a bundle error whatever the host has
+    facts = check_recipe(payloads[field], weights, f"{backend}.payloads.{field}")
+    kernels = int8.kernels_for(int8_kernels, facts.nodes, facts.shapes) if int8_kernels is not None else None
     settings = dataclasses.replace(
         settings,
         low_precision=kernels is None or kernels.kernels == "integer",
         low_precision_fallback=field == int8.WEIGHTS_ONLY_FORM,  # a static recipe's int8 kernels only where chosen
     )
-    engine = recipe_engine(payloads[field], weights, inputs, outputs, settings, f"{backend}.payloads.{field}")
+    engine = recipe_engine(payloads[field], facts, weights, inputs, outputs, settings)
     if kernels is None:
         return engine, None
     return engine, int8.describe(kernels, engine.low_precision == settings.low_precision, field)

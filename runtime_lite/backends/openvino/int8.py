@@ -18,6 +18,14 @@ or on VNNI (``AVX2_VNNI``, ``AVX512_CORE_VNNI``). Where OpenVINO cannot compile 
 with the transformations off (under ``ONEDNN_MAX_CPU_ISA=SSE41`` it cannot), its int8 kernels
 are not run instead: the region takes its host plan (engine.py).
 
+``auto`` also takes float kernels where OpenVINO's int8 ones are wrong: on AMX, a grouped
+convolution with more than one input channel per group. Measured with OpenVINO 2026.4 on an
+Intel Xeon with AMX-INT8, a Conv1d of 32 channels in 4 groups ended 3.16 relative L2 from the
+same recipe on float kernels at kernel sizes 16, 24, 32, 48, 64 and exact at 8, 12-15 and 17
+(Wav2Vec2's positional convolution put the whole model 0.76 from float); with oneDNN kept to
+``AVX512_CORE_VNNI`` or ``AVX2_VNNI``, and for depthwise or ungrouped ones, exact. Which
+geometries fail follows no rule found, so every such recipe is kept off AMX's int8 kernels.
+
 A transformer's dynamically quantized matmuls (``DynamicQuantizeLinear -> MatMulInteger``) are
 another matter: OpenVINO runs that pattern slower than its float model (BERT-base 1.30x), and
 the recipe's float form (``recipe_float``: int8 weights behind a dequantize, activations in
@@ -31,9 +39,10 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set
 
 from runtime_lite.backends.onnxruntime.int8 import X86_MACHINES, Int8Kernels
+from runtime_lite.backends.onnxruntime.shapes import Node
 from runtime_lite.cpu import DOT_PRODUCT_FLAGS, cpu_flags_and_model
 
 #: The load option's values.
@@ -107,6 +116,40 @@ def kernels_here(requested: str) -> Int8Kernels:
     return choose_kernels(requested, cpu_flags_and_model()[1], platform.machine(), isa_limit())
 
 
+def grouped_convolutions(nodes: Sequence[Node], shapes: Mapping[str, tuple]) -> list[str]:
+    """Where a recipe convolves in groups of more than one input channel (not depthwise; a weight whose shape the
+    check did not follow counts)."""
+    found = []
+    for node in nodes:
+        if node.op_type == "Conv" and node.attrs.get("group", 1) != 1 and len(node.inputs) > 1:
+            weight = shapes.get(node.inputs[1])
+            if not weight or len(weight) < 2 or weight[1] != 1:
+                found.append(node.where)
+    return found
+
+
+def avoid_faults(kernels: Int8Kernels, requested: str, grouped: Sequence[str], flags: Set[str],
+                 limit: tuple[str, str] | None) -> Int8Kernels:  # fmt: skip
+    """``kernels``, or float ones where ``auto`` chose int8 kernels OpenVINO computes wrongly here: AMX's on a
+    recipe with grouped convolutions (``grouped``; module docstring). An explicit choice stands."""
+    amx = "amx_int8" in flags and (limit is None or "amx_int8" in DOT_PRODUCTS_UNDER_LIMIT[limit[1]])
+    if requested != "auto" or kernels.kernels != "integer" or not amx or not grouped:
+        return kernels
+    more = f" and {len(grouped) - 1} more" if len(grouped) > 1 else ""
+    return Int8Kernels(
+        "float",
+        f"openvino's AMX int8 kernels compute some grouped convolutions wrongly, and this recipe has one "
+        f"(Conv {grouped[0]}{more}) (openvino.int8=integer forces them)",
+    )
+
+
+def kernels_for(requested: str, nodes: Sequence[Node], shapes: Mapping[str, tuple]) -> Int8Kernels:
+    """The kernels for a recipe of ``nodes`` (their shapes as the check followed them) on this machine."""
+    flags, limit = cpu_flags_and_model()[1], isa_limit()
+    chosen = choose_kernels(requested, flags, platform.machine(), limit)
+    return avoid_faults(chosen, requested, grouped_convolutions(nodes, shapes), flags, limit)
+
+
 #: The form OpenVINO runs of a recipe with dynamically quantized matmuls (module docstring: why).
 WEIGHTS_ONLY_FORM = "recipe_float"
 
@@ -130,5 +173,5 @@ def describe(kernels: Int8Kernels, obeyed: bool = True, field: str = "recipe") -
 
 __all__ = [
     "DOT_PRODUCTS_UNDER_LIMIT", "INT8_CHOICES", "ISA_LIMIT_VARIABLES", "WEIGHTS_ONLY_FORM", "choose_kernels",
-    "describe", "isa_limit", "kernels_here", "recipe_field",
+    "avoid_faults", "describe", "grouped_convolutions", "isa_limit", "kernels_for", "kernels_here", "recipe_field",
 ]  # fmt: skip
