@@ -128,3 +128,41 @@ def test_training_mode_and_bad_sources_are_clear_errors(tmp_path):
         aot.build(str(broken))
     with pytest.raises(ModelError, match="ExportedProgram"):
         from_exported_program(model)
+
+
+def test_a_saved_hugging_face_program_builds_from_the_cli_and_an_unknown_output_type_is_one_line(tmp_path):
+    """A Hugging Face model's program returns a ModelOutput, which torch rebuilds only once transformers registered
+    it: aot-build (which never imports transformers itself) imports it when a load fails on one of its types. An
+    output type of a package outside that list is a one-line error naming it, not torch's logged traceback."""
+    from tests import hf_models
+
+    model, inputs, _ = hf_models.vit()
+    program = torch.export.export(model, (), dict(inputs))
+    path, bundle = tmp_path / "vit.pt2", tmp_path / "vit.aotb"
+    torch.export.save(program, path)
+    built = subprocess.run([sys.executable, "-m", "aot.cli.build", str(path), "-o", str(bundle)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state.numpy()
+    outputs = runtime_lite.load(bundle).run({"pixel_values": inputs["pixel_values"].numpy()})
+    assert relative_error(outputs[0], expected) <= TOLERANCE
+
+    (tmp_path / "my_outputs.py").write_text(
+        "import dataclasses, torch\n"
+        "@dataclasses.dataclass\nclass Out:\n    y: torch.Tensor\n"
+        "torch.utils._pytree.register_dataclass(Out, serialized_type_name=\"my_outputs.Out\")\n"
+    )
+    code = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); import my_outputs\n"
+        "class M(torch.nn.Module):\n    def forward(self, x): return my_outputs.Out(x * 2)\n"
+        "torch.export.save(torch.export.export(M(), (torch.ones(2, 3),)), sys.argv[2])\n"
+    )
+    saved = tmp_path / "custom.pt2"
+    subprocess.run([sys.executable, "-c", code, str(tmp_path), str(saved)], check=True, timeout=300)
+    failed = subprocess.run([sys.executable, "-m", "aot.cli.build", str(saved), "-o", str(tmp_path / "c.aotb")],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert failed.returncode != 0 and not (tmp_path / "c.aotb").exists()
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert "its outputs are a my_outputs.Out, which torch rebuilds only once that package registers it" in lines[0]

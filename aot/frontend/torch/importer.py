@@ -11,7 +11,11 @@ torch is imported here and only here: nothing downstream of the IR needs it.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import logging
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,18 +45,62 @@ def _torch():
     return torch
 
 
+#: Packages whose types a saved program's outputs may be (a Hugging Face model returns a ``ModelOutput``). torch
+#: rebuilds such a tree only once the package has registered its types, which importing it does: where a load
+#: fails on one of theirs, the package is imported (when installed) and the load tried again.
+OUTPUT_TYPE_PACKAGES = ("transformers", "diffusers", "timm")
+_UNREGISTERED = re.compile(r"Deserializing ([\w.]+) in pytree is not registered")
+
+
+class _Captured(logging.Handler):
+    """What torch logs while it loads (a failed load logs a whole traceback, then raises a vague error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text.append(record.getMessage())
+        if record.exc_info and record.exc_info[1] is not None:
+            self.text.append(str(record.exc_info[1]))
+
+
+def _load_quietly(torch: Any, path: str) -> tuple[Any, Exception | None, str]:
+    """(the program, or None with the error and what torch logged meanwhile)."""
+    logger, captured = logging.getLogger("torch.export"), _Captured()
+    handlers, propagate = logger.handlers[:], logger.propagate  # torch gives it a stderr handler of its own
+    logger.handlers, logger.propagate = [captured], False
+    try:
+        return torch.export.load(path), None, ""
+    except Exception as e:
+        return None, e, "\n".join(captured.text)
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+
+
 def load_exported_program(path: str | os.PathLike[str]) -> Any:
-    """A program saved with ``torch.export.save``."""
+    """A program saved with ``torch.export.save``; one whose outputs are a package's own types (above) once that
+    package is imported."""
     torch = _torch()
     if not os.path.isfile(path):
         raise ModelError(f"cannot read model file: no such file: {os.fspath(path)!r}")
-    try:
-        return torch.export.load(os.fspath(path))
-    except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else ""
+    program, error, logged = _load_quietly(torch, os.fspath(path))
+    missing = _UNREGISTERED.search(f"{logged}\n{error}")
+    if error is not None and missing is not None:
+        module = missing.group(1).rpartition(".")[0]
+        if module.split(".")[0] in OUTPUT_TYPE_PACKAGES and importlib.util.find_spec(module.split(".")[0]):
+            importlib.import_module(module)
+            program, error, logged = _load_quietly(torch, os.fspath(path))
+    if error is None:
+        return program
+    if missing is not None:
         raise ModelError(
-            f"cannot load {os.fspath(path)!r} as a torch.export program: {type(e).__name__}: {first}"
-        ) from None
+            f"cannot load {os.fspath(path)!r} as a torch.export program: its outputs are a {missing.group(1)}, which "
+            "torch rebuilds only once that package registers it; import it and pass the program to aot.build "
+            "(aot.build(torch.export.load(path))), or export the model with plain tensor outputs"
+        )
+    first = str(error).splitlines()[0] if str(error) else ""
+    raise ModelError(f"cannot load {os.fspath(path)!r} as a torch.export program: {type(error).__name__}: {first}")
 
 
 def _key(target: Any) -> str | None:
