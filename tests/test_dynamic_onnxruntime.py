@@ -107,3 +107,57 @@ def test_a_resize_to_another_inputs_run_time_size_stays_in_the_region():
     for h, w in [(5, 5), (7, 13)]:
         feeds = {"x": rand(2, 4, h, w, seed=h), "skip": rand(2, 4, 2 * h, 2 * w + 1, seed=w)}
         np.testing.assert_allclose(module.run(feeds)[0], onnxruntime_outputs(model, feeds)[0], rtol=1e-6)
+
+
+def _causal_mask_model() -> onnx.ModelProto:
+    """A decoder's mask as HF models export it: positions by Range over the running length, compared into a causal
+    mask, expanded to [batch, 1, seq, seq] by a shape concatenated from the input's own, then applied to scores."""
+    h = onnx.helper
+    ints = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "i0": np.array([0], np.int64),
+            "i1": np.array([1], np.int64), "lone": np.array([1], np.int64), "ax0": np.array([0], np.int64),
+            "ax1": np.array([1], np.int64), "neg": np.array(-1e9, np.float32)}  # fmt: skip
+    nodes = [
+        h.make_node("Shape", ["x"], ["shape"]),
+        h.make_node("Gather", ["shape", "i0"], ["batch"]),
+        h.make_node("Gather", ["shape", "i1"], ["seq1"]),
+        h.make_node("Squeeze", ["seq1", "ax0"], ["seq"]),
+        h.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+        h.make_node("Unsqueeze", ["pos", "ax1"], ["rows"]),
+        h.make_node("Unsqueeze", ["pos", "ax0"], ["cols"]),
+        h.make_node("Greater", ["cols", "rows"], ["future"]),
+        h.make_node("Concat", ["batch", "lone", "seq1", "seq1"], ["mask_shape"], axis=0),
+        h.make_node("Expand", ["future", "mask_shape"], ["mask"]),
+        h.make_node("Unsqueeze", ["x", "ax1"], ["x4"]),
+        h.make_node("Where", ["mask", "neg", "x4"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes, "mask", [h.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", "seq"])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in ints.items()],
+    )  # fmt: skip
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_a_range_over_the_running_length_keeps_a_causal_mask_in_one_region():
+    """Range used to stay on the host, so the mask's Expand got its shape as a region input the check could not
+    read, and the region ran its host plan (Qwen2, Mistral, Swin, Wav2Vec2 from HF, exported by dynamo)."""
+    model = _causal_mask_model()
+    result = aot.build(model, targets=["onnxruntime"], log=None)
+    assert result.regions["host"] == 0 and not any("host plan" in note for note in result.notes), result.notes
+    module = runtime_lite.load(result.to_bytes())
+    assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"], module.placement
+    for batch, seq in ((1, 3), (2, 7)):
+        x = rand(batch, seq, seq, seed=seq)
+        (expected,) = onnxruntime_outputs(model, {"x": x})
+        np.testing.assert_array_equal(module.run([x])[0], expected)
+
+
+def test_range_sizes_follow_onnx_and_a_step_of_zero_is_refused():
+    node = shapes.Node("Range", ["s", "l", "d"], ["r"], {}, "graph.node[0]")
+    for (start, limit, delta), length in (((0, 5, 1), 5), ((5, 0, -2), 3), ((0, 0, 1), 0), ((3, 1, 1), 0),
+                                          ((0.0, 1.0, 0.3), 4), ((2, None, 1), None)):  # fmt: skip
+        ints = {"s": [start], "l": [limit], "d": [delta]}
+        found, _ = shapes.walk({}, {"s": (), "l": (), "d": ()}, ints, [node])
+        assert found["r"] == (length,), (start, limit, delta, found["r"])
+    with pytest.raises(shapes.BadGeometry, match=r"graph.node\[0\]: Range with a step of 0"):
+        shapes.walk({}, {"s": (), "l": (), "d": ()}, {"s": [0], "l": [4], "d": [0]}, [node])

@@ -205,3 +205,14 @@ def test_the_walk_sizes_every_allow_listed_op_as_onnxruntime_computes_it():
     print(f"{compared} outputs of {len(ops)} ops compared; not followed (host plan): {sorted(unfollowed)}")
     assert not mismatches, "\n".join(mismatches)
     assert len(ops) >= 60 and {"Resize", "Tile", "Expand", "Pad", "Concat", "Gather", "Conv"} <= ops
+
+
+def test_a_range_of_a_trillion_is_refused_before_onnxruntime_allocates_and_a_zero_step_at_load(relu_seed):
+    bounds = {"s": np.array(0.0, np.float32), "l": np.array(1e12, np.float32), "d": np.array(1.0, np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Range", ["s", "l", "d"], ["r"])]
+    refused = _refused_at_run(_with_recipe(relu_seed, nodes, extra_outputs=["r"], inits=bounds))
+    assert "BudgetExceeded" in refused and "max_memory" in refused, refused
+    stuck = {**bounds, "d": np.array(0.0, np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Range", ["s", "l", "d"], ["r"])]
+    with pytest.raises(BundleError, match="Range with a step of 0"):
+        runtime_lite.load(_with_recipe(relu_seed, nodes, extra_outputs=["r"], inits=stuck))

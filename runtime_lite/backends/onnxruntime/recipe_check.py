@@ -70,6 +70,7 @@ ALLOWED_OPS = frozenset(
         # layout and indexing
         *("Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Reshape", "Pad", "Resize"),
         *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu", "Shape"),
+        "Range",
         # recurrent layers over a run-time sequence length
         *("LSTM", "GRU", "RNN"),
         # int8

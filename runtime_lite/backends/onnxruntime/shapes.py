@@ -360,10 +360,24 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
         return [tuple(out)]
     if op == "Resize":
         return [_resize(node, x, operand(2), partial(3))]
+    if op == "Range" and all(partial(i) is not None and len(partial(i)) == 1 for i in range(3)):
+        return [(_range_length(node, *(partial(i)[0] for i in range(3))),)]
     if op == "Split" and operand(1) is not None:
         axis = _axis(a.get("axis", 0), len(x))
         return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]
     raise LookupError(op)  # not modelled: what depends on it is unverified
+
+
+def _range_length(node: Node, start: Any, limit: Any, delta: Any) -> int | None:
+    """How many elements Range makes (None where a bound is a dim the walk does not know yet); a zero step never
+    ends, so the bundle is refused."""
+    if None in (start, limit, delta):
+        return None
+    if delta == 0:
+        raise BadGeometry(f"{node.where}: Range with a step of 0")
+    span = limit - start
+    count = math.ceil(span / delta) if isinstance(span, float) or isinstance(delta, float) else -(-span // delta)
+    return max(0, count)
 
 
 def check_geometry(graph_inputs: dict[str, Shape], initializers: dict[str, Shape], ints: dict, nodes: list[Node]):

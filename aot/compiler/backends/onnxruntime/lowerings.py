@@ -21,7 +21,7 @@ EXTRA: dict[str, Export] = {
         "less": "Less", "less_equal": "LessOrEqual", "logical_and": "And", "logical_or": "Or",
         "logical_xor": "Xor", "logical_not": "Not", "sign": "Sign", "tan": "Tan", "round": "Round",
         "gather": "Gather", "gather_elements": "GatherElements", "isnan": "IsNaN", "gather_nd": "GatherND",
-        "dynamic_quantize": "DynamicQuantizeLinear",
+        "dynamic_quantize": "DynamicQuantizeLinear", "range": "Range",
     }.items()},
 }  # fmt: skip
 

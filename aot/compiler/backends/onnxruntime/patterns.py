@@ -32,7 +32,9 @@ DTYPES = frozenset({"float32", "int64", "int32", "int8", "uint8", "bool"})
 PAD_MODES = frozenset({"constant", "reflect", "edge"})
 
 #: Ops with a pattern of their own below; every other key of ONNXRUNTIME_EXPORTS gets the plain check.
-OWN_PATTERN_OPS = frozenset({*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "pad", "quantize", "dequantize", "mod"})
+OWN_PATTERN_OPS = frozenset(
+    {*CONV_OPS, *CONV_TRANSPOSE_OPS, *AVG_POOL_OPS, "pad", "quantize", "dequantize", "mod", "range"}
+)
 PLAIN_OPS = tuple(sorted(set(ONNXRUNTIME_EXPORTS) - OWN_PATTERN_OPS))
 
 
@@ -88,6 +90,17 @@ def _integer_or_fmod(ctx: PatternCheckContext) -> bool | Rejected:
     return _tensors(ctx)
 
 
+def _scalar_bounds(ctx: PatternCheckContext) -> bool | Rejected:
+    """ONNX's Range takes three scalars of one type; a position index (``arange``) kept in the region lets the
+    recipe check follow the shapes computed from it (an attention mask's Expand) instead of cutting the region."""
+    node = ctx.root.producer
+    if any(v.type.rank != 0 or v.type.dtype != node.inputs[0].type.dtype for v in node.inputs):
+        return reject(
+            f"range of {', '.join(str(v.type) for v in node.inputs)}; ONNX's Range takes three scalars of one type"
+        )
+    return _tensors(ctx)
+
+
 def _pattern(name: str, pattern, check=_tensors) -> FusionPattern:
     return FusionPattern(f"onnxruntime.{name}", pattern, {"root": pattern}, check)
 
@@ -103,6 +116,7 @@ def onnxruntime_patterns() -> list[FusionPattern]:
     patterns += [
         _pattern("pad", is_op("pad"), all_of(_tensors, _attr(lambda a: a["mode"] in PAD_MODES, "pad mode"))),
         _pattern("mod", is_op("mod"), _integer_or_fmod),
+        _pattern("range", is_op("range"), _scalar_bounds),
         _pattern("quantize", is_op("quantize")(wildcard(), is_const(), ...), _int8),
         _pattern("dequantize", is_op("dequantize")(wildcard(), is_const(), ...), _int8),
         _pattern("dequantize_dynamic", is_op("dequantize")(wildcard(), wildcard(), wildcard()), _dynamic),
