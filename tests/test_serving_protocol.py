@@ -618,3 +618,261 @@ def test_end_descendants_finds_and_ends_orphans_a_child_left_behind(tmp_path):
     )
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+# --- the bundle's batch bounds, runs a request makes impossible, non-finite JSON, serve's options ---
+
+
+def bounded_mlp(bounds: str) -> runtime_lite.Module:
+    """The MLP with bounds on its batch dim, declared at build as ``aot-build --input x:1..4x4`` declares them."""
+    from aot.compiler import parse_input_shapes
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    model = make_model(nodes, {"x": rand(1, 4)}, ["y"], {"w": rand(4, 8, seed=1)}, input_shapes={"x": ["N", 4]})
+    shapes = parse_input_shapes([f"x:{bounds}x4"])
+    return runtime_lite.load(aot.build(model, input_shapes=shapes, log=None).to_bytes())
+
+
+def test_batching_never_exceeds_the_bundles_declared_maximum():
+    """N in 1..4 served with --max-batch-size 8: batches of 8 rows were refused whole, each request a 400."""
+    from runtime_lite.errors import InputError
+
+    module = bounded_mlp("1..4")
+    model = served_model("b4", module, max_batch_size=8)
+    parameters = model.metadata()["parameters"]
+    assert model.max_batch_size == 4 and parameters["max_batch_size"] == 4 and parameters["dynamic_batching"]
+    assert "'N' in 1..4 caps --max-batch-size 8" in parameters["batching"]
+    sizes = []
+
+    def run(arrays):
+        sizes.append(len(arrays[0]))
+        return module.run(arrays)
+
+    requests = [[rand(1, 4, seed=k)] for k in range(4)] + [[rand(5, 4, seed=9)]]
+    results = run_batched(run, requests, model.axis.fits)
+    assert sizes == [4, 5]  # the four rows merged; the request over the bound alone, refused as its own
+    for (x,), result in zip(requests, results[:4]):
+        np.testing.assert_allclose(result[0], module.run([x])[0], rtol=1e-6, atol=1e-7)
+    assert isinstance(results[4], InputError) and "above its maximum 4" in str(results[4])
+
+
+def test_requests_below_the_bundles_minimum_are_never_merged_into_a_batch_it_accepts():
+    """N in 2..8: two 1-row requests would make a valid batch, but each alone is refused, so each is refused."""
+    from runtime_lite.errors import InputError
+
+    module = bounded_mlp("2..8")
+    model = served_model("m", module, max_batch_size=8)
+    assert model.batching and model.max_batch_size == 8
+    requests = [[rand(1, 4, seed=1)], [rand(1, 4, seed=2)], [rand(2, 4, seed=3)], [rand(2, 4, seed=4)]]
+    results = run_batched(module.run, requests, model.axis.fits)
+    assert all(isinstance(r, InputError) and "below its minimum 2" in str(r) for r in results[:2]), results[:2]
+    for (x,), result in zip(requests[2:], results[2:]):
+        np.testing.assert_allclose(result[0], module.run([x])[0], rtol=1e-6, atol=1e-7)
+    # N in 3..4: no two requests the bundle accepts fit in 4 rows, so batching is off and says why
+    off = served_model("m", bounded_mlp("3..4"), max_batch_size=8)
+    assert not off.batching and off.metadata()["parameters"]["max_batch_size"] == 0
+    assert "no room for two requests" in off.batching_note()
+
+
+def test_a_merged_run_that_fails_is_run_again_request_by_request():
+    """A merged batch over the run's budget, or one request's values the model refuses, fails no neighbour."""
+
+    def run(arrays):
+        x = arrays[0]
+        if np.isnan(x).any():
+            raise ValueError("a row the model refuses")
+        if len(x) > 2:
+            raise MemoryError("over the run's budget")
+        return [x * 2]
+
+    requests = [[rand(1, 4, seed=1)], [np.full((1, 4), np.nan, np.float32)], [rand(1, 4, seed=3)]]
+    results = run_batched(run, requests)
+    assert isinstance(results[1], ValueError)
+    np.testing.assert_array_equal(results[0][0], requests[0][0] * 2)
+    np.testing.assert_array_equal(results[2][0], requests[2][0] * 2)
+
+
+@pytest.fixture(scope="module")
+def pool_bundle() -> bytes:
+    """A 2x2 max pool over images of any height and width: the client picks a geometry the kernel may refuse."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])]
+    model = make_model(nodes, {"x": rand(1, 1, 4, 4)}, ["y"], input_shapes={"x": ["N", 1, "h", "w"]})
+    return aot.build(model, log=None).to_bytes()
+
+
+def test_a_run_the_request_makes_impossible_is_400_not_500(pool_bundle):
+    """A 1x1 image under a 2x2 window, and an image whose run passes the memory budget: the client's to change."""
+    module = runtime_lite.load(pool_bundle, max_memory=1 << 20)
+    service = InferenceService({"pool": served_model("pool", module, 1)})
+    for shape, words in (
+        ((1, 1, 1, 1), "ValueError: pool: axis 0: a window spans 2"),
+        ((1, 1, 600, 600), "BudgetExceeded"),
+    ):
+        body, headers = infer_binary(rand(*shape))
+        response = call(service, "POST", "/v2/models/pool/infer", body, headers)
+        assert response.status == 400, response.body
+        assert "model 'pool' cannot run on this input" in error_of(response) and words in error_of(response)
+    assert call(service, "POST", "/v2/models/pool/infer", *infer_binary(rand(1, 1, 4, 4))).status == 200
+
+
+def test_a_run_failing_for_the_servers_own_reasons_stays_500(pool_bundle):
+    from runtime_lite.errors import BundleError, ExecutionError
+    from runtime_lite.execution.limits import BudgetExceeded
+    from runtime_lite.serving.service import refused_for_the_request
+
+    def failure(cause: BaseException, nesting: int = 1) -> ExecutionError:
+        error: BaseException = cause
+        for k in range(nesting):
+            wrapper = ExecutionError(f"instruction {k} failed")
+            wrapper.__cause__ = error
+            error = wrapper
+        return error
+
+    assert refused_for_the_request(failure(ValueError("window"), nesting=2))  # a backend's plan inside the host's
+    assert refused_for_the_request(failure(BudgetExceeded("over max_memory")))
+    for cause in (MemoryError(), TimeoutError("max_run_seconds"), BundleError("field"), RuntimeError("kernel")):
+        assert not refused_for_the_request(failure(cause)), cause
+    assert not refused_for_the_request(ExecutionError("no cause"))
+
+    async def broken(arrays):
+        raise failure(MemoryError("the machine is out of memory"))
+
+    module = runtime_lite.load(pool_bundle)
+    service = InferenceService({"pool": served_model("pool", module, 1, infer=broken)})
+    response = call(service, "POST", "/v2/models/pool/infer", *infer_binary(rand(1, 1, 4, 4)))
+    assert response.status == 500 and "model 'pool' failed" in error_of(response)
+
+
+@pytest.fixture(scope="module")
+def log_module() -> runtime_lite.Module:
+    model = make_model([helper.make_node("Log", ["x"], ["y"])], {"x": rand(1, 3)}, ["y"], input_shapes={"x": ["N", 3]})
+    return runtime_lite.load(aot.build(model, log=None).to_bytes())
+
+
+def strict_json(body: bytes) -> dict:
+    """JSON as RFC 8259 has it (JavaScript's JSON.parse, Go): no NaN or Infinity tokens."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"{token} is not JSON")
+
+    return json.loads(body, parse_constant=refuse)
+
+
+def test_non_finite_outputs_are_valid_json_that_tritonclient_reads_back(log_module):
+    tritonclient_http = pytest.importorskip("tritonclient.http")
+    service = InferenceService({"logm": served_model("logm", log_module, 1)})
+    x = np.array([[-1.0, 0.0, 1.0]], np.float32)
+    response = call(service, "POST", "/v2/models/logm/infer", infer_json(x))
+    assert response.status == 200
+    assert strict_json(response.body)["outputs"][0]["data"] == ["NaN", "-Infinity", 0.0]
+    result = tritonclient_http.InferResult.from_response_body(response.body)
+    np.testing.assert_array_equal(result.as_numpy("y"), log_module.run([x])[0])  # NaN where NaN, -inf where -inf
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ('["NaN", "Infinity", 1]', [np.nan, np.inf, 0.0]),  # what responses write, sent back
+        ("[NaN, Infinity, 1]", [np.nan, np.inf, 0.0]),  # the tokens Python's json and Triton write
+        ('["nan", 1, 2]', "data holds 'nan', not FP32 values (non-finite values are spelled NaN"),
+        ('["1.5", 1, 2]', "data holds '1.5', not FP32"),
+    ],
+)
+def test_non_finite_inputs_are_read_in_both_spellings(log_module, data, expected):
+    service = InferenceService({"logm": served_model("logm", log_module, 1)})
+    body = b'{"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": ' + data.encode() + b"}]}"
+    response = call(service, "POST", "/v2/models/logm/infer", body)
+    if isinstance(expected, str):
+        assert response.status == 400 and expected in error_of(response)
+        return
+    assert response.status == 200, response.body
+    values = [float(v) for v in strict_json(response.body)["outputs"][0]["data"]]
+    np.testing.assert_array_equal(values, expected)
+
+
+def test_an_empty_outputs_list_asks_for_every_output(service, module):
+    """As in Triton, and as over gRPC here: ``"outputs": []`` is every output, not none."""
+    x = rand(2, 4, seed=11)
+    answer = json.loads(call(service, "POST", "/v2/models/mlp/infer", infer_json(x, outputs=[])).body)
+    assert [o["name"] for o in answer["outputs"]] == ["y"]
+    np.testing.assert_array_equal(np.array(answer["outputs"][0]["data"], np.float32).reshape(2, 8), module.run([x])[0])
+    body, headers = infer_binary(x, outputs=[])
+    response = call(service, "POST", "/v2/models/mlp/infer", body, headers)
+    n = int(response.headers["inference-header-content-length"])
+    assert json.loads(response.body[:n])["outputs"][0]["parameters"]["binary_data_size"] == 2 * 8 * 4
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("cpus_per_replica", float("nan"), "--cpus-per-replica must be a finite number >= 0, got nan"),
+        ("cpus_per_replica", -1.0, "--cpus-per-replica must be a finite number >= 0"),
+        ("batch_wait_ms", -1.0, "--batch-wait-ms must be a finite number >= 0"),
+        ("batch_wait_ms", float("nan"), "--batch-wait-ms must be a finite number >= 0, got nan"),
+        ("batch_wait_ms", float("inf"), "--batch-wait-ms must be a finite number"),
+        ("port", 70000, "--port 70000 is not a TCP port"),
+        ("grpc_port", 70000, "--grpc-port 70000 is not a TCP port"),
+        ("grpc_port", 8000, "is the HTTP port too"),
+        ("metrics_port", 0, "--metrics-port 0 is not a TCP port"),
+        ("replicas", 0, "--replicas must be a whole number >= 1"),
+        ("host", "999.1.1.1", "--host '999.1.1.1' is not an address this machine can listen on"),
+        ("host", "192.0.2.1", "--host '192.0.2.1' is not an address this machine can listen on"),  # TEST-NET
+    ],
+)
+def test_serve_options_are_checked_in_one_line_before_anything_starts(option, value, words):
+    from runtime_lite.errors import RuntimeLiteError
+    from runtime_lite.serving.server import ServeConfig, check_config
+
+    config = ServeConfig(models=[], **{option: value})
+    with pytest.raises(RuntimeLiteError) as refused:
+        check_config(config)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_serve_command_refuses_a_bad_option_in_one_line(capsys, monkeypatch, tmp_path, pool_bundle):
+    """Through the CLI, with a bundle that loads: exit status 1 and one line on stderr, before Ray is even
+    imported (a traceback from Ray, or HAProxy's sixty lines of alerts, before)."""
+    from runtime_lite.serving import server
+    from runtime_lite.tools.cli import main
+
+    def no_ray() -> None:
+        raise AssertionError("Ray was reached with an option serve cannot start with")
+
+    monkeypatch.setattr(server, "_import_ray", no_ray)
+    bundle = tmp_path / "pool.aotb"
+    bundle.write_bytes(pool_bundle)
+    for flags in (
+        ["--cpus-per-replica", "nan"],
+        ["--batch-wait-ms", "nan"],
+        ["--port", "70000"],
+        ["--host", "999.1.1.1"],
+    ):
+        assert main(["serve", str(bundle), *flags]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_a_start_that_fails_before_ray_leaves_no_haproxy_wrapper(monkeypatch):
+    """``stop`` removes the wrapper ``start`` wrote before ray.init, also when Ray never came up."""
+    import os
+    from pathlib import Path
+
+    from runtime_lite.serving import server
+
+    class RayNeverStarted:
+        @staticmethod
+        def is_initialized() -> bool:
+            return False
+
+    monkeypatch.setattr(server, "_haproxy_binary", lambda: "/bin/true")
+    monkeypatch.setattr(server, "_import_ray", lambda: (RayNeverStarted, None))
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_BINARY_PATH", raising=False)
+    config = server.ServeConfig(models=[])
+    server._harden_haproxy(config)
+    wrapper = Path(os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"])
+    try:
+        assert wrapper.is_file()
+        server.stop(config)
+        assert not wrapper.parent.exists() and "RAY_SERVE_HAPROXY_BINARY_PATH" not in os.environ
+    finally:
+        server._unharden_haproxy()

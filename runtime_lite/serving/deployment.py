@@ -73,8 +73,13 @@ class RayMetrics:
 
 
 def batched_infer(model: ServedModel, wait_ms: float, metrics: RayMetrics) -> None:
-    """Put ``model`` behind Ray Serve's own batcher, counting rows rather than requests."""
-    module, direct = model.module, model.infer
+    """Put ``model`` behind Ray Serve's own batcher, counting rows rather than requests.
+
+    ``model.max_batch_size`` is already within the bundle's bounds of the batch dim, so
+    Ray never forms a batch the module would refuse; a request outside the bounds runs
+    alone inside the batch (``run_batched``), and one that alone fills a batch skips it.
+    """
+    module, direct, fits = model.module, model.infer, model.axis.fits
 
     @serve.batch(
         max_batch_size=model.max_batch_size,
@@ -84,7 +89,7 @@ def batched_infer(model: ServedModel, wait_ms: float, metrics: RayMetrics) -> No
     async def run_batch(items: list[list]) -> list:
         metrics.batch(model.name, sum(rows(arrays) for arrays in items))
         async with model.gate:
-            return await asyncio.to_thread(run_batched, module.run, items)
+            return await asyncio.to_thread(run_batched, module.run, items, fits)
 
     async def infer(arrays: list) -> list:
         if rows(arrays) >= model.max_batch_size:  # already a full batch: Ray's batcher would refuse it

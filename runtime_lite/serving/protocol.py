@@ -54,6 +54,11 @@ _INFLATE_STEP = 1 << 20
 #: Compressed bytes handed to zlib per step (zlib copies what it has not consumed yet).
 _FEED_STEP = 64 << 10
 _ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+#: JSON (RFC 8259) has no token for a non-finite float: a response's ``data`` writes each as the string protobuf's
+#: JSON mapping uses, which numpy (tritonclient.http's ``as_numpy``), JavaScript's ``Number()`` and Go's
+#: ``strconv.ParseFloat`` read back as the same value. Requests may send these strings, or the bare ``NaN``,
+#: ``Infinity`` and ``-Infinity`` tokens that Python's json module (tritonclient.http) and Triton write.
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 class ProtocolError(Exception):
@@ -395,10 +400,15 @@ def exact_values(name: str, data: Any, shape: list[int], dtype: np.dtype) -> np.
     count, datatype = math.prod(shape), datatype_of(dtype)
     try:
         values = np.asarray(data)
+        if dtype.kind == "f" and values.dtype.kind == "U":
+            values = _spelled_non_finite(data)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise ProtocolError(400, f"input '{name}': data is not {datatype} values ({one_line(str(e), 200)})") from None
     if values.size and values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:  # [] is float64 to numpy
-        raise ProtocolError(400, f"input '{name}': data holds {_first_foreign(values)}, not {datatype} values")
+        foreign = _first_foreign(values)
+        spelled = dtype.kind == "f" and (foreign == "null" or values.dtype.kind == "U" or foreign.startswith("'"))
+        hint = " (non-finite values are spelled NaN, Infinity, -Infinity)" if spelled else ""
+        raise ProtocolError(400, f"input '{name}': data holds {foreign}, not {datatype} values{hint}")
     if values.size != count:
         raise ProtocolError(400, f"input '{name}': {values.size} values for shape {shape} (needs {count})")
     with np.errstate(all="ignore"):
@@ -408,6 +418,15 @@ def exact_values(name: str, data: Any, shape: list[int], dtype: np.dtype) -> np.
     if not exact or overflowed:
         raise ProtocolError(400, f"input '{name}': data holds values {datatype} cannot represent exactly")
     return converted.reshape(shape)
+
+
+def _spelled_non_finite(data: Any) -> np.ndarray:
+    """Float data with strings among its numbers: ``NON_FINITE`` spellings (what responses write) become numbers;
+    any other string leaves the values as objects, for the caller to refuse naming the first."""
+    objects = np.asarray(data, dtype=object).ravel()  # the values as sent: numpy made strings of the numbers
+    if any(isinstance(v, str) and v not in NON_FINITE for v in objects):
+        return objects
+    return np.asarray([NON_FINITE.get(v, v) if isinstance(v, str) else v for v in objects])
 
 
 def _first_foreign(values: np.ndarray) -> str:
@@ -430,7 +449,7 @@ def _decode_outputs(request: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError(400, "request parameters must be an object")
     binary_default = parameters.get("binary_data_output") is True
     raw_outputs = request.get("outputs")
-    if raw_outputs is None:
+    if raw_outputs is None or raw_outputs == []:  # an empty list asks for every output, as in Triton and over gRPC
         return {"outputs": None, "binary_outputs": {"*"} if binary_default else set()}
     if not isinstance(raw_outputs, list):
         raise ProtocolError(400, "request 'outputs' must be a list")
@@ -479,18 +498,30 @@ def encode_infer_response(
             record["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
         else:
-            record["data"] = array.ravel().tolist()
+            record["data"] = json_values(array)
         outputs.append(record)
     response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outputs}
     if request.id is not None:
         response["id"] = request.id
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = json.dumps(response, separators=(",", ":"), allow_nan=False).encode()  # always valid JSON
     if not blobs:
         return header, {"content-type": "application/json"}
     return b"".join([header, *blobs]), {
         "content-type": "application/octet-stream",
         "inference-header-content-length": str(len(header)),
     }
+
+
+def json_values(array: np.ndarray) -> list[Any]:
+    """An output's values for JSON ``data``: numbers, and non-finite floats spelled as ``NON_FINITE`` strings."""
+    flat = array.ravel()
+    if flat.dtype.kind != "f" or np.isfinite(flat).all():
+        return flat.tolist()
+    values = flat.astype(object)  # Python floats, as tolist() makes them
+    values[np.isnan(flat)] = "NaN"
+    values[np.isposinf(flat)] = "Infinity"
+    values[np.isneginf(flat)] = "-Infinity"
+    return values.tolist()
 
 
 def error_body(message: str) -> bytes:
@@ -516,5 +547,7 @@ __all__ = [
     "error_body",
     "select_outputs",
     "json_cost",
+    "json_values",
+    "NON_FINITE",
     "tensor_metadata",
 ]

@@ -11,6 +11,7 @@ replicas to it without dropping a request.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import signal
@@ -283,6 +284,68 @@ def _grpc_options(config: ServeConfig) -> Any:
     return gRPCOptions(port=config.grpc_port, grpc_servicer_functions=[SERVICER_FUNCTION])
 
 
+def check_config(config: ServeConfig) -> None:
+    """Refuse, in one line naming the option, a value ``serve`` cannot start with, before anything starts.
+
+    Ray and HAProxy would refuse most of these themselves, but only while starting: a
+    traceback from Ray's scheduler or Serve's option classes, sixty lines of HAProxy
+    alerts for a port it cannot bind, and a Ray instance to stop again. NaN passes
+    every comparison, so numbers are checked for being finite first.
+    """
+    for option, port in (("--port", config.port), ("--grpc-port", config.grpc_port)):
+        _check_port(option, port)
+    _check_port("--metrics-port", config.metrics_port)
+    _check_ports(config)
+    for option, value in (
+        ("--replicas", config.replicas),
+        ("--max-batch-size", config.max_batch_size),
+        ("--request-timeout", config.request_timeout_s),
+        ("--max-request-bytes", config.max_request_bytes),
+        ("--max-ongoing-requests", config.max_ongoing_requests),
+        ("--threads", config.threads),
+    ):
+        _check_count(option, value)
+    _check_amount("--cpus-per-replica", config.cpus_per_replica)
+    _check_amount("--batch-wait-ms", config.batch_wait_ms)
+    _check_host(config.host, local=not config.address)
+
+
+def _check_port(option: str, port: int | None) -> None:
+    if port is not None and not (_is_int(port) and 1 <= port <= 65535):
+        raise RuntimeLiteError(f"{option} {port!r} is not a TCP port (1 to 65535)")
+
+
+def _check_count(option: str, value: int | None) -> None:
+    if value is not None and not (_is_int(value) and value >= 1):
+        raise RuntimeLiteError(f"{option} must be a whole number >= 1, got {value!r}")
+
+
+def _check_amount(option: str, value: float) -> None:
+    """A finite number >= 0: Ray takes fractional CPUs, and 0 (reserve none) is legal."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise RuntimeLiteError(f"{option} must be a finite number >= 0, got {value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_host(host: str, local: bool) -> None:
+    """``host`` must resolve and, for a local instance, be an address of this machine (bound once, port 0)."""
+    what = f"--host {host!r} is not an address this machine can listen on"
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError, ValueError) as e:
+        raise RuntimeLiteError(f"{what} ({getattr(e, 'strerror', None) or e})") from None
+    if not local:
+        return  # an existing cluster's proxies listen on its nodes, not necessarily on this one
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address[0], 0, *address[2:]))
+    except OSError as e:
+        raise RuntimeLiteError(f"{what} ({e.strerror or e})") from None
+
+
 def _check_ports(config: ServeConfig) -> None:
     if config.grpc_port is not None and config.grpc_port == config.port:
         raise RuntimeLiteError(f"--grpc-port {config.grpc_port} is the HTTP port too: give gRPC a port of its own")
@@ -308,7 +371,7 @@ def _quiet_ray_unless_verbose() -> None:
 def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:
     """Connect to (or start) Ray, start Serve's HTTP (and gRPC) ingress and deploy; returns what was deployed,
     once every replica is up."""
-    _check_ports(config)
+    check_config(config)
     deployed = config.user_config()  # every bundle checked before Ray starts: a bad path costs no start-up
     _choose_ingress(config)
     ray, serve = _import_ray()
@@ -354,8 +417,15 @@ def stop(config: ServeConfig, deadline: float | None = None) -> None:
     local instance no longer answers.
     """
     ray, serve = _import_ray()
-    if not ray.is_initialized():
-        return  # start() failed before Ray: Serve's own shutdown would start a Ray instance just to stop it
+    try:
+        if ray.is_initialized():  # else start() failed before Ray: Serve's shutdown would start Ray to stop it
+            _stop_ray(ray, serve, config, deadline)
+    finally:
+        _unharden_haproxy()  # the wrapper start() wrote before ray.init, whether or not Ray came up
+
+
+def _stop_ray(ray: Any, serve: Any, config: ServeConfig, deadline: float | None) -> None:
+    """``stop`` once Ray is up; RayUnresponsive leaves ``ray.shutdown()`` uncalled (it would block)."""
     unresponsive = False
     try:
         if config.address:
@@ -368,7 +438,6 @@ def stop(config: ServeConfig, deadline: float | None = None) -> None:
     finally:
         if not unresponsive:
             ray.shutdown()
-        _unharden_haproxy()
 
 
 #: A Serve controller not found within this is taken as gone, with the GCS it lives on.
@@ -471,6 +540,7 @@ def serve_forever(config: ServeConfig, loader: Callable | None = None, announce:
     """
     from runtime_lite.serving import processes
 
+    check_config(config)  # a bad option is one line before anything starts, Ray's import included
     _import_ray()  # a missing extra is one line before anything starts (start() checks the bundles first)
     pending: list[str] = []  # a handler only appends: taking a lock in it could deadlock with the main thread
 

@@ -18,7 +18,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from runtime_lite.errors import InputError, RuntimeLiteError, one_line
+from runtime_lite.errors import ExecutionError, InputError, RuntimeLiteError, one_line
+from runtime_lite.execution.limits import BudgetExceeded
 from runtime_lite.format.signature import TensorSpec, bind, ordered_values
 from runtime_lite.serving.batching import BatchAxis, batch_axis
 from runtime_lite.serving.protocol import (
@@ -76,10 +77,13 @@ class ServedModel:
     name: str
     module: Runnable
     infer: Infer
+    #: Rows a batch may hold: ``--max-batch-size`` within the bundle's declared bounds of the batch dim.
     max_batch_size: int = 1
     axis: BatchAxis = field(default_factory=lambda: BatchAxis(None, "batching off"))
     #: One run at a time, batched or not (see ``direct_infer``).
     gate: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: What ``--max-batch-size`` asked for (the note says when the bundle's bounds lowered it).
+    asked_batch_size: int = 1
 
     @property
     def version(self) -> str:
@@ -87,7 +91,7 @@ class ServedModel:
 
     @property
     def batching(self) -> bool:
-        return self.axis.enabled and self.max_batch_size > 1
+        return self.axis.merges(self.max_batch_size)
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -105,11 +109,7 @@ class ServedModel:
         }
 
     def batching_note(self) -> str:
-        if self.batching:
-            return f"on, up to {self.max_batch_size} rows {self.axis.reason}"
-        if not self.axis.enabled:
-            return f"off: {self.axis.reason}"
-        return "off (max batch size 1)"
+        return self.axis.note(max(self.asked_batch_size, self.max_batch_size))
 
 
 def direct_infer(module: Runnable, gate: asyncio.Lock) -> Infer:
@@ -129,9 +129,36 @@ def direct_infer(module: Runnable, gate: asyncio.Lock) -> Infer:
 
 
 def served_model(name: str, module: Runnable, max_batch_size: int, infer: Infer | None = None) -> ServedModel:
+    """``module`` served as ``name``, batching at most ``max_batch_size`` rows and never past the bundle's bounds."""
     gate = asyncio.Lock()
-    axis = batch_axis(module.inputs, module.outputs)
-    return ServedModel(name, module, infer or direct_infer(module, gate), max_batch_size, axis, gate)
+    axis = batch_axis(module.inputs, module.outputs, getattr(module, "dims", None))
+    rows = axis.limit(max_batch_size)
+    return ServedModel(name, module, infer or direct_infer(module, gate), rows, axis, gate, max_batch_size)
+
+
+#: How deep ``refused_for_the_request`` follows ``__cause__`` (a backend's plan inside the host plan adds one step).
+_CAUSE_DEPTH = 8
+
+
+def refused_for_the_request(error: ExecutionError) -> bool:
+    """Whether a failed run was refused for what the request chose, so that the client, not the server, must change.
+
+    A module wraps every kernel failure in ``ExecutionError`` with the kernel's own
+    exception as ``__cause__`` (nested once per backend plan). The request is the cause
+    when that is a ``BudgetExceeded`` (the run's ``max_memory``, reached by the size the
+    request declared), an ``InputError``, or a plain ``ValueError``: a kernel refusing
+    geometry its operands cannot have (a 2x2 pool window over a 1x1 image the signature
+    allowed). Everything else (a real ``MemoryError``, a deadline, a bundle error, a
+    backend's own exception) stays the server's 500.
+    """
+    cause: BaseException | None = error
+    for _ in range(_CAUSE_DEPTH):
+        if not isinstance(cause, ExecutionError):
+            break
+        cause = cause.__cause__
+    if isinstance(cause, (BudgetExceeded, InputError)):
+        return True
+    return isinstance(cause, ValueError) and not isinstance(cause, RuntimeLiteError)
 
 
 #: How long a request's body may take to arrive, unless the server says otherwise (``serve --request-timeout``).
@@ -239,6 +266,11 @@ class InferenceService:
             except InputError as e:
                 status = 400
                 raise ProtocolError(400, str(e)) from None
+            except ExecutionError as e:
+                if refused_for_the_request(e):
+                    status = 400
+                    raise ProtocolError(400, f"model '{model.name}' cannot run on this input: {e}") from None
+                raise ProtocolError(500, f"model '{model.name}' failed: {e}") from None
             except RuntimeLiteError as e:
                 raise ProtocolError(500, f"model '{model.name}' failed: {e}") from None
             except Exception as e:  # noqa: BLE001 - a client gets one line, never a traceback
