@@ -99,3 +99,62 @@ def test_runtime_lite_interrupted_exits_130_in_one_line(tmp_path, monkeypatch, c
     monkeypatch.setattr(runtime_lite, "load", interrupted)
     assert cli.main(["info", str(tmp_path / "any.aotb")]) == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_model_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    result = aot_build(str(fifo), "-o", str(tmp_path / "m.aotb"))  # a hang is a TimeoutExpired
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    refusal = f"Error: model '{fifo}' is not a regular file (a FIFO, device or socket); give an .onnx or .pt2 file"
+    assert result.stderr.strip() == refusal
+    assert not (tmp_path / "m.aotb").exists()
+
+
+def test_empty_model_file_is_said_to_be_empty(tmp_path):
+    from aot.cli import build as cli
+
+    empty = tmp_path / "model.onnx"
+    empty.write_bytes(b"")
+    result = CliRunner().invoke(cli.main, [str(empty), "-o", str(tmp_path / "m.aotb")])
+    assert result.exit_code == 1 and result.output == f"Error: model file '{empty}' is empty\n"
+
+
+def test_the_onnx_loader_refuses_a_fifo_and_an_empty_file_too(tmp_path):
+    """aot.build(path) from Python: the same refusals as the command, from the ONNX frontend."""
+    fifo, empty = tmp_path / "fifo.onnx", tmp_path / "empty.onnx"
+    os.mkfifo(fifo)
+    empty.write_bytes(b"")
+    script = (
+        "import sys, aot\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        aot.build(path)\n"
+        "    except aot.errors.ModelError as e:\n"
+        "        print(e)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(fifo), str(empty)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.stdout.splitlines() == [
+        f"cannot read model file '{fifo}': not a regular file",
+        f"model file '{empty}' is empty",
+    ], result.stderr
+
+
+@pytest.mark.parametrize(
+    "shape, words",
+    [
+        ("99999999999999999999x3x8x8", "dim 99999999999999999999 is larger than a tensor may be"),
+        ("1..99999999999999999999x3x8x8", "dim 99999999999999999999 is larger than a tensor may be"),
+        ("1048576x1048576x3x8", "26388279066624 elements, more than a tensor may hold"),
+        ("x".join(["1"] * 33), "33 dims, more than a bundle holds (32)"),
+    ],
+)
+def test_input_dims_past_what_a_bundle_holds_name_the_input_option(model_file, tmp_path, shape, words):
+    from aot.cli import build as cli
+
+    result = CliRunner().invoke(cli.main, [str(model_file), "-o", str(tmp_path / "m.aotb"), "--input", f"x:{shape}"])
+    assert result.exit_code == 1 and result.output.startswith(f"Error: --input 'x:{shape}': {words}"), result.output
+    assert len(result.output.splitlines()) == 1, result.output
+    assert not (tmp_path / "m.aotb").exists()

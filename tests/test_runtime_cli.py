@@ -280,3 +280,137 @@ def test_haproxy_ingress_without_the_binary_is_one_line(ingress_env, monkeypatch
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/nonexistent/haproxy")
     with pytest.raises(RuntimeLiteError, match="--ingress haproxy needs an HAProxy binary"):
         server._choose_ingress(server.ServeConfig(models=[], ingress="haproxy"))
+
+
+def _npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
+    """A version 1.0 .npy header declaring ``shape``, with no data after it."""
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode("latin1")
+    text += b" " * (-(len(text) + 11) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def _bad_input_files(root: Path) -> dict[str, Path]:
+    """One file per way an --input file can be wrong, each named by what the error must say."""
+    np.savez(root / "archive.npz", x=np.ones((1, 3, 8, 8), np.float32))
+    object_array = np.array([[1, 2, 3]], dtype=object)
+    with open(root / "objects.npy", "wb") as file:  # written by hand: np.save would need allow_pickle
+        np.lib.format.write_array(file, object_array, allow_pickle=True)
+    contents = {
+        "empty.npy": b"",
+        "zip.npy": b"PK\x03\x04garbage",
+        "text.npy": b"1,2,3\n",
+        "huge.npy": _npy_header((100_000_000_000, 3)) + bytes(12),  # 1.2 TB claimed, 12 bytes there
+        "short.npy": _npy_header((1, 3, 8, 8)) + bytes(8),
+    }
+    for name, data in contents.items():
+        (root / name).write_bytes(data)
+    return {
+        "is empty": root / "empty.npy",
+        "zip archive": root / "zip.npy",
+        "takes a .npy file": root / "archive.npz",
+        "not a .npy file": root / "text.npy",
+        "1,200,000,000,000 bytes": root / "huge.npy",
+        "truncated": root / "short.npy",
+        "never unpickled": root / "objects.npy",
+        "not a regular file": root,  # a directory
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_bad_input_files_are_one_line_naming_the_file(bundles, tmp_path, capsys, command):
+    for message, path in _bad_input_files(tmp_path).items():
+        assert main([command, str(bundles["fixed"]), "--input", f"x={path}"]) == 1, message
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot read input 'x' from '{path}': ") and message in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_false_size_in_an_npy_header_is_refused_before_allocating_it(bundles, tmp_path, capsys):
+    """A 64 MiB claim over 12 bytes of data: numpy alone would allocate the claim, then find the data short."""
+    import tracemalloc
+
+    path = tmp_path / "claims.npy"
+    path.write_bytes(_npy_header((1 << 24,)) + bytes(12))
+    tracemalloc.start()
+    try:
+        assert main(["run", str(bundles["fixed"]), "--input", f"x={path}"]) == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "float32[16777216] (67,108,864 bytes) and the file holds 12" in capsys.readouterr().err
+    assert peak < 16 << 20, f"{peak:,} bytes traced"
+
+
+def test_a_fifo_input_is_refused_without_blocking(bundles, tmp_path):
+    fifo = tmp_path / "x.npy"
+    os.mkfifo(fifo)
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime_lite", "run", str(bundles["fixed"]), "--input", f"x={fifo}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert (
+        result.returncode == 1 and result.stderr == f"error: cannot read input 'x' from '{fifo}': not a regular file\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "array, version",
+    [
+        (np.ones((1, 3, 8, 8), np.float32), (1, 0)),
+        (np.arange(192, dtype=np.float32).reshape(1, 3, 8, 8), (2, 0)),
+        (np.arange(192, dtype=np.float32).reshape(1, 3, 8, 8), (3, 0)),
+        (np.asfortranarray(np.arange(192, dtype=np.float32).reshape(1, 3, 8, 8)), None),
+        (np.arange(192, dtype=">f4").reshape(1, 3, 8, 8), None),
+        (np.zeros((0, 3), np.float32), None),
+        (np.float32(3), None),
+    ],
+)
+def test_good_npy_files_read_as_numpy_wrote_them(tmp_path, array, version):
+    from runtime_lite.tools.inputs import read_npy
+
+    path = tmp_path / "a.npy"
+    with open(path, "wb") as file:
+        np.lib.format.write_array(file, np.asanyarray(array), version=version)
+    loaded = read_npy(path)
+    assert loaded.dtype == np.asarray(array).dtype and loaded.shape == np.shape(array)
+    np.testing.assert_array_equal(loaded, array)
+
+
+@pytest.mark.parametrize("command", [["run", "--random-inputs"], ["bench"]])
+def test_a_negative_seed_is_refused_by_the_parser(bundles, capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        main([command[0], str(bundles["fixed"]), *command[1:], "--seed", "-1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "argument --seed: must be a whole number >= 0, got '-1'" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def scalar_bundle(tmp_path_factory) -> Path:
+    """A bundle whose one input is 0-d: no batch axis for --batch to fill."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["s", "s"], ["sq"])],
+        "scalar",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("sq", TensorProto.FLOAT, [])],
+    )
+    path = tmp_path_factory.mktemp("scalar") / "scal.aotb"
+    aot.build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])).save(path)
+    return path
+
+
+def test_bench_batch_on_a_scalar_input_is_refused_not_counted(scalar_bundle, capsys):
+    assert main(["bench", str(scalar_bundle), "--random-inputs", "--batch", "2", "--iterations", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: input s: float32[]: --batch 2 needs a batch dim to fill, and this input is a scalar " \
+        "(no dims); bench it without --batch\n"  # fmt: skip
+
+
+def test_bench_batch_1_on_a_scalar_input_counts_one_sample_per_run(scalar_bundle, tmp_path, capsys):
+    np.save(tmp_path / "s.npy", np.float32(2))
+    for feed in (["--random-inputs"], ["--input", f"s={tmp_path / 's.npy'}"]):
+        assert main(["bench", str(scalar_bundle), *feed, "--batch", "1", "--iterations", "2", "--json"]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["batch"] == 1 and figures["throughput"] == pytest.approx(figures["runs_per_s"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import sys
 import time
 import traceback
@@ -14,8 +16,10 @@ from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.quantize import METHODS, QuantizeConfig
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import describe_dims, describe_worst_case, format_size
+from aot.ir.dims import DimRange
 from aot.quiet import show_third_party_warnings
 from aot.words import counted
+from runtime_lite import format as fmt
 from runtime_lite.backends.options import Option, split_assignments
 from runtime_lite.errors import OptionError
 from runtime_lite.files import check_writable
@@ -96,6 +100,50 @@ def _check_output(model: str, output: str) -> None:
         check_writable(output)
     except OSError as e:
         raise BuildError(f"cannot write bundle '{output}': {e.strerror}") from None
+
+
+def _check_model(model: str) -> None:
+    """Before any work: MODEL must be a non-empty regular file, learnt from stat alone (opening a FIFO blocks)."""
+    try:
+        info = os.stat(model)
+    except OSError:  # missing or unreachable: the frontend says which
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise BuildError(
+            f"model '{model}' is not a regular file (a FIFO, device or socket); give an .onnx or .pt2 file"
+        )
+    if info.st_size == 0:
+        raise BuildError(f"model file '{model}' is empty")
+
+
+def input_shapes(specs: tuple[str, ...]) -> dict[str, tuple]:
+    """``--input NAME:SHAPE`` options as ``build(input_shapes=...)``, each dim within what a bundle can hold.
+
+    A dim past the bundle format's element limit could never run, and an integer past
+    int64 would surface far from its cause, as an overflow inside some op's shape.
+    """
+    shapes: dict[str, tuple] = {}
+    for spec in specs:
+        one = parse_input_shapes([spec])
+        for shape in one.values():
+            _check_input_dims(spec, shape)
+        shapes.update(one)
+    return shapes
+
+
+def _check_input_dims(spec: str, shape: tuple) -> None:
+    """BuildError naming the --input value when its rank, a dim, a bound or its fixed extent is out of range."""
+    if len(shape) > fmt.MAX_RANK:
+        raise BuildError(f"--input {spec!r}: {len(shape)} dims, more than a bundle holds ({fmt.MAX_RANK})")
+    for dim in shape:
+        size = dim.max if isinstance(dim, DimRange) else dim
+        if isinstance(size, int) and size > fmt.MAX_ELEMENTS:
+            raise BuildError(
+                f"--input {spec!r}: dim {size} is larger than a tensor may be ({fmt.MAX_ELEMENTS} elements)"
+            )
+    extent = math.prod(d for d in shape if isinstance(d, int))
+    if extent > fmt.MAX_ELEMENTS:
+        raise BuildError(f"--input {spec!r}: {extent} elements, more than a tensor may hold ({fmt.MAX_ELEMENTS})")
 
 
 def _installed_backends() -> list[CompilerBackend]:
@@ -291,8 +339,9 @@ def main(
             click.echo(f"  {stage:<9}{seconds:6.2f} s", err=True)
 
     try:
+        _check_model(model)
         _check_output(model, output)
-        shapes = parse_input_shapes(inputs)
+        shapes = input_shapes(inputs)
         quantize = None
         if calibration or calibration_table:
             off = accuracy_budget is not None and accuracy_budget.lower() == "off"

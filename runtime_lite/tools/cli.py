@@ -259,14 +259,16 @@ def _backend_option_argument(parser: argparse.ArgumentParser) -> None:
 def _input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input", action="append", default=[], type=parse_input, metavar="NAME=FILE.npy",
-        help="the value of input NAME, a .npy file (no pickles); repeat for each input",
+        help="the value of input NAME, a .npy file (no pickles, no .npz archives); repeat for each input",
     )  # fmt: skip
     parser.add_argument(
         "--random-inputs", action="store_true",
         help="fill the inputs not given with random data of the signature's shape (symbolic dims 1); "
         "bench does this by default when no --input is given",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument(
+        "--seed", type=_non_negative, default=0, help="seed of the random inputs, a whole number >= 0 (default 0)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument(
         "--batch", type=_positive,
         help="batch size: random inputs get it as their symbolic dim 0, file inputs must have it; "
-        "throughput counts samples",
+        "throughput counts samples (above 1 only where every input has a symbolic dim 0)",
     )  # fmt: skip
     timing.add_argument("--json", action="store_true", help="print one JSON object (latencies in ms) instead")
     timing.set_defaults(handler=_bench)

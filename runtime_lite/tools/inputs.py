@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
+from runtime_lite import format as fmt
 from runtime_lite.errors import RuntimeLiteError
+from runtime_lite.files import open_regular
 from runtime_lite.format.signature import DimSpec, TensorSpec
 
 #: ``--random-inputs`` refuses to invent more than this many bytes for one input.
@@ -22,6 +26,54 @@ def parse_input(text: str) -> tuple[str, Path]:
     if not sep or not name or not path:
         raise argparse.ArgumentTypeError(f"--input must look like NAME=FILE.npy, got {text!r}")
     return name, Path(path)
+
+
+#: What a .npy file starts with, and what a zip archive (an .npz) does.
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK"
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` file, trusting nothing in it; ValueError or OSError saying what is wrong.
+
+    Only a regular file is opened, without blocking (a FIFO would wait for a writer
+    forever), and its header's shape is checked against the bytes really there before
+    numpy allocates a thing: a header may claim a terabyte. Never unpickles.
+    """
+    with os.fdopen(open_regular(path), "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        _check_npy_header(file, size)
+        file.seek(0)
+        return np.lib.format.read_array(file, allow_pickle=False)
+
+
+def _check_npy_header(file: BinaryIO, size: int) -> None:
+    """ValueError unless ``file`` is a .npy file whose header declares no more data than the file holds."""
+    start = file.read(len(_NPY_MAGIC))
+    if not start:
+        raise ValueError("the file is empty, not a .npy file")
+    if start.startswith(_ZIP_MAGIC):
+        raise ValueError("it is a zip archive (an .npz?); --input takes a .npy file, one per input")
+    if start != _NPY_MAGIC:
+        raise ValueError("not a .npy file (it does not start with the .npy magic); --input takes .npy files")
+    file.seek(0)
+    major, _minor = np.lib.format.read_magic(file)
+    # Version 3.0 only changes the header's text encoding (utf-8 field names), not its layout.
+    read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape, _fortran, dtype = read_header(file)
+    if dtype.hasobject:
+        raise ValueError(f"it holds Python objects ({dtype}), which are never unpickled; save a numeric array")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"its header declares a negative dim in shape {list(shape)}")
+    elements = int(np.prod(shape, dtype=object))
+    if elements > fmt.MAX_ELEMENTS:
+        raise ValueError(f"its header declares shape {list(shape)}, more than {fmt.MAX_ELEMENTS} elements")
+    needed, present = elements * dtype.itemsize, size - file.tell()
+    if needed > present:
+        raise ValueError(
+            f"its header declares {dtype}{list(shape)} ({needed:,} bytes) and the file holds {present:,} "
+            "after the header (truncated?)"
+        )
 
 
 def _safe_filename(name: str) -> str:
@@ -53,6 +105,11 @@ def _symbolic_size(dim: str, dims: Mapping[str, DimSpec]) -> int:
 def _batched_shape(spec: TensorSpec, batch: int | None, dims: Mapping[str, DimSpec] | None = None) -> tuple[int, ...]:
     """The shape random data gets: symbolic dims 1 (or their minimum), except a symbolic dim 0 which is ``batch``."""
     shape = [_symbolic_size(d, dims) if isinstance(d, str) else d for d in spec.shape]
+    if batch is not None and batch > 1 and not shape:
+        raise RuntimeLiteError(
+            f"input {spec}: --batch {batch} needs a batch dim to fill, and this input is a scalar (no dims); "
+            "bench it without --batch"
+        )
     if batch is not None and shape:
         if isinstance(spec.shape[0], str):
             shape[0] = batch
@@ -80,6 +137,23 @@ def random_input(
     return rng.integers(0, 10, shape).astype(spec.dtype)
 
 
+def _read_input(name: str, path: Path) -> np.ndarray:
+    """``read_npy``, its failures one line naming the input and the file."""
+    try:
+        return read_npy(path)
+    except OSError as e:
+        raise RuntimeLiteError(f"cannot read input {name!r} from '{path}': {e.strerror or e}") from None
+    except ValueError as e:  # numpy's own messages may run to several lines: the first says what
+        raise RuntimeLiteError(
+            f"cannot read input {name!r} from '{path}': {(str(e).splitlines() or [type(e).__name__])[0]}"
+        ) from None
+
+
+def _batch_of(array: np.ndarray) -> int:
+    """How many samples a file input holds: its dim 0, or one for a scalar (which has no batch axis)."""
+    return array.shape[0] if array.ndim else 1
+
+
 def load_inputs(
     specs: tuple[TensorSpec, ...],
     pairs: list[tuple[str, Path]],
@@ -98,11 +172,8 @@ def load_inputs(
         )
     inputs = {}
     for name, path in pairs:
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise RuntimeLiteError(f"cannot read input {name!r} from '{path}': {e}") from None
-        if batch is not None and (inputs[name].ndim == 0 or inputs[name].shape[0] != batch):
+        inputs[name] = _read_input(name, path)
+        if batch is not None and _batch_of(inputs[name]) != batch:
             raise RuntimeLiteError(
                 f"input {name!r} from '{path}' has shape {list(inputs[name].shape)}, not batch {batch} (--batch)"
             )

@@ -26,6 +26,7 @@ from aot.ir.dims import DimNamer, DimRange, GivenDim, as_given, is_anonymous, is
 from aot.ir.graph import Graph, Value
 from aot.ir.types import TensorType
 from aot.words import counted
+from runtime_lite.files import open_regular
 
 log = logging.getLogger("aot.frontend.onnx")
 
@@ -45,7 +46,10 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         path = os.fspath(source)
         if not os.path.exists(path):
             raise ModelError(f"model file '{path}' does not exist")
-        model = onnx.load(path, load_external_data=False)
+        extension = os.path.splitext(path)[1]  # onnx's own choice of text or binary format, as onnx.load makes it
+        model = onnx.load_from_string(
+            _read_model_file(path), format=onnx.serialization.registry.get_format_from_file_extension(extension)
+        )
     except AotError:
         raise
     except OSError as e:
@@ -55,6 +59,20 @@ def load_model(source: ModelSource) -> onnx.ModelProto:
         raise ModelError(f"cannot parse ONNX model: {type(e).__name__}: {first_line}") from None
     _load_external_data(model, path)
     return model
+
+
+def _read_model_file(path: str) -> bytes:
+    """The bytes of a non-empty regular file: a FIFO must not block the load, and an empty
+    file would otherwise parse as a model without an opset, blamed for that rather than for being empty."""
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise ModelError(f"cannot read model file '{path}': {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as file:
+        data = file.read()
+    if not data:
+        raise ModelError(f"model file '{path}' is empty")
+    return data
 
 
 def _load_external_data(model: onnx.ModelProto, path: str) -> None:
