@@ -128,10 +128,16 @@ def test_an_openvino_int8_build_writes_onnxruntimes_recipe_and_its_int8_facts(bu
 
 @needs_openvino
 def test_digits_at_int8_on_openvino_keep_their_accuracy_and_compute_the_quantized_function(builds, digits):  # noqa: F811
-    emulated = _outputs(
-        runtime_lite.load(builds["onnxruntime"].to_bytes(), backend_options={"onnxruntime": {"int8": "emulated"}}),
-        digits,
-    )
+    """Integer kernels compute the quantized function (onnxruntime's emulation of it); float kernels, as onnxruntime's
+    do, the recipe with its activations unquantized (int8-rounded weights): onnxruntime's float kernels' function."""
+    on_onnxruntime = {
+        kernels: _outputs(
+            runtime_lite.load(builds["onnxruntime"].to_bytes(), backend_options={"onnxruntime": {"int8": kernels}}),
+            digits,
+        )
+        for kernels in ("emulated", "float")
+    }
+    emulated = on_onnxruntime["emulated"]
     here, step = kernels_here("auto"), _output_step(builds["onnxruntime"])
     for kernels in ("auto", "integer", "float"):
         module = runtime_lite.load(builds["openvino"].to_bytes(), backend_options={"openvino": {"int8": kernels}})
@@ -139,10 +145,11 @@ def test_digits_at_int8_on_openvino_keep_their_accuracy_and_compute_the_quantize
         ran = here.kernels if kernels == "auto" else kernels
         assert placement["runs_on"] == "openvino" and f"; {WORDS[ran]}: " in placement["detail"], placement
         outputs = _outputs(module, digits)
-        # the quantized function within one step of its output (OpenVINO rounds a tie its own way: a FakeQuantize
-        # of float ops on float kernels, oneDNN's requantization on int8 ones), where the CPU has the kernels
-        if ran == "float" or here.kernels == "integer":
-            assert np.abs(outputs - emulated).max() <= step * 1.001
+        if ran == "float":  # onnxruntime's float kernels' function, up to the order of float sums
+            reference = on_onnxruntime["float"]
+            assert np.linalg.norm(outputs - reference) <= 1e-5 * np.linalg.norm(reference)
+        elif here.kernels == "integer":  # the quantized function within one step of its output (oneDNN's
+            assert np.abs(outputs - emulated).max() <= step * 1.001  # requantization rounds a tie its own way)
         if ran == here.kernels or ran == "float":  # what a deployment gets: within one point of the float model
             accuracy = _accuracy(lambda x, m=module: m.run({"images": x})[0], digits)
             print(f"digits: float {digits['float']:.4f}, openvino int8 on {ran} kernels {accuracy:.4f}")
@@ -291,7 +298,8 @@ def test_openvino_limited_below_vnni_runs_int8_on_float_kernels_or_the_host_neve
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     placement = json.loads(done.stdout.strip().splitlines()[-1])
-    assert f"{isa} keeps oneDNN" in placement["detail"] or "chosen against" in placement["detail"], placement
+    if any(flag in cpu_flags_and_model()[1] for flag in ("avx512_vnni", "avx_vnni", "amx_int8")):  # else: no VNNI
+        assert f"{isa} keeps oneDNN" in placement["detail"] or "chosen against" in placement["detail"], placement
     assert WORDS["integer"] not in placement["detail"], placement
     if placement["runs_on"] == "openvino":
         assert WORDS["float"] in placement["detail"], placement
@@ -345,9 +353,10 @@ def test_auto_keeps_a_recipe_with_grouped_convolutions_off_amx_int8_kernels():
 
 
 @needs_openvino
-def test_a_grouped_conv1d_at_int8_on_openvino_computes_the_quantized_function():
-    """Real hardware: on this CPU, whatever kernels auto takes, the bundle's output is the host plan's quantized
-    function (on AMX, OpenVINO 2026.4's int8 kernels put this convolution about 3 relative L2 away)."""
+def test_a_grouped_conv1d_at_int8_on_openvino_stays_near_the_quantized_function():
+    """Real hardware: on this CPU, whatever kernels auto takes, the bundle's output is the quantized function (the
+    host plan's) or, on float kernels, near it (activations unquantized); on AMX, OpenVINO 2026.4's int8 kernels
+    put this convolution about 3 relative L2 away."""
     model = _grouped_conv1d()
     rng = np.random.default_rng(8)
     samples = [{"x": rng.standard_normal((1, 32, 80)).astype(np.float32)} for _ in range(8)]
@@ -363,4 +372,4 @@ def test_a_grouped_conv1d_at_int8_on_openvino_computes_the_quantized_function():
     forced = runtime_lite.load(built, backend_options={"openvino": {"int8": "integer"}}).run(x)[0]
     print(f"grouped conv1d: auto {np.linalg.norm(ours - host) / np.linalg.norm(host):.2e} from the host plan, "
           f"int8 kernels forced {np.linalg.norm(forced - host) / np.linalg.norm(host):.2e}")  # fmt: skip
-    assert np.linalg.norm(ours - host) < 0.01 * np.linalg.norm(host)
+    assert np.linalg.norm(ours - host) < 0.03 * np.linalg.norm(host)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends.onnxruntime.footprint import Footprint, check_run
+from runtime_lite.backends.openvino.float_activations import unquantize_activations
 from runtime_lite.backends.openvino.memory_recipe import in_memory
 from runtime_lite.execution.limits import current_budget
 
@@ -87,6 +88,9 @@ class EngineSettings:
     #: recipe whose only int8 are weights: its accuracy does not hang on them); False refuses, OpenVinoUnavailable
     #: (a static recipe: its int8 kernels were chosen against, and on a CPU without VNNI they saturate).
     low_precision_fallback: bool = True
+    #: A static int8 recipe on float kernels: each activation's Q/DQ pair dropped, weights keep their int8 rounding,
+    #: as onnxruntime's float kernels run it (float_activations.py says why).
+    float_activations: bool = False
 
     def config(self) -> dict[str, str]:
         config = {"PERFORMANCE_HINT": HINTS[self.hint], "INFERENCE_PRECISION_HINT": PRECISIONS[self.precision]}
@@ -131,6 +135,8 @@ class Engine:
         self.low_precision = settings.low_precision
         try:
             model = core.read_model(in_memory(recipe, self._weights))
+            if settings.float_activations:
+                unquantize_activations(model)
             try:
                 self._compiled = core.compile_model(model, "CPU", settings.config())
             except Exception as e:

@@ -1,4 +1,4 @@
-"""Which kernels run an int8 recipe on OpenVINO here: its int8 ones, or float ones over the same Q/DQ.
+"""Which kernels run an int8 recipe on OpenVINO here: its int8 ones, or float ones over its int8 weights.
 
 An int8 recipe (``--target openvino|auto --precision int8``) is onnxruntime's QDQ model
 (aot/compiler/backends/cpu_recipe.py). OpenVINO reads each Q/DQ pair as a FakeQuantize, and
@@ -9,7 +9,8 @@ onnxruntime's limit on an x86 CPU without an 8-bit dot product (VNNI): u8 x s8 p
 in pairs into saturating 16-bit lanes (the reason NNCF has an "overflow fix").
 
 So ``auto`` runs them where the CPU has an 8-bit dot product and elsewhere turns the
-transformations off: the recipe's Q/DQ as float ops, at float speed.
+transformations off and runs the recipe as onnxruntime's float kernels do: its int8 weights
+dequantized once, its activations unquantized (float_activations.py), at float speed.
 ``openvino.int8=integer|float`` overrides the choice. oneDNN's ISA limit
 (``ONEDNN_MAX_CPU_ISA``, which OpenVINO's CPU plugin obeys) counts as the CPU: on an Intel Xeon
 with AMX, ResNet-50's recipe on the int8 kernels oneDNN keeps below VNNI (``AVX2``,
@@ -50,7 +51,7 @@ INT8_CHOICES = ("auto", "integer", "float")
 #: How ``describe`` names each.
 WORDS = {
     "integer": "int8 on openvino's int8 kernels",
-    "float": "int8 recipe on openvino's float kernels (its low-precision transformations off)",
+    "float": "int8 weights on openvino's float kernels (activations unquantized, its low-precision transformations off)",
 }
 
 
