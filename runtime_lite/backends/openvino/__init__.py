@@ -113,7 +113,7 @@ def region_engine(
         settings,
         low_precision=kernels is None or kernels.kernels == "integer",
         low_precision_fallback=field == int8.WEIGHTS_ONLY_FORM,  # a static recipe's int8 kernels only where chosen
-        float_activations=kernels is not None and kernels.kernels == "float" and field != int8.WEIGHTS_ONLY_FORM,
+        float_kernels=kernels is not None and kernels.kernels == "float",
     )
     engine = recipe_engine(payloads[field], facts, weights, inputs, outputs, settings)
     if kernels is None:

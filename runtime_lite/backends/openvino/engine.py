@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends.onnxruntime.footprint import Footprint, check_run
-from runtime_lite.backends.openvino.float_activations import unquantize_activations
+from runtime_lite.backends.openvino.float_kernels import dequantize_weights, unquantize_activations
 from runtime_lite.backends.openvino.memory_recipe import in_memory
 from runtime_lite.execution.limits import current_budget
 
@@ -88,9 +88,9 @@ class EngineSettings:
     #: recipe whose only int8 are weights: its accuracy does not hang on them); False refuses, OpenVinoUnavailable
     #: (a static recipe: its int8 kernels were chosen against, and on a CPU without VNNI they saturate).
     low_precision_fallback: bool = True
-    #: A static int8 recipe on float kernels: each activation's Q/DQ pair dropped, weights keep their int8 rounding,
-    #: as onnxruntime's float kernels run it (float_activations.py says why).
-    float_activations: bool = False
+    #: An int8 recipe on float kernels: each activation's Q/DQ pair dropped and the int8 weights dequantized once
+    #: (their rounding kept), as onnxruntime's float kernels run it (float_kernels.py says why).
+    float_kernels: bool = False
 
     def config(self) -> dict[str, str]:
         config = {"PERFORMANCE_HINT": HINTS[self.hint], "INFERENCE_PRECISION_HINT": PRECISIONS[self.precision]}
@@ -135,8 +135,9 @@ class Engine:
         self.low_precision = settings.low_precision
         try:
             model = core.read_model(in_memory(recipe, self._weights))
-            if settings.float_activations:
+            if settings.float_kernels:  # an int8 recipe as onnxruntime's float kernels run it (float_kernels.py)
                 unquantize_activations(model)
+                dequantize_weights(model)
             try:
                 self._compiled = core.compile_model(model, "CPU", settings.config())
             except Exception as e:

@@ -10,7 +10,7 @@ in pairs into saturating 16-bit lanes (the reason NNCF has an "overflow fix").
 
 So ``auto`` runs them where the CPU has an 8-bit dot product and elsewhere turns the
 transformations off and runs the recipe as onnxruntime's float kernels do: its int8 weights
-dequantized once, its activations unquantized (float_activations.py), at float speed.
+dequantized once, its activations unquantized (float_kernels.py), at float speed.
 ``openvino.int8=integer|float`` overrides the choice. oneDNN's ISA limit
 (``ONEDNN_MAX_CPU_ISA``, which OpenVINO's CPU plugin obeys) counts as the CPU: on an Intel Xeon
 with AMX, ResNet-50's recipe on the int8 kernels oneDNN keeps below VNNI (``AVX2``,
@@ -164,10 +164,13 @@ def describe(kernels: Int8Kernels, obeyed: bool = True, field: str = "recipe") -
     """What ``describe()`` says of them; ``field``: the form it runs; ``obeyed``: False where OpenVINO kept its
     low-precision transformations on that form after all (it would not compile it with them off: engine.py)."""
     if field == WEIGHTS_ONLY_FORM:
-        on = "on" if kernels.kernels == "integer" or not obeyed else "off"
+        slower = "the recipe's run-time-quantized matmuls are slower than float there"
+        if kernels.kernels == "float":  # float_kernels.py: unpacked at every run they ran 1.22x the float bundle
+            return f"int8 weights dequantized once at load, on openvino's float kernels ({slower}): {kernels.reason}"
+        on = "on" if obeyed else "off"
         return (
-            "int8 weights on openvino's own kernels for them (the recipe's run-time-quantized matmuls are slower "
-            f"than float there; its low-precision transformations and dynamic quantization {on}): {kernels.reason}"
+            f"int8 weights on openvino's own kernels for them ({slower}; its low-precision transformations and "
+            f"dynamic quantization {on}): {kernels.reason}"
         )
     return f"{WORDS[kernels.kernels]}: {kernels.reason}"
 
