@@ -137,7 +137,7 @@ class Engine:
             model = core.read_model(in_memory(recipe, self._weights))
             if settings.float_kernels:  # an int8 recipe as onnxruntime's float kernels run it (float_kernels.py)
                 unquantize_activations(model)
-                dequantize_weights(model)
+                dequantize_weights(model, ov)
             try:
                 self._compiled = core.compile_model(model, "CPU", settings.config())
             except Exception as e:

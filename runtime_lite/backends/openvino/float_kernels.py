@@ -96,14 +96,12 @@ def _value(node: Any, depth: int = 0) -> np.ndarray | None:
         return None
 
 
-def dequantize_weights(model: Any) -> int:
+def dequantize_weights(model: Any, ov: Any) -> int:
     """Replace every float weight computed from an integer constant (a dequantize: Convert, Subtract, Multiply) by
-    its value, once; how many."""
-    import openvino
-
+    its value, once; how many. ``ov``: the openvino module (engine.py alone imports it)."""
     folded = 0
     for op in model.get_ordered_ops():
-        if op.get_type_name() != "Multiply" or op.get_output_element_type(0) != openvino.Type.f32:
+        if op.get_type_name() != "Multiply" or op.get_output_element_type(0) != ov.Type.f32:
             continue
         source = op.input_value(0).get_node()
         while source.get_type_name() in ("Subtract", "Convert"):
@@ -112,7 +110,7 @@ def dequantize_weights(model: Any) -> int:
             continue
         value = _value(op)
         if value is not None:
-            op.output(0).replace(openvino.op.Constant(np.ascontiguousarray(value, np.float32)).output(0))
+            op.output(0).replace(ov.op.Constant(np.ascontiguousarray(value, np.float32)).output(0))
             folded += 1
     if folded:
         model.validate_nodes_and_infer_types()
