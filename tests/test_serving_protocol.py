@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -134,6 +135,24 @@ def test_gzip_request_body_is_read(service, module):
     x = rand(2, 4, seed=8)
     response = call(service, "POST", "/v2/models/mlp/infer", gzip.compress(infer_json(x)), {"content-encoding": "gzip"})
     assert response.status == 200
+
+
+def test_a_gzip_body_of_several_members_is_their_concatenation(service, module):
+    """RFC 1952 allows a gzip file of several members (``cat a.gz b.gz``, pigz's blocks); a deflate stream has one."""
+    x = rand(2, 4, seed=9)
+    body = infer_json(x)
+    members = gzip.compress(body[:10]) + gzip.compress(body[10:-5]) + gzip.compress(body[-5:])
+    response = call(service, "POST", "/v2/models/mlp/infer", members, {"content-encoding": "gzip"})
+    assert response.status == 200, response.body
+    whole = call(service, "POST", "/v2/models/mlp/infer", gzip.compress(body), {"content-encoding": "gzip"})
+    assert json.loads(response.body)["outputs"] == json.loads(whole.body)["outputs"]
+    garbage = call(
+        service, "POST", "/v2/models/mlp/infer", gzip.compress(body) + b"\0\0junk", {"content-encoding": "gzip"}
+    )
+    assert garbage.status == 400
+    deflated = zlib.compress(body)
+    extra = call(service, "POST", "/v2/models/mlp/infer", deflated + deflated, {"content-encoding": "deflate"})
+    assert extra.status == 400 and b"after the end of its deflate stream" in extra.body
 
 
 def test_metadata_says_symbolic_dims_version_and_batching(service, module):

@@ -136,6 +136,8 @@ class RequestBody:
         self.produced = 0  # decoded bytes handed out
         self._inflater = zlib.decompressobj(_ENCODINGS[self.encoding]) if self.encoding in _ENCODINGS else None
         self._tail = b""
+        #: Inflating a gzip member after the first, nothing of it decoded yet.
+        self._member_start = False
         if self._inflater is None and len(body) > max_bytes:
             raise ProtocolError(413, f"request body is over {max_bytes} bytes")
 
@@ -163,11 +165,21 @@ class RequestBody:
             try:
                 out = self._inflater.decompress(source, limit)
             except zlib.error as e:
+                if self._member_start:  # what follows a complete member is not another one
+                    raise ProtocolError(
+                        400, f"request body has bytes after the end of its {self.encoding} stream (not a gzip member)"
+                    ) from None
                 raise ProtocolError(400, f"request body is not valid {self.encoding} data ({e})") from None
+            self._member_start = self._member_start and not out
             self._tail = self._inflater.unconsumed_tail
             if self._inflater.eof and (self._inflater.unused_data or self.pos < len(self.raw)):
-                raise ProtocolError(400, f"request body has bytes after the end of its {self.encoding} stream")
-            if out or self._inflater.eof:
+                if self.encoding != "gzip":
+                    raise ProtocolError(400, f"request body has bytes after the end of its {self.encoding} stream")
+                # gzip may hold several members, decoded as their concatenation (RFC 1952, section 2.2)
+                self._tail = bytes(self._inflater.unused_data)
+                self._inflater = zlib.decompressobj(_ENCODINGS["gzip"])
+                self._member_start = True
+            if out or (self._inflater.eof and not self._tail and self.pos >= len(self.raw)):
                 return out
 
     def _count(self, n: int) -> None:
