@@ -895,3 +895,14 @@ def test_a_start_that_fails_before_ray_leaves_no_haproxy_wrapper(monkeypatch):
         assert not wrapper.parent.exists() and "RAY_SERVE_HAPROXY_BINARY_PATH" not in os.environ
     finally:
         server._unharden_haproxy()
+
+
+@pytest.mark.parametrize("given", ["a?b=m.aotb", "a b=m.aotb", ".hidden=m.aotb", "x/y=m.aotb", "%41=m.aotb"])
+def test_a_model_name_a_url_cannot_carry_is_refused_in_one_line(given):
+    from runtime_lite.errors import RuntimeLiteError
+    from runtime_lite.serving.server import model_sources
+
+    with pytest.raises(RuntimeLiteError, match=r"cannot be part of a URL path \(/v2/models/NAME/infer\)") as info:
+        model_sources([given], None)
+    assert "\n" not in str(info.value)
+    assert [s.name for s in model_sources(["resnet-50_v1.2=m.aotb", "m.aotb"], None)] == ["resnet-50_v1.2", "m"]

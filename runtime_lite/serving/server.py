@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -111,6 +112,11 @@ class ServeConfig:
         }
 
 
+#: A model name: one segment of every URL a client calls (``/v2/models/NAME/infer``), so nothing a URL would escape
+#: (``a?b`` routes to model ``a``, ``a b`` nowhere).
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def model_sources(bundles: Sequence[str], name: str | None) -> list[ModelSource]:
     """``BUNDLE`` or ``NAME=BUNDLE`` arguments; ``--name`` names the only bundle; default: the file's stem."""
     sources = []
@@ -125,8 +131,11 @@ def model_sources(bundles: Sequence[str], name: str | None) -> list[ModelSource]
         sources[0].name = name
     for source in sources:
         source.name = source.name or source.path.stem
-        if not source.name or "/" in source.name or source.name.startswith("."):
-            raise RuntimeLiteError(f"model name {source.name!r} cannot be part of a URL path")
+        if not MODEL_NAME.fullmatch(source.name):
+            raise RuntimeLiteError(
+                f"model name {source.name!r} cannot be part of a URL path (/v2/models/NAME/infer): use letters, "
+                "digits, '.', '_' and '-', starting with a letter or digit (NAME=BUNDLE names it)"
+            )
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise RuntimeLiteError(f"two bundles are served as the same model name: {sorted(names)}")
