@@ -158,3 +158,13 @@ def test_input_dims_past_what_a_bundle_holds_name_the_input_option(model_file, t
     assert result.exit_code == 1 and result.output.startswith(f"Error: --input 'x:{shape}': {words}"), result.output
     assert len(result.output.splitlines()) == 1, result.output
     assert not (tmp_path / "m.aotb").exists()
+
+
+def test_a_shape_given_twice_for_one_input_is_one_line(model_file, tmp_path):
+    from aot.cli import build as cli
+
+    args = [str(model_file), "-o", str(tmp_path / "m.aotb"), "--input", "x:1x3x32x32", "--input", "x:2x3x32x32"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == "Error: --input 'x:2x3x32x32': input 'x' was given a shape already", result.output
+    assert not (tmp_path / "m.aotb").exists()

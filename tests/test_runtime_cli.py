@@ -325,6 +325,15 @@ def test_bad_input_files_are_one_line_naming_the_file(bundles, tmp_path, capsys,
         assert len(err.strip().splitlines()) == 1, err
 
 
+def test_an_input_given_twice_is_one_line_not_the_last_one_silently(bundles, tmp_path, capsys):
+    first, second = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(first, np.zeros((1, 3, 32, 32), np.float32))
+    np.save(second, np.ones((1, 3, 32, 32), np.float32))
+    assert main(["run", str(bundles["fixed"]), "--input", f"x={first}", "--input", f"x={second}"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "error: input 'x' is given twice (--input x=...): give each input once", err
+
+
 def test_a_false_size_in_an_npy_header_is_refused_before_allocating_it(bundles, tmp_path, capsys):
     """A 64 MiB claim over 12 bytes of data: numpy alone would allocate the claim, then find the data short."""
     import tracemalloc

@@ -125,7 +125,9 @@ def input_shapes(specs: tuple[str, ...]) -> dict[str, tuple]:
     shapes: dict[str, tuple] = {}
     for spec in specs:
         one = parse_input_shapes([spec])
-        for shape in one.values():
+        for name, shape in one.items():
+            if name in shapes:  # the last would silently win: the user meant one of them
+                raise BuildError(f"--input {spec!r}: input {name!r} was given a shape already")
             _check_input_dims(spec, shape)
         shapes.update(one)
     return shapes

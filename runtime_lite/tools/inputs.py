@@ -172,6 +172,8 @@ def load_inputs(
         )
     inputs = {}
     for name, path in pairs:
+        if name in inputs:  # the last would silently win: the user meant one of them
+            raise RuntimeLiteError(f"input {name!r} is given twice (--input {name}=...): give each input once")
         inputs[name] = _read_input(name, path)
         if batch is not None and _batch_of(inputs[name]) != batch:
             raise RuntimeLiteError(
