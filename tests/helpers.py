@@ -146,6 +146,19 @@ def rand(*shape: int, seed: int = 0, dtype: str = "float32", low: float = -1.0, 
     return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
 
 
+def attention_head_nodes(source: str, out: str) -> list[onnx.NodeProto]:
+    """One self-attention head over ``source`` into ``out``, as exporters write it: Q, K, V by the weights ``wq``,
+    ``wk``, ``wv``; scores Q Kt over ``scale``; softmax; times V."""
+    return [
+        *(helper.make_node("MatMul", [source, w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], [out]),
+    ]
+
+
 def wide_model() -> onnx.ModelProto:
     """A conv and a 4 MiB dense layer: weights large enough (6.9 KiB, 4 MiB) to travel as the bundle's blobs
     rather than inside an onnxruntime recipe, and a weights blob that load hashes in the background."""

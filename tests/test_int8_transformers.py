@@ -17,7 +17,7 @@ import aot
 import runtime_lite
 from aot.compiler.backends.onnxruntime import codegen
 from aot.errors import BuildError
-from tests.helpers import make_model, rand
+from tests.helpers import attention_head_nodes, make_model, rand
 from tests.test_int8_onnxruntime import _fused_ops
 
 SEQ = 16
@@ -310,12 +310,7 @@ def _rms_norm_attention() -> onnx.ModelProto:
         helper.make_node("Sqrt", ["ms_eps"], ["rms"]),
         helper.make_node("Div", ["x", "rms"], ["normed"]),
         helper.make_node("Mul", ["normed", "gain"], ["h"]),
-        *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
-        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
-        helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1),
-        helper.make_node("MatMul", ["attn", "v"], ["mixed"]),
+        *attention_head_nodes("h", "mixed"),
         helper.make_node("MatMul", ["mixed", "wo"], ["y"]),
     ]
     return make_model(nodes, {"x": rand(1, 8, width, seed=11)}, ["y"], weights)

@@ -30,7 +30,7 @@ from runtime_lite.backends.openvino.memory_recipe import MEMORY_LOCATION, in_mem
 from runtime_lite.errors import ExecutionError, OptionError, PlacementError
 from tests import hostile
 from tests.conftest import small_cnn_model
-from tests.helpers import make_model, onnxruntime_outputs, rand, wide_model
+from tests.helpers import attention_head_nodes, make_model, onnxruntime_outputs, rand, wide_model
 from tests.hostile import Seed
 from tests.test_onnxruntime_backend import HOSTILE_RECIPES
 
@@ -63,14 +63,7 @@ def read_model_calls(monkeypatch):
 def attention_model() -> onnx.ModelProto:
     """One self-attention head with a residual and layer norm: MatMul, Transpose, Div, Softmax, Add."""
     nodes = [
-        helper.make_node("MatMul", ["x", "wq"], ["q"]),
-        helper.make_node("MatMul", ["x", "wk"], ["k"]),
-        helper.make_node("MatMul", ["x", "wv"], ["v"]),
-        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
-        helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "v"], ["attended"]),
+        *attention_head_nodes("x", "attended"),
         helper.make_node("Add", ["attended", "x"], ["residual"]),
         helper.make_node("LayerNormalization", ["residual", "gamma", "beta"], ["y"], axis=-1),
     ]

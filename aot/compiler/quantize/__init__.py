@@ -99,9 +99,8 @@ class NeedsCalibration(BuildError):
     ``int8_scheme`` needs none, as the target that has the option spells it."""
 
     def __init__(self, plan: QuantizationPlan):
-        static = collections.Counter(
-            q.node.op for q in plan.ops if any(id(v) in {id(t) for t in plan.tensors} for v in q.node.inputs[:1])
-        )
+        calibrated = {id(t) for t in plan.tensors}
+        static = collections.Counter(q.node.op for q in plan.ops if id(q.node.inputs[0]) in calibrated)
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(static.items()))
         super().__init__(
             f"int8 needs calibration data (--calibration DIR) or a calibration table: {len(plan.tensors)} "

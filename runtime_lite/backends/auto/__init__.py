@@ -4,9 +4,9 @@ No engine wins everywhere: onnxruntime leads on some models and CPUs, OpenVINO o
 (issue 41). An ``auto`` module (``aot-build --target auto``) carries the onnxruntime
 backend's recipe, which both engines read (aot/compiler/backends/cpu_recipe.py). On the
 first load on a host, each installed engine is built over it and timed on the region's
-own signature (symbolic dims at 1, or larger where a kernel needs it: ``SAMPLE_SIZES``) within a small bounded budget (``runs`` timed runs or
-``budget_s`` seconds per region, whichever ends first, in two alternating passes, each engine's
-block settled by untimed runs first); the
+own signature (symbolic dims at 1, or larger where a kernel needs it: ``SAMPLE_SIZES``) within
+a small bounded budget (``runs`` timed runs or ``budget_s`` seconds per region, whichever ends
+first, in two alternating passes, each engine's block settled by untimed runs first); the
 fastest is kept, the others closed. The verdict is cached (verdict.py) per region, CPU,
 threads and engine versions, so later loads build only the chosen engine and choose the
 same; ``engine=onnxruntime|openvino`` pins it. ``describe`` says what was measured and

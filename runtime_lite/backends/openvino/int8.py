@@ -93,20 +93,17 @@ def choose_kernels(
         return Int8Kernels(requested, f"openvino.int8={requested}")
     dot = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags]
     x86 = machine.lower() in X86_MACHINES
-    if dot and limit is not None and x86:
-        allowed = DOT_PRODUCTS_UNDER_LIMIT[limit[1]]
-        usable = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags and flag in allowed]
-        if not usable:
-            why = (f"{limit[0]}={limit[1]} keeps oneDNN, and so openvino, from this CPU's {' and '.join(dot)}: "
-                   "int8 kernels sum u8 x s8 products into saturating 16-bit lanes there")  # fmt: skip
-            return Int8Kernels("float", f"{why} (openvino.int8=integer forces them)")
-        dot = usable
-    if dot:
-        return Int8Kernels("integer", f"this CPU has {' and '.join(dot)}")
-    if not flags:
+    allowed = DOT_PRODUCTS_UNDER_LIMIT[limit[1]] if limit is not None and x86 else set(DOT_PRODUCT_FLAGS)
+    usable = [name for flag, name in DOT_PRODUCT_FLAGS.items() if flag in flags and flag in allowed]
+    if usable:
+        return Int8Kernels("integer", f"this CPU has {' and '.join(usable)}")
+    saturating = "int8 kernels sum u8 x s8 products into saturating 16-bit lanes there"
+    if dot:  # the ISA limit keeps them away
+        why = f"{limit[0]}={limit[1]} keeps oneDNN, and so openvino, from this CPU's {' and '.join(dot)}: {saturating}"
+    elif not flags:
         why = "this CPU's flags cannot be read, so no 8-bit dot product is assumed"
     elif x86:
-        why = "this x86 CPU has no VNNI: int8 kernels sum u8 x s8 products into saturating 16-bit lanes there"
+        why = f"this x86 CPU has no VNNI: {saturating}"
     else:
         why = f"this {machine} CPU has no 8-bit dot-product instruction"
     return Int8Kernels("float", f"{why} (openvino.int8=integer forces them)")
@@ -114,7 +111,7 @@ def choose_kernels(
 
 def kernels_here(requested: str) -> Int8Kernels:
     """``choose_kernels`` for this machine's CPU, and oneDNN's ISA limit in this process's environment."""
-    return choose_kernels(requested, cpu_flags_and_model()[1], platform.machine(), isa_limit())
+    return kernels_for(requested, (), {})
 
 
 def grouped_convolutions(nodes: Sequence[Node], shapes: Mapping[str, tuple]) -> list[str]:
