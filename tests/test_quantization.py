@@ -8,6 +8,7 @@ test accuracy on the NPU (integer kernels) and in the TensorRT recipe run by onn
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -334,6 +335,28 @@ def test_percentile_ranges_follow_the_data_as_its_range_grows():
         amax = observer.range("percentile", q).amax
         assert abs(amax - np.percentile(everything, q)) <= 2 * observer.top / BINS
     assert observer.range("percentile", 99.99).amax < 20
+
+
+def test_calibration_files_are_read_as_untrusted_npy(tmp_path):
+    """A FIFO named x.npy would block np.load forever, and a header claiming a terabyte would be allocated: the
+    runtime's own .npy reader refuses both, in one line, before reading or allocating."""
+    from aot.compiler.quantize.samples import load_samples
+    from aot.ir.graph import Graph
+    from aot.ir.types import TensorType
+
+    images = Graph().add_input("images", TensorType((1, 1, 8, 8), "float32"))
+    os.mkfifo(tmp_path / "000.npy")
+    with pytest.raises(BuildError, match=r"000.npy is not a readable .npy array: not a regular file") as info:
+        load_samples(tmp_path, [images])
+    assert "\n" not in str(info.value)
+    (tmp_path / "000.npy").unlink()
+    header = np.lib.format.header_data_from_array_1_0(np.zeros((1, 1, 8, 8), np.float32))
+    header["shape"] = (1 << 20, 1, 8, 8)  # 256 MiB claimed, 12 bytes there
+    with open(tmp_path / "000.npy", "wb") as file:
+        np.lib.format.write_array_header_1_0(file, header)
+        file.write(bytes(12))
+    with pytest.raises(BuildError, match=r"its header declares float32\[1048576, 1, 8, 8\]"):
+        load_samples(tmp_path, [images])
 
 
 def test_a_calibration_directory_holds_one_sample_per_file(digits, tmp_path):
