@@ -168,7 +168,7 @@ def test_health_server_metadata_and_versions(service, module):
     assert call(service, "GET", "/v2/health/live").status == 200
     assert call(service, "GET", "/v2/health/ready").status == 200
     assert call(service, "GET", "/v2/models/mlp/ready").status == 200
-    assert json.loads(call(service, "GET", "/v2").body)["extensions"] == ["binary_tensor_data"]
+    assert json.loads(call(service, "GET", "/v2").body)["extensions"] == ["binary_tensor_data", "classification"]
     version = module.digest[:12]
     assert call(service, "GET", f"/v2/models/mlp/versions/{version}/ready").status == 200
     stale = call(service, "GET", "/v2/models/mlp/versions/0000/ready")

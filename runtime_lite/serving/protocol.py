@@ -23,6 +23,8 @@ import numpy as np
 
 from runtime_lite.errors import describe, one_line
 from runtime_lite.format.signature import TensorSpec
+from runtime_lite.serving.classification import PARAMETER as CLASSIFICATION
+from runtime_lite.serving.classification import ClassificationError, json_strings, requested_count, serialized
 
 #: v2 datatype names and numpy's. BYTES (strings) and BF16 have no runtime_lite dtype.
 DATATYPES: dict[str, np.dtype] = {
@@ -90,6 +92,8 @@ class InferRequest:
     inputs: dict[str, np.ndarray]
     outputs: list[str] | None  # None: every output
     binary_outputs: set[str] = field(default_factory=set)
+    #: Outputs asked for as their top k (Triton's classification extension, classification.py): name -> k.
+    classifications: dict[str, int] = field(default_factory=dict)
 
 
 def json_cost(text: bytes | bytearray) -> int:
@@ -465,7 +469,7 @@ def _decode_outputs(request: dict[str, Any]) -> dict[str, Any]:
         return {"outputs": None, "binary_outputs": {"*"} if binary_default else set()}
     if not isinstance(raw_outputs, list):
         raise ProtocolError(400, "request 'outputs' must be a list")
-    names, binary = [], set()
+    names, binary, classifications = [], set(), {}
     for i, raw in enumerate(raw_outputs):
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise ProtocolError(400, f"outputs[{i}] must be an object with a 'name'")
@@ -476,7 +480,16 @@ def _decode_outputs(request: dict[str, Any]) -> dict[str, Any]:
         own = own_parameters.get("binary_data", binary_default)
         if own is True:
             binary.add(raw["name"])
-    return {"outputs": names, "binary_outputs": binary}
+        if CLASSIFICATION in own_parameters:
+            classifications[raw["name"]] = _classification_count(own_parameters[CLASSIFICATION], raw["name"])
+    return {"outputs": names, "binary_outputs": binary, "classifications": classifications}
+
+
+def _classification_count(value: Any, output: str) -> int:
+    try:
+        return requested_count(value, output)
+    except ClassificationError as e:
+        raise ProtocolError(400, str(e)) from None
 
 
 def select_outputs(request: InferRequest, specs: Sequence[TensorSpec]) -> list[int]:
@@ -504,13 +517,13 @@ def encode_infer_response(
     outputs, blobs = [], []
     for i in chosen:
         spec, array = specs[i], np.asarray(arrays[i], order="C")  # ascontiguousarray would make a 0-d output 1-d
-        record: dict[str, Any] = {"name": spec.name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
+        record: dict[str, Any] = {"name": spec.name, "datatype": wire_datatype(array), "shape": list(array.shape)}
         if "*" in request.binary_outputs or spec.name in request.binary_outputs:
-            data = array.tobytes()
+            data = wire_bytes(array)
             record["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
         else:
-            record["data"] = json_values(array)
+            record["data"] = json_strings(array) if array.dtype == object else json_values(array)
         outputs.append(record)
     response: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outputs}
     if request.id is not None:
@@ -522,6 +535,16 @@ def encode_infer_response(
         "content-type": "application/octet-stream",
         "inference-header-content-length": str(len(header)),
     }
+
+
+def wire_datatype(array: np.ndarray) -> str:
+    """An output's datatype on the wire: BYTES for the strings of a classification, else its dtype's name."""
+    return "BYTES" if array.dtype == object else datatype_of(array.dtype)
+
+
+def wire_bytes(array: np.ndarray) -> bytes:
+    """An output's binary data: the raw values, or a BYTES tensor's length-prefixed strings."""
+    return serialized(array) if array.dtype == object else array.tobytes()
 
 
 def json_values(array: np.ndarray) -> list[Any]:
@@ -560,6 +583,8 @@ __all__ = [
     "select_outputs",
     "json_cost",
     "json_values",
+    "wire_bytes",
+    "wire_datatype",
     "NON_FINITE",
     "tensor_metadata",
 ]

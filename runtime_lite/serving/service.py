@@ -22,6 +22,7 @@ from runtime_lite.errors import ExecutionError, InputError, RuntimeLiteError, on
 from runtime_lite.execution.limits import BudgetExceeded
 from runtime_lite.format.signature import TensorSpec, bind, ordered_values
 from runtime_lite.serving.batching import BatchAxis, batch_axis
+from runtime_lite.serving.classification import EXTENSION, ClassificationError, classify
 from runtime_lite.serving.protocol import (
     DEFAULT_MAX_JSON_COST,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -110,6 +111,20 @@ class ServedModel:
 
     def batching_note(self) -> str:
         return self.axis.note(max(self.asked_batch_size, self.max_batch_size))
+
+
+def classified(request: InferRequest, chosen: list[int], outputs: list[np.ndarray], model: ServedModel) -> list[Any]:
+    """The outputs with each one asked for by ``classification`` replaced by its top k (classification.py);
+    ProtocolError(400) where an output cannot be ranked. A batching model ranks each row of its first dim."""
+    specs, replaced = model.module.outputs, list(outputs)
+    for i in chosen:
+        count = request.classifications.get(specs[i].name)
+        if count is not None:
+            try:
+                replaced[i] = classify(np.asarray(outputs[i]), count, model.batching, specs[i].name)
+            except ClassificationError as e:
+                raise ProtocolError(400, str(e)) from None
+    return replaced
 
 
 def direct_infer(module: Runnable, gate: asyncio.Lock) -> Infer:
@@ -236,7 +251,7 @@ class InferenceService:
         self.ready = bool(self.models)
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data"]}
+        return {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data", EXTENSION]}
 
     def model(self, name: str, version: str | None = None) -> ServedModel:
         """The model served as ``name``, at ``version`` if one is asked; ProtocolError 404 naming what is served."""
@@ -277,6 +292,8 @@ class InferenceService:
                 raise ProtocolError(
                     500, f"model '{model.name}' failed: {type(e).__name__}: {one_line(str(e), 500)}"
                 ) from None
+            if request.classifications:
+                outputs = classified(request, chosen, outputs, model)
             answer = encode(request, chosen, outputs)
             status = 200
             return answer

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.format.signature import TensorSpec
+from runtime_lite.serving.classification import PARAMETER as CLASSIFICATION
+from runtime_lite.serving.classification import ClassificationError, requested_count
 from runtime_lite.serving.protocol import (
     InferRequest,
     ProtocolError,
@@ -28,6 +30,8 @@ from runtime_lite.serving.protocol import (
     datatype_of,
     exact_values,
     require_inputs,
+    wire_bytes,
+    wire_datatype,
 )
 
 #: The ``InferTensorContents`` field of each datatype's values, and the dtype protobuf keeps them in.
@@ -79,12 +83,25 @@ def decode_infer_request(message: Any, specs: Sequence[TensorSpec], max_bytes: i
             array = _typed_values(name, tensor.contents, shape, dtype)
         add_input(inputs, name, array)
     require_inputs(inputs, specs)
-    outputs = []
+    outputs, classifications = [], {}
     for requested in message.outputs:
         if _SHARED_MEMORY in requested.parameters:
             raise ProtocolError(400, f"output '{requested.name}': shared-memory outputs are not served")
+        if CLASSIFICATION in requested.parameters:
+            classifications[requested.name] = _classification_count(
+                requested.parameters[CLASSIFICATION], requested.name
+            )
         outputs.append(requested.name)
-    return InferRequest(id=message.id or None, inputs=inputs, outputs=outputs or None)
+    return InferRequest(id=message.id or None, inputs=inputs, outputs=outputs or None, classifications=classifications)
+
+
+def _classification_count(parameter: Any, output: str) -> int:
+    """The k of an ``InferParameter`` (tritonclient sets ``int64_param``); ProtocolError(400) for anything else."""
+    choice = parameter.WhichOneof("parameter_choice")
+    try:
+        return requested_count(None if choice is None else getattr(parameter, choice), output)
+    except ClassificationError as e:
+        raise ProtocolError(400, str(e)) from None
 
 
 def _typed_values(name: str, contents: Any, shape: list[int], dtype: np.dtype) -> np.ndarray:
@@ -121,7 +138,7 @@ def encode_infer_response(
         array = np.asarray(arrays[i], order="C")  # ascontiguousarray would make a 0-d output 1-d
         tensor = response.outputs.add()
         tensor.name = specs[i].name
-        tensor.datatype = datatype_of(array.dtype)
+        tensor.datatype = wire_datatype(array)
         tensor.shape.extend(array.shape)
-        response.raw_output_contents.append(array.tobytes())
+        response.raw_output_contents.append(wire_bytes(array))
     return response
