@@ -164,11 +164,30 @@ def test_metadata_says_symbolic_dims_version_and_batching(service, module):
     assert meta["parameters"]["dynamic_batching"] is False
 
 
+@pytest.mark.parametrize("max_batch_size", [1, 8])
+def test_model_config_is_tritons_with_the_batch_dim_left_out_where_the_model_batches(module, max_batch_size):
+    """What tritonclient's get_model_config and perf_analyzer read to size their requests."""
+    service = InferenceService({"mlp": served_model("mlp", module, max_batch_size=max_batch_size)})
+    response = call(service, "GET", "/v2/models/mlp/config")
+    assert response.status == 200
+    config = json.loads(response.body)
+    batched = max_batch_size > 1
+    assert config["max_batch_size"] == (8 if batched else 0)
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [4] if batched else [-1, 4]}]
+    assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [8] if batched else [-1, 8]}]
+    assert ("dynamic_batching" in config) is batched
+    assert call(service, "POST", "/v2/models/mlp/config").status == 405
+
+
 def test_health_server_metadata_and_versions(service, module):
     assert call(service, "GET", "/v2/health/live").status == 200
     assert call(service, "GET", "/v2/health/ready").status == 200
     assert call(service, "GET", "/v2/models/mlp/ready").status == 200
-    assert json.loads(call(service, "GET", "/v2").body)["extensions"] == ["binary_tensor_data", "classification"]
+    assert json.loads(call(service, "GET", "/v2").body)["extensions"] == [
+        "binary_tensor_data",
+        "classification",
+        "model_configuration",
+    ]
     version = module.digest[:12]
     assert call(service, "GET", f"/v2/models/mlp/versions/{version}/ready").status == 200
     stale = call(service, "GET", "/v2/models/mlp/versions/0000/ready")

@@ -75,6 +75,12 @@ def datatype_of(dtype: np.dtype) -> str:
     return _NAMES[np.dtype(dtype)]
 
 
+def config_tensor(spec: TensorSpec, batched: bool) -> dict[str, Any]:
+    """A tensor of Triton's model configuration: ``TYPE_`` datatype, dims without the batch dim where batched."""
+    dims = [d if isinstance(d, int) else -1 for d in spec.shape]
+    return {"name": spec.name, "data_type": "TYPE_" + datatype_of(spec.dtype), "dims": dims[1:] if batched else dims}
+
+
 def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
     """A v2 ``$metadata_tensor``: symbolic dims are -1, as Triton writes them."""
     return {
@@ -569,6 +575,7 @@ __all__ = [
     "HEADER_LENGTH",
     "InferRequest",
     "ProtocolError",
+    "config_tensor",
     "datatype_of",
     "DEFAULT_MAX_JSON_COST",
     "RequestBody",

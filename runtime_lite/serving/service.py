@@ -29,6 +29,7 @@ from runtime_lite.serving.protocol import (
     HEADER_LENGTH,
     InferRequest,
     ProtocolError,
+    config_tensor,
     decode_infer_request,
     encode_infer_response,
     error_body,
@@ -108,6 +109,23 @@ class ServedModel:
                 "batching": self.batching_note(),
             },
         }
+
+    def config(self) -> dict[str, Any]:
+        """The model as Triton's ``GET .../config`` describes one (model_config.proto in JSON): tools that size
+        their requests from it (perf_analyzer, tritonclient's ``get_model_config``) see the batch dim as Triton
+        shows it, left out of ``dims`` where the model batches."""
+        batched = self.batching
+        config: dict[str, Any] = {
+            "name": self.name,
+            "platform": "runtime_lite",
+            "backend": "runtime_lite",
+            "max_batch_size": self.max_batch_size if batched else 0,
+            "input": [config_tensor(spec, batched) for spec in self.module.inputs],
+            "output": [config_tensor(spec, batched) for spec in self.module.outputs],
+        }
+        if batched:
+            config["dynamic_batching"] = {}
+        return config
 
     def batching_note(self) -> str:
         return self.axis.note(max(self.asked_batch_size, self.max_batch_size))
@@ -251,7 +269,11 @@ class InferenceService:
         self.ready = bool(self.models)
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": "runtime_lite", "version": __version__, "extensions": ["binary_tensor_data", EXTENSION]}
+        return {
+            "name": "runtime_lite",
+            "version": __version__,
+            "extensions": ["binary_tensor_data", EXTENSION, "model_configuration"],
+        }
 
     def model(self, name: str, version: str | None = None) -> ServedModel:
         """The model served as ``name``, at ``version`` if one is asked; ProtocolError 404 naming what is served."""
@@ -338,6 +360,8 @@ class InferenceService:
             return self._only("GET", method) or _json(200, model.metadata())
         if rest == ["ready"]:
             return self._only("GET", method) or Response(200, b"")
+        if rest == ["config"]:
+            return self._only("GET", method) or _json(200, model.config())
         if rest == ["infer"]:
             return self._only("POST", method) or await self.infer(
                 model,
