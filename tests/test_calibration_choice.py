@@ -482,7 +482,9 @@ def test_bad_calibration_input_is_one_line_each(digits, tmp_path):  # noqa: F811
         "calibration method 'kl' is not one of auto, minmax, percentile, entropy, mse": dict(
             calibration=digits["calibration"], method="kl"
         ),
-        r"accuracy budget must lie in \[0, 1\)": dict(calibration=digits["calibration"], accuracy_budget=5.0),
+        r"accuracy_budget 5.0: a budget lies in \[0%, 100%\)": dict(
+            calibration=digits["calibration"], accuracy_budget=5.0
+        ),
     }
     for message, kw in cases.items():
         with pytest.raises(BuildError, match=message) as e:
@@ -532,6 +534,25 @@ def test_the_accuracy_budget_flag_reads_percent_or_fraction():
     for bad in ("1", "one", "150%", "-1%"):
         with pytest.raises(BuildError, match="--accuracy-budget"):
             parse_budget(bad)
+
+
+def test_the_api_takes_the_budget_as_the_cli_does_and_refuses_other_types_in_one_line():
+    """The docs show ``1%`` or ``0.01`` beside QuantizeConfig: a string there was a bare TypeError from ``<=``."""
+    assert QuantizeConfig(accuracy_budget="1%").accuracy_budget == pytest.approx(0.01)
+    assert QuantizeConfig(accuracy_budget="0.005").accuracy_budget == pytest.approx(0.005)
+    assert QuantizeConfig(accuracy_budget=0).accuracy_budget == 0.0
+    refusals = {
+        r"accuracy_budget must be a fraction \(0.01\) or a percentage \('1%'\), got list": dict(accuracy_budget=[1]),
+        "accuracy_budget 'lots': write a percentage": dict(accuracy_budget="lots"),
+        r"accuracy_budget nan: a budget lies in \[0%, 100%\)": dict(accuracy_budget=float("nan")),
+        "calibration percentile must be a number, got str '99'": dict(percentile="99"),
+        "calibration holdout must be a number, got bool True": dict(holdout=True),
+        "max_samples must be positive, got 2.5": dict(max_samples=2.5),
+    }
+    for message, kw in refusals.items():
+        with pytest.raises(BuildError, match=message) as e:
+            QuantizeConfig(**kw)
+        assert "\n" not in str(e.value)
 
 
 def test_aot_build_says_which_method_won_and_the_verdict(digits, tmp_path):  # noqa: F811

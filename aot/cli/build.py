@@ -14,6 +14,7 @@ import click
 from aot.compiler.backends import CompilerBackend, available_compiler_backends, get_compiler_backend
 from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.quantize import METHODS, QuantizeConfig
+from aot.compiler.quantize.config import budget_fraction
 from aot.errors import AotError, BuildError
 from aot.inspect.summary import describe_dims, describe_worst_case, format_size
 from aot.ir.dims import DimRange
@@ -81,15 +82,7 @@ def calibration_table_path(bundle: str) -> str:
 
 def parse_budget(text: str | None) -> float | None:
     """``--accuracy-budget``: ``1%`` or ``0.01`` -> 0.01; anything else is a one-line error."""
-    if text is None:
-        return None
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise BuildError(f"--accuracy-budget {text!r}: write a percentage (1%) or a fraction (0.01)") from None
-    if not 0.0 <= value < 1.0:
-        raise BuildError(f"--accuracy-budget {text!r}: a budget lies in [0%, 100%): e.g. 1% or 0.01")
-    return value
+    return budget_fraction(text, "--accuracy-budget")
 
 
 def _check_output(model: str, output: str) -> None:

@@ -16,6 +16,35 @@ METHODS = ("auto", *HISTOGRAM_METHODS)
 ENGINES = ("auto", "onnxruntime", "host")
 
 
+def budget_fraction(value: Any, where: str = "accuracy_budget") -> float | None:
+    """An accuracy budget as a fraction of task agreement: ``"1%"``, ``"0.01"`` or ``0.01`` -> 0.01.
+
+    The CLI's ``--accuracy-budget`` and ``QuantizeConfig(accuracy_budget=...)`` take the same spellings (the
+    docs show them side by side); anything else is one BuildError line naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise BuildError(f"{where} {value!r}: write a percentage (1%) or a fraction (0.01)") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise BuildError(f"{where} must be a fraction (0.01) or a percentage ('1%'), got {type(value).__name__}")
+    if not 0.0 <= number < 1.0:  # NaN fails this too
+        raise BuildError(
+            f"{where} {value!r}: a budget lies in [0%, 100%) of task agreement: e.g. 1% or 0.01 (one point)"
+        )
+    return number
+
+
+def _require_number(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BuildError(f"calibration {name} must be a number, got {type(value).__name__} {value!r}")
+
+
 @dataclass
 class QuantizeConfig:
     """``aot.build(..., quantize=QuantizeConfig(calibration="calib/"))``.
@@ -32,7 +61,7 @@ class QuantizeConfig:
     default) or ``"mse"`` (least quantization error). ``holdout``: the share of the
     samples kept out of calibration and used only to measure accuracy. ``max_samples``
     caps how many samples are read. ``accuracy_budget``: the task agreement (a
-    fraction: 0.01 is one point) the build may lose; past it the layers whose
+    fraction: 0.01 is one point, or a percentage string such as ``"1%"``) the build may lose; past it the layers whose
     quantization costs most stay float, the fewest that meet it, and a budget no
     layer set meets is an error. Without it one point is the budget, applied as
     best it can be (``mixed_precision``, on by default: where no set of layers
@@ -63,18 +92,16 @@ class QuantizeConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise BuildError(f"calibration method {self.method!r} is not one of {', '.join(METHODS)}")
+        _require_number(self.percentile, "percentile")
         if not 0.0 < self.percentile <= 100.0:
             raise BuildError(f"calibration percentile must lie in (0, 100], got {self.percentile}")
+        _require_number(self.holdout, "holdout")
         if not 0.0 <= self.holdout < 1.0:
             raise BuildError(f"calibration holdout must lie in [0, 1), got {self.holdout}")
-        if self.accuracy_budget is not None and not 0.0 <= self.accuracy_budget < 1.0:
-            raise BuildError(
-                f"accuracy budget must lie in [0, 1) (a fraction of task agreement: 0.01 is one point), "
-                f"got {self.accuracy_budget}"
-            )
+        self.accuracy_budget = budget_fraction(self.accuracy_budget)
         if self.engine not in ENGINES:
             raise BuildError(f"calibration engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.sequence not in SEQUENCE_READINGS:
             raise BuildError(f"sequence reading {self.sequence!r} is not one of {', '.join(SEQUENCE_READINGS)}")
-        if self.max_samples is not None and self.max_samples < 1:
+        if self.max_samples is not None and (type(self.max_samples) is not int or self.max_samples < 1):
             raise BuildError(f"max_samples must be positive, got {self.max_samples}")
