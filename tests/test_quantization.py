@@ -7,6 +7,7 @@ test accuracy on the NPU (integer kernels) and in the TensorRT recipe run by onn
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ from aot.errors import BuildError
 from runtime_lite.backends.tensorrt.spec import BuildSettings, DeviceSignature, ingredients
 from runtime_lite.kernels import integer
 from tests import int8_reference
+from tests.helpers import make_model, rand
 
 CALIBRATION_IMAGES = 100
 
@@ -380,3 +382,34 @@ def test_a_calibration_directory_holds_one_sample_per_file(digits, tmp_path):
     np.save(tmp_path / "s0" / "tokens.npy", np.zeros((1, 4), np.int64))
     (both,) = load_samples(tmp_path, [images, tokens])
     assert both["tokens"].dtype == np.int64
+
+
+def test_int8_that_quantizes_nothing_warns_and_calibrates_nothing(capsys):
+    """The npu plans static shapes: over a symbolic batch it takes no op, so nothing computes in int8. The build
+    used to calibrate, choose a method, write a table and give an int8 verdict about a float graph, silently."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": rand(1, 3, 8, 8)}, ["y"],
+                       {"w": rand(4, 3, 3, 3, seed=2)}, input_shapes={"x": ["N", 3, 8, 8]})  # fmt: skip
+    log = io.StringIO()
+    samples = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(4)]
+    built = aot.build(model, targets=["npu"], quantize=QuantizeConfig(calibration=samples), log=log)
+    warning = (
+        "int8 quantized nothing (npu: symbolic shape; the npu plans static shapes only): the bundle computes in float"
+    )
+    assert f"warning: {warning}" in log.getvalue()
+    assert f"int8: {warning}" in built.notes
+    assert not built.quantization.table.tensors
+    assert not any("calibration method" in n or "verdict" in n for n in built.notes)
+    x = rand(2, 3, 8, 8, seed=9)
+    float_built = aot.build(model, log=None)
+    np.testing.assert_array_equal(runtime_lite.load(built.to_bytes()).run([x])[0],
+                                  runtime_lite.load(float_built.to_bytes()).run([x])[0])  # fmt: skip
+
+
+def test_an_int8_option_of_a_float_build_is_said_to_do_nothing():
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": rand(2, 4)}, ["y"], {"w": rand(4, 4)})
+    built = aot.build(model, targets=["onnxruntime"], backend_options={"onnxruntime": {"int8_scheme": "dynamic"}},
+                      log=None)  # fmt: skip
+    assert "onnxruntime.int8_scheme=dynamic does nothing: the build is float (add --precision int8)" in built.notes
+    quantized = aot.build(model, targets=["onnxruntime"], log=None,
+                          backend_options={"onnxruntime": {"int8_scheme": "dynamic", "precision": "int8"}})  # fmt: skip
+    assert not any("does nothing" in n for n in quantized.notes)

@@ -113,7 +113,7 @@ def build(
     offload = [t for t in ordered if t != "host"]
     given, int8_targets, quantize = _int8_options(offload, backend_options or {}, quantize)
     configured = _configure(offload, given, log)
-    notes: list[str] = []
+    notes: list[str] = [] if quantize is not None else _unused_int8_options(offload, given)
     timings: dict[str, float] = {}
 
     def stage(label: str, fn: Callable[[], Any]) -> Any:
@@ -234,6 +234,17 @@ def _int8_options(
             f"quantizing needs a target that computes in int8 ({capable}); targets: {', '.join(offload) or 'host'}"
         )
     return options, int8_targets, quantize
+
+
+def _unused_int8_options(offload: list[str], given: Mapping[str, Any]) -> list[str]:
+    """Notes for the int8 options of a build that does not quantize: set, and doing nothing."""
+    notes = []
+    for name in offload:
+        mine = given.get(name)
+        if isinstance(mine, Mapping):
+            for option in sorted(k for k in mine if isinstance(k, str) and k.startswith("int8")):
+                notes.append(f"{name}.{option}={mine[option]} does nothing: the build is float (add --precision int8)")
+    return notes
 
 
 def _asks_int8(backend: Any, mine: Any) -> bool:

@@ -20,6 +20,7 @@ from aot.compiler.quantize.config import METHODS, QuantizeConfig
 from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.insert import (
     DYNAMIC_OPS,
+    NO_KERNEL,
     SYMMETRIC,
     Int8Scheme,
     QuantizationPlan,
@@ -125,6 +126,18 @@ def held_back_split(samples: int, holdout: float) -> int:
     return calibrated
 
 
+def nothing_quantized(plan: QuantizationPlan, log: TextIO | None) -> list[str]:
+    """The notes of an int8 build where no op can compute in int8, and a warning on ``log``: int8 was asked for,
+    and the bundle computes in float. The reasons named are those of the ops an int8 kernel exists for."""
+    reasons = sorted({reason for counts in plan.floats.values() for reason in counts})
+    telling = [r for r in reasons if not r.startswith(NO_KERNEL)] or reasons
+    why = "; ".join(telling[:3]) + ("; ..." if len(telling) > 3 else "") if telling else NO_KERNEL
+    warning = f"int8 quantized nothing ({why}): the bundle computes in float"
+    if log is not None:
+        print(f"warning: {warning}", file=log, flush=True)
+    return [*plan.notes(), f"int8: {warning}"]
+
+
 def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
                    log: TextIO | None = sys.stderr, scheme: Int8Scheme = SYMMETRIC) -> Quantization:  # fmt: skip
     """Calibrate (or read the table), choose, then rewrite ``graph`` with Q/DQ written as ``scheme`` says (the
@@ -137,6 +150,8 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     embeddings = sum(map(is_embedding, graph.nodes)) if scheme.int8_embeddings() else 0
     stored = [f"int8: {embeddings} embedding tables stored int8 (per tensor), dequantized after the lookup"]
     stored = stored if embeddings else []
+    if not plan.ops and not embeddings:  # no calibration, method, budget or verdict about a float graph
+        return Quantization(CalibrationTable("none", None, 0, data_digest([]), {}), nothing_quantized(plan, log))
     if not plan.tensors and config.calibration is None and config.table is None:
         table = CalibrationTable("none", None, 0, data_digest([]), {})
         insert_qdq(graph, plan, table, scheme)

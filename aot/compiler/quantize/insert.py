@@ -139,6 +139,8 @@ def resolve_scheme(scheme: Int8Scheme, graph: Graph) -> Int8Scheme:
 
 
 Rule = Callable[[Node], "str | None"]
+#: Why an op with no int8 kernel anywhere stays float (the start of its note).
+NO_KERNEL = "no int8 kernel on any target"
 
 
 @dataclass
@@ -243,7 +245,7 @@ def plan_quantization(graph: Graph, rules: dict[str, Rule], scheme: Int8Scheme =
             and node.op not in FUSED_ACTIVATIONS
             and node.op not in ("quantize", "dequantize")
         ):
-            floats.setdefault(node.op, collections.Counter())["no int8 kernel on any target; runs in float"] += 1
+            floats.setdefault(node.op, collections.Counter())[f"{NO_KERNEL}; runs in float"] += 1
     return QuantizationPlan(ops, list(tensors.values()), floats, scheme.matmuls)
 
 
