@@ -233,6 +233,29 @@ def test_symbolic_image_dims_a_kernel_is_wider_than_are_timed_at_a_size_it_takes
 
 
 @needs_openvino
+@pytest.mark.parametrize(("bounds", "timed"), [(None, (1, 3, 224, 224)), ((256, 1280), (1, 3, 256, 256)),
+                                               ((8, 64), (1, 3, 64, 64))])  # fmt: skip
+def test_engines_are_timed_at_a_working_size_within_the_bundles_bounds(cache_dir, monkeypatch, bounds, timed):
+    """A detector's engines timed on a 1x1 image told apart noise, and a bundle declaring H, W in 256..1280 was timed
+    at a size it refuses: the timing now takes a working size (224), moved inside the declared bounds."""
+    from onnx import helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    model = _one_node(helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+                      {"x": ("float32", ["N", 3, "H", "W"])}, {"y": ("float32", ["N", 8, "H", "W"])}, [weight])  # fmt: skip
+    shapes = None if bounds is None else {"x": ("N", 3, bounds, bounds)}
+    bundle = aot.build(model, targets=["auto"], input_shapes=shapes, log=None).to_bytes()
+    seen = []
+    real = auto.time_engines
+    monkeypatch.setattr(
+        auto, "time_engines", lambda engines, inputs, *a: seen.append(inputs[0].shape) or real(engines, inputs, *a)
+    )
+    module = runtime_lite.load(bundle, backend_options={"auto": {"runs": 2}})
+    assert seen == [timed], _detail(module)
+    assert "measured here: " in _detail(module)
+
+
+@needs_openvino
 def test_a_region_no_sample_input_runs_loads_on_an_engine_untimed_and_keeps_no_verdict(cache_dir):
     """A 1-D input gathered at index 3: every sample holds its leading axis at 1, which no engine can index. The load
     must not fail: the first engine runs it untimed, says why, and no verdict is kept (a later load tries again)."""

@@ -61,6 +61,15 @@ def test_wrong_rank_and_dims(module):
     assert "input 'x'" in message and "[1,3,8,8]" in message and "dim 3" in message
 
 
+def test_a_nested_list_read_as_a_list_of_inputs_says_how_to_pass_it(module, small_input):
+    """``run(x.tolist())`` is a list of one value per input: its first row is the input, which has the wrong rank."""
+    message = error(module, small_input.tolist())
+    assert message.startswith("input 'x': expected rank 4 [1,3,8,8], got shape [3, 8, 8]")
+    assert "the list was read as one value per input" in message and "run({'x': values})" in message
+    assert "read as one value per input" not in error(module, [np.zeros((3, 8, 8), np.float32)])  # an array: no guess
+    np.testing.assert_array_equal(module.run({"x": small_input.tolist()})[0], module.run([small_input])[0])
+
+
 def test_lossy_dtype_is_refused_with_the_fix(module):
     message = error(module, [np.zeros((1, 3, 8, 8), np.float64)])
     assert "expected dtype float32, got float64" in message and "astype(np.float32)" in message

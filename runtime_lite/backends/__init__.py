@@ -55,6 +55,9 @@ class BackendContext:
     #: The bundle's digest (it names every blob) where the load verifies the blobs, else None: what a backend
     #: may key a cache of things it derives from them by (onnxruntime's optimized graphs).
     bundle_digest: str | None = None
+    #: The bundle's symbolic dims by name, with the bounds its signature declares (format/signature.DimSpec): a
+    #: backend that picks sizes of its own (auto, timing its engines) stays within what the bundle accepts.
+    dims: Mapping[str, Any] = field(default_factory=dict)
 
     def tracing(self, trace: list[dict[str, Any]] | None) -> BackendContext:
         return self if trace is None else dataclasses.replace(self, trace=trace)

@@ -46,6 +46,7 @@ from runtime_lite.format.signature import (
     bounded_axes,
     check_bounds,
     check_outputs,
+    nested_list_hint,
     ordered_values,
     parse_dims,
     parse_specs,
@@ -113,7 +114,7 @@ class Module:
         required = normalize_require(require)
         check_required_present(required, [record.backend_name for record in header.modules])
         for record in header.modules:  # each placement checked as it is settled: a required miss stops the load
-            bound = _init_module(record, resolved, verified_digest)
+            bound = _init_module(record, resolved, verified_digest, self.dims)
             self._modules.append(bound)
             where = bound.backend.describe(bound.handle)
             placement = Placement(record.id, record.backend_name, where.runs_on, where.detail)
@@ -188,7 +189,10 @@ class Module:
             for value, spec in zip(values, self.inputs):
                 if isinstance(value, DeviceInput):
                     require_cuda(spec.name)
-        arrays, dims = bind(self.inputs, values)
+        try:
+            arrays, dims = bind(self.inputs, values)
+        except InputError as e:
+            raise InputError(f"{e}{nested_list_hint(self.inputs, inputs)}") from None
         if self._bounded:
             check_bounds(self._bounded, arrays)
         if run is None:
@@ -417,9 +421,13 @@ def _module_record(bundle: Bundle, i: int, record: Any) -> _ModuleRecord:
 
 
 def _init_module(
-    record: _ModuleRecord, options: Mapping[str, dict[str, Any]], digest: str | None = None
+    record: _ModuleRecord,
+    options: Mapping[str, dict[str, Any]],
+    digest: str | None = None,
+    dims: Mapping[str, DimSpec] | None = None,
 ) -> BoundModule:
-    """Hand a backend module record to its backend's ``init``, with this backend's own options."""
+    """Hand a backend module record to its backend's ``init``, with this backend's own options and the bundle's
+    symbolic dims."""
     backend, name = record.backend, record.backend_name
     if backend is None:
         raise BundleError(
@@ -428,9 +436,7 @@ def _init_module(
         )
     if not backend.is_available():
         raise BundleError(f"bundle module {record.id!r} needs backend {name!r}, which is not available on this host")
-    context = context_for(backend, options)
-    if digest is not None:
-        context = dataclasses.replace(context, bundle_digest=digest)
+    context = dataclasses.replace(context_for(backend, options), bundle_digest=digest, dims=dims or {})
     try:
         handle = backend.init(context, record.payloads, record.compile_specs)
     except IncompatiblePayload as e:

@@ -232,6 +232,22 @@ def ordered_values(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequ
     return values
 
 
+def nested_list_hint(specs: Sequence[TensorSpec], inputs: Any) -> str:
+    """What to add to an input error where the caller likely meant a nested Python list as the one input's value:
+    ``run(x.tolist())`` is read as one value per input, so its first row became the input."""
+    if (
+        len(specs) == 1
+        and type(inputs) in (list, tuple)
+        and inputs
+        and isinstance(inputs[0], (list, tuple, int, float))
+    ):
+        return (
+            f" (the {type(inputs).__name__} was read as one value per input; to pass a nested list as the input, "
+            f"wrap it: run([np.asarray(values, np.{specs[0].dtype.name})]) or run({{'{specs[0].name}': values}}))"
+        )
+    return ""
+
+
 def bind(specs: Sequence[TensorSpec], values: Sequence[Any]) -> tuple[list[np.ndarray], dict[str, int]]:
     """Inputs in signature order as read-only arrays, and the size each symbolic dim took."""
     bound: dict[str, int] = {}

@@ -4,7 +4,7 @@ No engine wins everywhere: onnxruntime leads on some models and CPUs, OpenVINO o
 (issue 41). An ``auto`` module (``aot-build --target auto``) carries the onnxruntime
 backend's recipe, which both engines read (aot/compiler/backends/cpu_recipe.py). On the
 first load on a host, each installed engine is built over it and timed on the region's
-own signature (symbolic dims at 1, or larger where a kernel needs it: ``SAMPLE_SIZES``) within
+own signature (symbolic dims at a working size inside the bundle's bounds: ``SAMPLE_SIZES``) within
 a small bounded budget (``runs`` timed runs or ``budget_s`` seconds per region, whichever ends
 first, in two alternating passes, each engine's block settled by untimed runs first); the
 fastest is kept, the others closed. The verdict is cached (verdict.py) per region, CPU,
@@ -27,12 +27,12 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from runtime_lite.backends import register_backend
+from runtime_lite.backends import BackendContext, register_backend
 from runtime_lite.backends.auto.verdict import VERSION, cache_path, read_verdict, write_verdict
 from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
@@ -44,7 +44,7 @@ from runtime_lite.backends.openvino import region_engine
 from runtime_lite.backends.openvino.engine import EngineSettings, OpenVinoUnavailable, import_openvino
 from runtime_lite.backends.options import Option, accepting, boolean, choice, integer, thread_count
 from runtime_lite.errors import BundleError
-from runtime_lite.format.signature import TensorSpec
+from runtime_lite.format.signature import DimSpec, TensorSpec
 from runtime_lite.tools.machine import cpu
 
 logger = logging.getLogger("runtime_lite.auto")
@@ -115,18 +115,24 @@ LOAD_OPTIONS = (
 
 
 #: The sizes a region's symbolic dims take while its engines are timed, tried in turn until every engine runs:
-#: (the leading axis, the others). All at 1 first; then larger, the leading (batch) axis kept at 1, for a model
-#: whose kernels are wider than 1 (a 3x3 convolution over a [N, 3, H, W] image) or that halves a dim five times.
-SAMPLE_SIZES = ((1, 1), (1, 32), (1, 224))
+#: (the leading axis, the others), each moved inside the bounds the bundle declares for that dim. The leading
+#: (batch) axis at 1; the others first at a working size (an image's side, a sequence's length: the engines' speeds
+#: at 1x1 are noise and told apart the wrong one, onnxruntime on a text detector OpenVINO ran 35% faster at
+#: 640x640), then smaller for a region that cannot take it (a Range's length tied to another dim).
+SAMPLE_SIZES = ((1, 224), (1, 32), (1, 1))
 
 
-def sample_inputs(specs: Sequence[TensorSpec], sizes: tuple[int, int] = (1, 1)) -> list[np.ndarray]:
-    """Inputs of the region's signature, symbolic dims at ``sizes`` (the leading axis, the others): normal floats,
-    zeros otherwise (valid indices)."""
+def sample_inputs(
+    specs: Sequence[TensorSpec], sizes: tuple[int, int] = (1, 1), dims: Mapping[str, DimSpec] | None = None
+) -> list[np.ndarray]:
+    """Inputs of the region's signature, symbolic dims at ``sizes`` (the leading axis, the others) within ``dims``'
+    bounds: normal floats, zeros otherwise (valid indices)."""
     rng = np.random.default_rng(0)
     arrays = []
     for spec in specs:
-        shape = tuple(d if isinstance(d, int) else sizes[axis > 0] for axis, d in enumerate(spec.shape))
+        shape = tuple(
+            d if isinstance(d, int) else within(d, sizes[axis > 0], dims or {}) for axis, d in enumerate(spec.shape)
+        )
         if np.issubdtype(spec.dtype, np.floating):
             arrays.append(rng.standard_normal(shape).astype(spec.dtype))
         else:
@@ -134,14 +140,26 @@ def sample_inputs(specs: Sequence[TensorSpec], sizes: tuple[int, int] = (1, 1)) 
     return arrays
 
 
-def runnable_sample(engines: dict[str, Any], specs: Sequence[TensorSpec]) -> tuple[list[np.ndarray] | None, str]:
+def within(name: str, size: int, dims: Mapping[str, DimSpec]) -> int:
+    """``size`` moved inside the bounds the bundle declares for dim ``name`` (none known: as it is)."""
+    spec = dims.get(name)
+    if spec is None:
+        return size
+    if spec.max is not None:
+        size = min(size, spec.max)
+    return size if spec.min is None else max(size, spec.min)
+
+
+def runnable_sample(
+    engines: dict[str, Any], specs: Sequence[TensorSpec], dims: Mapping[str, DimSpec] | None = None
+) -> tuple[list[np.ndarray] | None, str]:
     """The first sample (``SAMPLE_SIZES``) every engine runs, or None and why the last one failed. A region cut out of
     a model can take inputs whose symbolic dims hang together in ways its signature does not say (a Range's length
     and a reshaped tensor's): no size may run, and the load must not fail for it."""
     symbolic = any(isinstance(d, str) for spec in specs for d in spec.shape)
     why = ""
     for sizes in SAMPLE_SIZES if symbolic else SAMPLE_SIZES[:1]:
-        inputs = sample_inputs(specs, sizes)
+        inputs = sample_inputs(specs, sizes, dims)
         try:
             for engine in engines.values():
                 engine.run(inputs)
@@ -190,8 +208,18 @@ class AutoModule(CpuEngineModule):
 
     backend = "auto"
 
-    def __init__(self, payloads: dict[str, memoryview], specs: dict[str, Any], options: dict[str, Any]):
+    def __init__(
+        self,
+        payloads: dict[str, memoryview],
+        specs: dict[str, Any],
+        options: dict[str, Any],
+        dims: Mapping[str, DimSpec] | None = None,
+    ):
         record = OnnxRuntimeSpecs.from_record(specs, SPECS_FIELD)
+        #: The bundle's declared bounds of the region's symbolic dims: the sizes it is timed at stay within them.
+        self.dims = {
+            d: dims[d] for spec in record.inputs for d in spec.shape if isinstance(d, str) and d in (dims or {})
+        }
         self.id = record.region
         self.inputs: tuple[TensorSpec, ...] = record.inputs
         self.outputs: tuple[TensorSpec, ...] = record.outputs
@@ -240,6 +268,7 @@ class AutoModule(CpuEngineModule):
             "version": VERSION,
             "region": hashlib.sha256(recipe).hexdigest(),
             "signature": [str(s) for s in self.inputs],
+            "bounds": {name: [d.min, d.max] for name, d in sorted(self.dims.items())},
             "cpu": cpu(),
             "threads": threads,
             "engines": versions,
@@ -259,7 +288,7 @@ class AutoModule(CpuEngineModule):
                 refused[name] = str(e)
         if not engines:
             return None, None, "on the host: " + "; ".join(refused.values())
-        inputs, why = runnable_sample(engines, self.inputs)
+        inputs, why = runnable_sample(engines, self.inputs, self.dims)
         if inputs is None:  # nothing to time on: the first engine, untimed, and no verdict kept (a later load tries)
             name = next(iter(engines))
             for other in [n for n in engines if n != name]:
@@ -296,6 +325,9 @@ class AutoBackend(CpuEngineBackend):
     name = "auto"
     load_options = LOAD_OPTIONS
     module_class = AutoModule
+
+    def init(self, context: BackendContext, payloads: dict[str, memoryview], compile_specs: dict[str, Any]):
+        return AutoModule(payloads, compile_specs, dict(context.options), context.dims)
 
 
 BACKEND = register_backend(AutoBackend())
