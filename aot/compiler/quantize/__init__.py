@@ -8,6 +8,7 @@ stage. docs/quantization.md tells the whole story.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -36,12 +37,13 @@ from aot.compiler.quantize.report import (
     EVERY_SAMPLE,
     OutputAccuracy,
     accuracy_report,
+    budget_text,
     feature_outputs,
     verdict,
 )
 from aot.compiler.quantize.samples import constant_inputs, data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
-from aot.compiler.quantize.tuning import Judge, choose_method, fit_budget, restrict
+from aot.compiler.quantize.tuning import BUDGET_REASON, Judge, choose_method, fit_budget, restrict
 from aot.errors import BuildError
 from aot.ir.graph import Graph
 
@@ -126,6 +128,16 @@ def held_back_split(samples: int, holdout: float) -> int:
     return calibrated
 
 
+def table_calibrated(table: CalibrationTable, samples: list[dict[str, np.ndarray]]) -> int:
+    """How many of ``samples`` (the first ones) calibrated ``table``: its sample count where their digest is its
+    data digest (a rebuild on the very data the table came from: the report and the verdict must not call the
+    samples that made the ranges held back), else 0: the table came from other data, every sample is held back."""
+    count = table.samples
+    if 0 < count <= len(samples) and data_digest(samples[:count]) == table.data_digest:
+        return count
+    return 0
+
+
 def nothing_quantized(plan: QuantizationPlan, log: TextIO | None) -> list[str]:
     """The notes of an int8 build where no op can compute in int8, and a warning on ``log``: int8 was asked for,
     and the bundle computes in float. The reasons named are those of the ops an int8 kernel exists for."""
@@ -167,7 +179,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     runner = None
     if config.table is not None:
         tables = {"table": CalibrationTable.load(config.table)}
-        calibrated = 0  # the table came from other data: every sample is held back
+        calibrated = table_calibrated(tables["table"], samples)
         if samples and (config.report or config.accuracy_budget is not None):
             _, floats, runner = run_float(graph, [], samples, 0, log, config.engine)
     else:
@@ -190,15 +202,29 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     else:
         (table,) = tables.values()
     kept: list[str] = []
+    quantized = {op.node.name for op in plan.ops}
+    inherited = [name for name in table.kept_float if name in quantized]  # the table's order: costliest first
+    reason = BUDGET_REASON
     if config.accuracy_budget is not None:
         if judge is None:
             raise BuildError("an accuracy budget needs samples to measure it on: --calibration DIR")
+        if inherited:
+            lines.append(f"int8: the table's build kept {len(inherited)} layers float; the accuracy budget "
+                         f"{budget_text(config.accuracy_budget)} chooses them again on these samples")  # fmt: skip
         kept, fitted = fit_budget(judge, table, config.accuracy_budget, log)
         lines.extend(fitted)
+    elif inherited and config.mixed_precision:  # the ranges alone would quantize the layers its budget kept float
+        kept, reason = inherited, "kept float as the calibration table's build chose"
+        lines.append(f"int8: {len(kept)} layers kept float as the table's build chose: {', '.join(kept)}")
+    elif inherited:
+        lines.append(f"int8: the table's build kept {len(inherited)} layers float ({', '.join(inherited)}); "
+                     "mixed_precision=False (--accuracy-budget off) quantizes them")  # fmt: skip
     elif config.mixed_precision and judge is not None:  # the default budget, best effort
         kept, fitted = fit_budget(judge, table, DEFAULT_BUDGET, log, strict=False)
         lines.extend(fitted)
-    final = restrict(plan, kept)
+    measured = judge.outputs.get(judge.key(table, kept)) if judge is not None else None
+    table = dataclasses.replace(table, kept_float=list(kept))  # a rebuild from the table keeps them float too
+    final = restrict(plan, kept, reason=reason)
     insert_qdq(graph, final, table, scheme)
     graph.metadata["calibration"] = table.digest
     notes = [
@@ -209,8 +235,8 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
     result.sequence, result.features = config.sequence, features
-    if judge is not None and config.report:  # the final variant's outputs, measured already: the report reuses them
-        result.quantized = judge.outputs.get(judge.key(table, kept))
+    if config.report:  # the final variant's outputs, measured already: the report reuses them
+        result.quantized = measured
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET
     if config.report and samples:  # written now: partitioning rewrites the graph after this stage
         result.runner = GraphRunner(graph, engine=config.engine, like=runner)

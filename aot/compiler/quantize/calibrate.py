@@ -20,12 +20,14 @@ import numpy as np
 from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.methods import choose_amax
 from aot.compiler.quantize.samples import Sample
-from aot.compiler.quantize.table import CalibrationTable, TensorRange
+from aot.compiler.quantize.table import MIN_AMAX, CalibrationTable, TensorRange, usable_amax
 from aot.errors import BuildError
 from aot.ir.graph import Graph, Node, Value
 from runtime_lite.errors import RuntimeLiteError, one_line
 
 BINS = 2048
+#: The least top of a histogram: BINS / top stays a finite float32 (values of 1e-40 made it inf, with warnings).
+MIN_TOP = BINS * float(np.finfo(np.float32).tiny)
 
 
 class RangeObserver:
@@ -50,8 +52,8 @@ class RangeObserver:
         self.min = min(self.min, low)
         self.max = max(self.max, high)
         peak = max(-low, high)
-        if self.top == 0.0:
-            self.top = peak if peak > 0 else 0.0
+        if self.top == 0.0:  # a peak too small to step counts as zeros; MIN_TOP keeps BINS / top finite
+            self.top = max(peak, MIN_TOP) if peak >= MIN_AMAX else 0.0
         while peak > self.top > 0:  # double the range: bin pairs merge
             self.hist = np.concatenate([self.hist.reshape(-1, 2).sum(axis=1), np.zeros(BINS // 2, np.int64)])
             self.top *= 2
@@ -68,7 +70,8 @@ class RangeObserver:
         if not np.isfinite(self.min):
             return TensorRange(0.0, 0.0, 0.0)
         peak = max(abs(self.min), abs(self.max))
-        return TensorRange(self.min, self.max, choose_amax(method, self.hist, self.top, peak, percentile))
+        amax = choose_amax(method, self.hist, self.top, peak, percentile)
+        return TensorRange(self.min, self.max, usable_amax(amax))  # too small to step: 0, as all-zero data
 
 
 def clone(graph: Graph) -> tuple[Graph, dict[int, Value]]:

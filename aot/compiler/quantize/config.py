@@ -53,8 +53,9 @@ class QuantizeConfig:
     along a new leading axis, for a model with one input; for several inputs one
     subdirectory per sample holding ``<input name>.npy``), or an iterable of
     ``{input name: array}`` dicts. ``table``: a calibration table written by an
-    earlier build (``--calibration-table``); with it no calibration runs, and
-    ``calibration`` (optional then) only feeds the accuracy report.
+    earlier build (``--calibration-table``); with it no calibration runs, the layers
+    that build kept float stay float (unless ``accuracy_budget`` fits them again on
+    samples), and ``calibration`` (optional then) feeds the accuracy report and a budget.
     ``method``: ``"auto"`` (each of the others, judged on the held-back samples by
     the task agreement of report.py; the best is kept), ``"minmax"``, ``"percentile"``
     (of |x|, ``percentile`` per cent), ``"entropy"`` (least KL divergence, TensorRT's

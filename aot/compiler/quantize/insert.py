@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aot.compiler.quantize.table import CalibrationTable
+from aot.compiler.quantize.table import MIN_AMAX, CalibrationTable
 from aot.ir.graph import Graph, Node, Value
 from aot.ir.ops import CONV_OPS
 
@@ -250,7 +250,9 @@ def plan_quantization(graph: Graph, rules: dict[str, Rule], scheme: Int8Scheme =
 
 
 def activation_scale(amax: float) -> np.float32:
-    return np.float32(amax / INT8_MAX if amax > 0 else 1.0)
+    """amax / 127; a range too small to step (table.MIN_AMAX: the scale would be subnormal or 0, and quantizing
+    would divide by it) is a zero range, scale 1, as for a tensor that is 0 everywhere."""
+    return np.float32(amax / INT8_MAX if amax >= MIN_AMAX else 1.0)
 
 
 def _lower_bound_zero(activation: Node | None) -> float | None:
@@ -268,7 +270,7 @@ def _lower_bound_zero(activation: Node | None) -> float | None:
 def unsigned_scale(amax: float, bound: float) -> np.float32:
     """The scale of [0, amax] over 255 steps, nudged so that 255 * scale stays within the activation's bound
     (onnxruntime folds a Clip into the quantize only when the quantized range lies inside it)."""
-    scale = np.float32(amax / 255 if amax > 0 else 1.0 / 255)
+    scale = np.float32(amax / 255 if amax >= MIN_AMAX else 1.0 / 255)
     while np.float32(scale * np.float32(255)) > bound:
         scale = np.nextafter(scale, np.float32(0))
     return scale

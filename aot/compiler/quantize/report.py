@@ -180,6 +180,8 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
     max_abs = float(np.abs(diff).max(initial=0.0))
     nonfinite = (int(f.size - np.count_nonzero(np.isfinite(f))), int(q.size - np.count_nonzero(np.isfinite(q))))
     why = feature or unreadable_reason(np.asarray(floats[0]))
+    if why is None and not f.size:  # every sample's output is empty (a batch of 0): no position to agree on
+        why = f"an empty output (shape {list(np.shape(floats[0]))} in every sample): no position to agree on"
     if why is not None:
         return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite)
     float_classes = [np.argmax(a, -1) for a in floats]

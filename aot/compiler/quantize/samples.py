@@ -48,6 +48,11 @@ def _from_directory(root: Path, inputs: list[Value], limit: int | None) -> tuple
             if _fits(array, inputs[0]):
                 samples.append({names[0]: array})
                 labels.append(f"calibration file {path}")
+            elif array.ndim == len(inputs[0].type.shape) + 1 and not len(array):
+                raise BuildError(
+                    f"calibration file {path} has shape {list(array.shape)}: a stack of no samples (dim 0 is 0); "
+                    "remove the file or put samples in it"
+                )
             elif array.ndim == len(inputs[0].type.shape) + 1 and _fits(array[0], inputs[0]):
                 samples.extend({names[0]: a} for a in array)  # a stack of samples
                 labels.extend(f"calibration file {path} (sample {k} of its stack)" for k in range(len(array)))
@@ -115,8 +120,23 @@ def load_samples(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], i
                     f"{labels[i]}: input {value.name!r} holds {bad} NaN or infinite value{'s' if bad > 1 else ''} "
                     f"of {array.size} (as {array.dtype}); calibration data must be finite"
                 )
+        _refuse_empty(checked, labels[i])
         samples.append(checked)
     return samples
+
+
+def _refuse_empty(sample: Sample, label: str) -> None:
+    """A sample whose every input is empty (a zero-size dim: a batch of 0, an empty stack's slice) holds nothing to
+    calibrate on or to judge by: it crashed the report (no positions to agree on) or counted as a sample. One
+    empty input beside others that hold data is a real input (a decoder's empty past at its first step)."""
+    if not sample or any(a.size for a in sample.values()):
+        return
+    name, array = next(iter(sample.items()))
+    dim = list(array.shape).index(0)
+    raise BuildError(
+        f"{label}: input {name!r} has shape {list(array.shape)}, empty along dim {dim} (size 0); a calibration "
+        "sample must hold data"
+    )
 
 
 def constant_inputs(samples: list[Sample]) -> list[str]:

@@ -39,10 +39,14 @@ from aot.compiler.quantize.table import CalibrationTable
 from aot.errors import BuildError
 from aot.ir.graph import Graph, Value
 
+#: Why a layer the budget kept float stays float (the notes' words).
+BUDGET_REASON = "kept float under the accuracy budget"
 
-def restrict(plan: QuantizationPlan, keep_float: Iterable[str], mapping: dict[int, Value] | None = None
-             ) -> QuantizationPlan:  # fmt: skip
-    """``plan`` without the ops named in ``keep_float``, mapped onto a clone's values when ``mapping`` is given."""
+
+def restrict(plan: QuantizationPlan, keep_float: Iterable[str], mapping: dict[int, Value] | None = None,
+             reason: str = BUDGET_REASON) -> QuantizationPlan:  # fmt: skip
+    """``plan`` without the ops named in ``keep_float``, mapped onto a clone's values when ``mapping`` is given;
+    the notes say ``reason`` for them."""
     keep_float = set(keep_float)
 
     def v(value: Value) -> Value:
@@ -60,7 +64,7 @@ def restrict(plan: QuantizationPlan, keep_float: Iterable[str], mapping: dict[in
     floats = {k: c.copy() for k, c in plan.floats.items()}
     for op in plan.ops:
         if op.node.name in keep_float:
-            floats.setdefault(op.node.op, collections.Counter())["kept float under the accuracy budget"] += 1
+            floats.setdefault(op.node.op, collections.Counter())[reason] += 1
     return QuantizationPlan(ops, list(tensors.values()), floats)
 
 
