@@ -14,7 +14,8 @@ error. Text models keep a symbolic batch and sequence length: the host bundle ru
 (batch, seq) = (1, 8), (4, 64), (3, 21) (and (2, 128), (1, 512) with ``--full``); the NPU needs static
 shapes, so its bundle fixes the example's. Every model runs in its own subprocess (a crash,
 a hang or a memory blow-up costs one row), with ``--timeout`` seconds and models over
-``--max-params`` parameters listed as not run.
+``--max-params`` parameters listed as not run. It needs the test extra (``pip install -e '.[test]'``:
+torch, and onnxscript for the ONNX route) and refuses to start in one line without it.
 
     python benchmarks/model_coverage.py --rows /tmp/rows.jsonl          # resumable: rows kept as JSON lines
     python benchmarks/model_coverage.py --rows /tmp/rows.jsonl --only swin_t   # rerun one row, table rewritten
@@ -28,6 +29,7 @@ rows that came from another command than most did say which in the notes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -342,6 +344,14 @@ def markdown(rows: list[dict], args, seconds: float, pending: list[str] = ()) ->
     return "\n".join(lines) + "\n"
 
 
+def missing_packages(routes: list[str]) -> list[str]:
+    """What the sweep needs and this environment lacks: torch for every route, onnxscript for the ONNX one
+    (``torch.onnx.export(..., dynamo=True)``). Without them each cell of the route failed, recorded as a ✗ of
+    the model, and docs/models.md would say every model fails. Looked for, not imported: torch takes seconds."""
+    needed = ["torch"] + (["onnxscript"] if "onnx" in routes else [])
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="realistic sizes (slow; several GB per large model)")
@@ -355,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--worker"]
     args.routes = [r for r in args.routes.split(",") if r]
+    missing = missing_packages(args.routes)
+    if missing:  # every cell would be recorded as the model's failure, not this machine's
+        verb = "is" if len(missing) == 1 else "are"
+        print(f"error: {' and '.join(missing)} {verb} not installed: pip install -e '.[test]'", file=sys.stderr)
+        return 1
     if args.worker:
         print(json.dumps(worker(args.worker, args.full, args.routes, args.max_params)))
         return 0

@@ -36,10 +36,16 @@ CONSOLE_SCRIPTS = {"aot.cli.build": "aot-build", "runtime_lite": "runtime-lite"}
 
 
 def step(command: list[str]) -> None:
-    """Run ``python -m MODULE ...``, showing it as its console script."""
+    """Run ``python -m MODULE ...``, showing it as its console script.
+
+    A failing command has already said why in one line (a bad model path, a bad
+    ``--input``): the example exits with its status instead of adding a traceback.
+    """
     shown = [CONSOLE_SCRIPTS[command[2]], *command[3:]]
     print(f"\n$ {' '.join(shown)}", flush=True)
-    subprocess.run(command, check=True)
+    status = subprocess.run(command).returncode
+    if status != 0:
+        raise SystemExit(status)
 
 
 def main() -> int:

@@ -17,6 +17,9 @@ on the same file.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -86,3 +89,49 @@ def test_torchvision_classifier_via_onnx_matches_pytorch(tmp_path):
         for batch in (1, 3):
             inputs = {"x": torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))}
             check(module, path, model, inputs, f"{target} batch {batch}")
+
+
+_COVERAGE_WITHOUT = """
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # not installed: import fails, find_spec finds nothing
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _model_coverage(tmp_path: Path, hidden: str, *args: str) -> subprocess.CompletedProcess:
+    """``benchmarks/model_coverage.py ARGS`` in a process where the ``hidden`` packages are not installed."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "model_coverage.py"
+    command = [
+        sys.executable,
+        "-c",
+        _COVERAGE_WITHOUT,
+        hidden,
+        str(script),
+        "--out",
+        str(tmp_path / "models.md"),
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "line"),
+    [
+        ("onnxscript", "error: onnxscript is not installed: pip install -e '.[test]'\n"),
+        ("torch,onnxscript", "error: torch and onnxscript are not installed: pip install -e '.[test]'\n"),
+    ],
+)
+def test_model_coverage_refuses_to_start_without_the_test_extra(tmp_path, hidden, line):
+    """Without onnxscript every ONNX-route cell failed in the exporter and was written down as the model's ✗."""
+    result = _model_coverage(tmp_path, hidden, "--only", "squeezenet1_1", "--rows", str(tmp_path / "rows.jsonl"))
+    assert (result.returncode, result.stderr) == (1, line)
+    assert list(tmp_path.iterdir()) == []  # nothing recorded, no table written
+
+
+def test_model_coverage_needs_no_onnxscript_for_the_torch_export_route_alone(tmp_path):
+    """onnxscript is the ONNX route's alone. (``--only`` naming no model: the table is written, nothing runs.)"""
+    result = _model_coverage(tmp_path, "onnxscript", "--routes", "torch.export", "--only", "no_such_model")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models.md").exists()

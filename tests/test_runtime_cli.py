@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,15 +168,87 @@ def test_warm_on_a_host_without_tensorrt_reports_the_fallback_and_exits_0(tmp_pa
     result = cli("warm", str(bundle), "--cache-dir", str(tmp_path / "cache"))
     assert result.returncode == 0, result.stderr
     assert "(tensorrt): on the host (no GPU engine possible" in result.stdout
-    assert "nothing to warm on this host" in result.stdout
+    assert "nothing to warm on this host: no module runs on the backend it was compiled for (tensorrt_0 runs on " \
+        "the host plan)" in result.stdout  # fmt: skip
     required = cli("warm", str(bundle), "--cache-dir", str(tmp_path / "cache"), "--require", "tensorrt")
     assert required.returncode == 1 and required.stderr.count("\n") == 1 and "tensorrt" in required.stderr
+
+
+def test_warm_where_a_tensorrt_region_runs_on_onnxruntime_says_so_not_the_host_plan(tmp_path):
+    """The deployment default (the suite's conftest turns it off): a region without an engine runs its recipe on
+    onnxruntime. The summary said "the host plan serves" right under the line saying onnxruntime runs it."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        missing("onnxruntime is not installed (pip install -e '.[test]')")
+    bundle = tmp_path / "trt.aotb"
+    aot.build(small_cnn_model(), targets=("tensorrt",), min_region_size=1).save(bundle)
+    env = {k: v for k, v in os.environ.items() if k != "AOT_ONNXRUNTIME_FALLBACK"}
+    result = cli("warm", str(bundle), "--cache-dir", str(tmp_path / "cache"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "(tensorrt): on onnxruntime " in result.stdout
+    last = result.stdout.splitlines()[-1]
+    assert last == "  nothing to warm on this host: no module runs on the backend it was compiled for (tensorrt_0 " \
+        "runs on onnxruntime)"  # fmt: skip
+
+
+def test_warm_of_a_bundle_without_backend_modules_says_there_is_none(bundles, tmp_path):
+    result = cli("warm", str(bundles["fixed"]), "--cache-dir", str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "  nothing to warm on this host: the bundle has no backend module (the host plan runs it all)"
+    )
 
 
 def test_warm_refuses_a_cache_dir_that_is_a_file(bundles, tmp_path):
     (tmp_path / "file").write_text("")
     result = cli("warm", str(bundles["fixed"]), "--cache-dir", str(tmp_path / "file"))
     assert result.returncode == 1 and result.stderr == f"error: --cache-dir '{tmp_path / 'file'}' is not a directory\n"
+
+
+_BACKENDS_WITHOUT = """
+import sys
+for name in sys.argv[1:]:
+    sys.modules[name] = None  # not installed here: import fails, find_spec finds nothing
+from runtime_lite.tools.cli import main
+main(["backends"])
+heavy = [m for m in ("onnxruntime", "openvino", "tensorrt") if sys.modules.get(m) is not None]
+print("imported:", heavy)
+"""
+
+
+def _backend_lines(*hidden: str, env: dict | None = None) -> list[str]:
+    """``runtime-lite backends``'s one line per backend (not its options), with the ``hidden`` engines missing."""
+    result = subprocess.run([sys.executable, "-c", _BACKENDS_WITHOUT, *hidden], capture_output=True, text=True,
+                            cwd=ROOT, env=env, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if not line.startswith("  ")]
+
+
+ENGINES = ("onnxruntime", "openvino", "tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
+
+
+def test_backends_says_which_engine_is_missing_and_what_its_regions_do_then():
+    """A runtime-only install: every region runs its host plan, and the listing says so (it said "available")."""
+    lines = _backend_lines(*ENGINES)
+    for name in ("onnxruntime", "openvino"):
+        assert f"{name} (not installed: its regions run their host plan)" in lines
+    assert "auto (neither onnxruntime nor openvino is installed: its regions run their host plan)" in lines
+    assert "tensorrt (not installed: its regions run their host plan)" in lines
+    assert "npu (available)" in lines  # an emulation: it runs wherever numpy does
+    assert lines[-1] == "imported: []"  # looked for, never imported: the listing stays fast
+
+
+def test_backends_says_tensorrt_regions_run_on_onnxruntime_where_it_is_installed():
+    if importlib.util.find_spec("onnxruntime") is None:
+        missing("onnxruntime is not installed (pip install -e '.[test]')")
+    env = {k: v for k, v in os.environ.items() if k != "AOT_ONNXRUNTIME_FALLBACK"}  # the deployment default: on
+    lines = _backend_lines("openvino", "tensorrt", "tensorrt_lean", "tensorrt_lean_bindings", env=env)
+    assert "onnxruntime (available)" in lines and "auto (available)" in lines  # auto needs one engine of two
+    assert "tensorrt (not installed: its regions run their recipe on onnxruntime)" in lines
+    assert lines[-1] == "imported: []"
+    off = _backend_lines(
+        "tensorrt", "tensorrt_lean", "tensorrt_lean_bindings", env={**env, "AOT_ONNXRUNTIME_FALLBACK": "0"}
+    )
+    assert "tensorrt (not installed: its regions run their host plan)" in off
 
 
 def test_serve_without_ray_says_what_to_install(bundles, tmp_path):
@@ -260,6 +337,173 @@ def test_serve_refuses_one_port_for_http_and_grpc(bundles):
     result = cli("serve", str(bundles["fixed"]), "--port", "18555", "--grpc-port", "18555")
     assert result.returncode == 1
     assert result.stderr == "error: --grpc-port 18555 is the HTTP port too: give gRPC a port of its own\n"
+
+
+@pytest.fixture
+def listening_port():
+    """A port something listens on, on loopback: a stand-in for another server holding it."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield held.getsockname()[1]
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port nothing listens on (bound, so nothing else takes it meanwhile): connecting is refused."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if serve reaches Ray: a refusal before Ray starts leaves nothing running to clean up."""
+    from runtime_lite.serving import server
+
+    def reached() -> None:
+        raise AssertionError("Ray was reached with an option serve cannot start with")
+
+    monkeypatch.setattr(server, "_import_ray", reached)
+
+
+@pytest.mark.parametrize("option", ["--port", "--grpc-port"])
+def test_serve_refuses_a_port_another_process_holds_before_ray(bundles, capsys, no_ray, listening_port, option):
+    """HAProxy found it taken only once Ray was up: ~8 s, then a 53-line traceback among its alerts."""
+    other = ["--port", str(_free_port())] if option == "--grpc-port" else []
+    assert main(["serve", str(bundles["fixed"]), *other, option, str(listening_port)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {option} {listening_port} cannot be bound on 127.0.0.1 (Address already in use): choose another port\n"
+    )
+
+
+def test_serve_with_a_held_port_exits_1_with_one_line_as_a_command(bundles, listening_port):
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "runtime_lite", "serve", str(bundles["fixed"]), "--port",
+                             str(listening_port)], capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: --port {listening_port} cannot be bound on 127.0.0.1")
+    assert time.monotonic() - started < 30  # refused before Ray starts, not after HAProxy fails
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("bogus", "--address 'bogus' is not 'auto', HOST:PORT (the cluster's GCS, port 6379) or ray://HOST:PORT"),
+        ("http://127.0.0.1:8265", "--address 'http://127.0.0.1:8265' is not 'auto', HOST:PORT"),
+        ("ray://127.0.0.1:{port}", "--address 'ray://127.0.0.1:{port}': no Ray cluster listens at 127.0.0.1:{port} "
+         "(Connection refused); start one (ray start --head) or check the address"),
+        ("127.0.0.1:{port}", "--address '127.0.0.1:{port}': no Ray cluster listens at 127.0.0.1:{port} "
+         "(Connection refused)"),
+        ("ray://nohost.invalid:10001", "--address 'ray://nohost.invalid:10001': host 'nohost.invalid' does not resolve"),
+    ],
+)  # fmt: skip
+def test_serve_refuses_an_address_with_no_cluster_before_ray(bundles, capsys, no_ray, closed_port, address, words):
+    """Ray said so as a 30-line traceback, after 30 s for ray:// and minutes of retries for a GCS address."""
+    address = address.format(port=closed_port)
+    assert main(["serve", str(bundles["fixed"]), "--address", address]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + words.format(port=closed_port)) and err.count("\n") == 1, err
+
+
+class _JoiningRay:
+    """Ray as far as joining a cluster reaches it: ``init`` does what the test says, and it never comes up."""
+
+    def __init__(self, init) -> None:
+        self.init = init
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("address", "raised", "line"),
+    [
+        ("auto", ConnectionError("Could not find any running Ray instance.\nPlease specify ..."),
+         "error: --address auto: no running Ray cluster found on this machine (start one with ray start --head, or "
+         "name it: --address HOST:6379 or ray://HOST:10001)\n"),
+        ("ray://127.0.0.1:{port}", ConnectionError("ray client connection timeout"),
+         "error: --address 'ray://127.0.0.1:{port}': ray client connection timeout\n"),
+        ("127.0.0.1:{port}", RuntimeError("first line\nand Ray's second"),
+         "error: --address '127.0.0.1:{port}': first line\n"),
+    ],
+)  # fmt: skip
+def test_a_failed_join_is_one_line_naming_the_address(
+    bundles, capsys, monkeypatch, listening_port, address, raised, line
+):
+    from runtime_lite.serving import server
+
+    def init(**_kwargs) -> None:
+        raise raised
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(server, "_import_ray", lambda: (_JoiningRay(init), None))
+    assert main(["serve", str(bundles["fixed"]), "--address", address.format(port=listening_port)]) == 1
+    assert capsys.readouterr().err == line.format(port=listening_port)
+
+
+_SILENT_CLUSTER = """
+import socket, sys, time
+from runtime_lite.serving import server
+from runtime_lite.tools.cli import main
+
+class Ray:
+    @staticmethod
+    def init(**_kwargs):
+        time.sleep(120)  # a GCS that accepts connections and never answers: Ray retries for minutes
+
+    @staticmethod
+    def is_initialized():
+        return False
+
+server.CONNECT_SECONDS = 1.0
+server._import_ray = lambda: (Ray, None)
+with socket.socket() as gcs:
+    gcs.bind(("127.0.0.1", 0))
+    gcs.listen()
+    sys.exit(main(["serve", sys.argv[1], "--address", f"127.0.0.1:{gcs.getsockname()[1]}"]))
+"""
+
+
+def test_a_cluster_that_never_answers_ends_serve_within_the_connect_bound(bundles):
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", _SILENT_CLUSTER, str(bundles["fixed"])], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert re.fullmatch(r"error: --address '127\.0\.0\.1:\d+': no Ray cluster answered within 1 s\n", result.stderr)
+    assert time.monotonic() - started < 30
+
+
+def _ray_cluster_here() -> bool:
+    """Whether ``ray.init(address="auto")`` could find a cluster: RAY_ADDRESS, Ray's last-cluster file, a GCS."""
+    if os.environ.get("RAY_ADDRESS") or Path(tempfile.gettempdir(), "ray", "ray_current_cluster").exists():
+        return True
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"gcs_server" in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_serve_address_auto_without_a_cluster_is_one_line_from_real_ray(bundles):
+    pytest.importorskip("ray")
+    if _ray_cluster_here():
+        pytest.skip("a Ray cluster runs on this machine: --address auto would join it")
+    result = subprocess.run([sys.executable, "-m", "runtime_lite", "serve", str(bundles["fixed"]), "--address", "auto"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: --address auto: no running Ray cluster found on this machine")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_without_an_haproxy_binary_the_default_is_rays_proxy(ingress_env, monkeypatch, caplog):
@@ -392,6 +636,84 @@ def test_a_negative_seed_is_refused_by_the_parser(bundles, capsys, command):
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "argument --seed: must be a whole number >= 0, got '-1'" in err, err
     assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def sequence_bundles(tmp_path_factory) -> dict[str, Path]:
+    """``x: float32[batch, seq, 4]``, free and with ``seq`` bounded to 4..64: random inputs once fed seq=1 silently."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "sequence",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    root = tmp_path_factory.mktemp("sequence")
+    paths = {"free": root / "free.aotb", "bounded": root / "bounded.aotb"}
+    aot.build(model, log=None).save(paths["free"])
+    aot.build(model, input_shapes={"x": (1, (4, 64), 4)}, log=None).save(paths["bounded"])
+    return paths
+
+
+def test_run_random_inputs_says_the_shapes_fed_and_dim_sizes_them(sequence_bundles, capsys):
+    assert main(["run", str(sequence_bundles["free"]), "--random-inputs"]) == 0
+    assert "  inputs fed: x float32[1, 1, 4] (batch=1, seq=1)\n" in capsys.readouterr().out
+    assert main(["run", str(sequence_bundles["free"]), "--random-inputs", "--dim", "seq=16", "--dim", "batch=2"]) == 0
+    out = capsys.readouterr().out
+    assert "  inputs fed: x float32[2, 16, 4] (batch=2, seq=16)\n" in out and "  y: float32[2, 16, 4]" in out
+    assert main(["run", str(sequence_bundles["bounded"]), "--random-inputs"]) == 0  # the declared minimum
+    assert "  inputs fed: x float32[1, 4, 4] (seq=4)\n" in capsys.readouterr().out
+
+
+def test_bench_reports_the_shapes_fed_and_dim_sizes_them(sequence_bundles, capsys):
+    bundle = str(sequence_bundles["free"])
+    assert main(["bench", bundle, "--iterations", "2", "--warmup", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "\n  inputs      x float32[1, 1, 4] (batch=1, seq=1)\n" in captured.out
+    assert "--dim NAME=SIZE" in captured.err  # the note on random inputs says how to size them
+    assert main(["bench", bundle, "--dim", "seq=16", "--batch", "3", "--iterations", "2", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["input_shapes"] == {"x": [3, 16, 4]} and figures["batch"] == 3
+
+
+@pytest.mark.parametrize(
+    ("bundle", "args", "message"),
+    [
+        ("bounded", ["--dim", "seq=65"], "--dim seq=65 is outside the bundle's bounds for seq (4..64)"),
+        ("bounded", ["--dim", "seq=3"], "--dim seq=3 is outside the bundle's bounds for seq (4..64)"),
+        ("free", ["--dim", "seq=0"], "--dim seq=0: a dim's size must be a whole number >= 1"),
+        ("free", ["--dim", "seq=-2"], "--dim seq=-2: a dim's size must be a whole number >= 1"),
+        ("free", ["--dim", "len=8"], "--dim len=8: this bundle has no symbolic dim 'len' (it has: batch, seq)"),
+        ("free", ["--dim", "seq=8", "--dim", "seq=9"], "dim 'seq' is given twice (--dim seq=...): give each dim once"),
+        ("free", ["--dim", "batch=3", "--batch", "2"],
+         "--dim batch=3 and --batch 2 both size dim 'batch': give one of them"),
+    ],
+)  # fmt: skip
+def test_a_bad_dim_size_is_one_line(sequence_bundles, capsys, bundle, args, message):
+    assert main(["bench", str(sequence_bundles[bundle]), "--iterations", "1", *args]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {message}"
+
+
+def test_dim_without_random_inputs_is_refused_not_ignored(sequence_bundles, bundles, tmp_path, capsys):
+    assert main(["run", str(sequence_bundles["free"]), "--dim", "seq=8"]) == 1
+    assert capsys.readouterr().err == "error: --dim sizes random inputs: add --random-inputs\n"
+    np.save(tmp_path / "x.npy", np.ones((1, 5, 4), np.float32))
+    given = ["--input", f"x={tmp_path / 'x.npy'}", "--dim", "seq=8"]
+    assert main(["run", str(sequence_bundles["free"]), "--random-inputs", *given]) == 1
+    assert capsys.readouterr().err == (
+        "error: --dim sizes random inputs, and every input here comes from a file (--input): drop --dim\n"
+    )
+    assert main(["run", str(bundles["fixed"]), "--random-inputs", "--dim", "N=2"]) == 1  # every dim fixed
+    assert "has no symbolic dim 'N' (it has: none, every input's shape is fixed)" in capsys.readouterr().err
+
+
+def test_a_malformed_dim_is_refused_by_the_parser(sequence_bundles, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", str(sequence_bundles["free"]), "--random-inputs", "--dim", "seq"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "--dim must look like NAME=SIZE with a whole number SIZE, got 'seq'" in err
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,11 @@ REQUEST_TIMEOUT_SECONDS = 30
 DRAIN_SECONDS = 5.0
 #: However a stop goes, the command exits 0 within this, with every process it started ended.
 STOP_SECONDS = 8.5
+#: Joining an existing cluster (``--address``) gives up after this: Ray itself retries a GCS that does not
+#: answer for minutes, and a Ray Client address for 30 s.
+CONNECT_SECONDS = 45.0
+#: How long the connection to ``--address``'s port, tried before ray.init, may take to open.
+_ADDRESS_PROBE_SECONDS = 5.0
 #: Ray Serve's gRPC servers take messages up to this (its default: 2 GiB), read whole before any of our checks.
 _GRPC_MESSAGE_VARIABLE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
 #: What a gRPC message may hold beyond its tensors (names, shapes, parameters) under ``--max-request-bytes``.
@@ -317,6 +323,10 @@ def check_config(config: ServeConfig) -> None:
     _check_amount("--cpus-per-replica", config.cpus_per_replica)
     _check_amount("--batch-wait-ms", config.batch_wait_ms)
     _check_host(config.host, local=not config.address)
+    if config.address:
+        _check_address(config.address)
+    else:  # last: the cheap checks above must not wait on a port someone else holds
+        _check_ports_free(config)
 
 
 def _check_port(option: str, port: int | None) -> None:
@@ -360,6 +370,76 @@ def _check_ports(config: ServeConfig) -> None:
         raise RuntimeLiteError(f"--grpc-port {config.grpc_port} is the HTTP port too: give gRPC a port of its own")
 
 
+def _check_ports_free(config: ServeConfig) -> None:
+    """Each port the local instance listens on must be free on ``--host``: bound once here and released.
+
+    A port in use otherwise fails only once Ray is up, ~8 s later: HAProxy (or Ray's proxy)
+    cannot bind it, and the command ends in a traceback among HAProxy's alerts. Another
+    process can still take the port between this check and Ray's bind; that race is Ray's.
+    """
+    family, _, _, _, address = socket.getaddrinfo(config.host, None, type=socket.SOCK_STREAM)[0]
+    for option, port in (("--port", config.port), ("--grpc-port", config.grpc_port)):
+        if port is None:
+            continue
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                # as the servers that will listen set it: a port left in TIME_WAIT by a stopped serve is free
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((address[0], port, *address[2:]))
+        except OSError as e:
+            raise RuntimeLiteError(
+                f"{option} {port} cannot be bound on {config.host} ({e.strerror or e}): choose another port"
+            ) from None
+
+
+#: ``--address`` forms: ``auto`` (Ray finds the cluster), ``HOST:PORT`` (its GCS) or ``ray://HOST:PORT`` (Ray Client).
+_ADDRESS_FORMS = "'auto', HOST:PORT (the cluster's GCS, port 6379) or ray://HOST:PORT (Ray Client, port 10001)"
+
+
+def _check_address(address: str) -> None:
+    """A malformed ``--address``, or one where nothing listens, is one line before Ray is imported.
+
+    Ray would say so itself only as a traceback, after 30 s for a Ray Client address and
+    after minutes of retries for a GCS one. ``auto`` is resolved by Ray (RAY_ADDRESS, else
+    the cluster last started on this machine), so only a RAY_ADDRESS is looked at here.
+    """
+    shown = address
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "").strip()
+        if not address or address == "auto":
+            return
+        shown = f"auto (RAY_ADDRESS={address})"
+    host, port = _address_endpoint(address)
+    if host is None or port is None:
+        raise RuntimeLiteError(f"--address {shown!r} is not {_ADDRESS_FORMS}")
+    try:
+        socket.create_connection((host, port), timeout=_ADDRESS_PROBE_SECONDS).close()
+    except socket.gaierror as e:
+        raise RuntimeLiteError(f"--address {shown!r}: host {host!r} does not resolve ({e.strerror or e})") from None
+    except OSError as e:
+        why = f"no answer within {_ADDRESS_PROBE_SECONDS:g} s" if isinstance(e, TimeoutError) else e.strerror or e
+        raise RuntimeLiteError(
+            f"--address {shown!r}: no Ray cluster listens at {host}:{port} ({why}); "
+            "start one (ray start --head) or check the address"
+        ) from None
+
+
+def _address_endpoint(address: str) -> tuple[str | None, int | None]:
+    """(host, port) of a ``HOST:PORT`` or ``ray://HOST[:PORT]`` address; None where it has neither form."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    if scheme not in ("", "ray"):
+        return None, None
+    host, colon, port = rest.rpartition(":")
+    if not colon and scheme == "ray":
+        host, port = rest, "10001"  # Ray Client's default port
+    host = host.strip("[]")  # an IPv6 literal
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None, None
+    return host, int(port)
+
+
 #: Ray's loggers whose start-up lines a normal `serve` hides (runtime-lite -v shows them): the notice that the
 #: local instance enabled token authentication (it listens on loopback, and that is the safe default), and
 #: Serve's INFO lines, which repeat what `serve` prints itself ("Connecting to existing Serve app ... will not be
@@ -399,10 +479,45 @@ def start(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]
             init["_metrics_export_port"] = config.metrics_port
     grpc_options = _grpc_options(config)  # before ray.init: Ray's processes read its variable at start
     _quiet_ray_unless_verbose()
-    ray.init(**init)
+    if config.address:
+        _join_cluster(ray, init, config.address)
+    else:
+        ray.init(**init)
     serve.start(http_options={"host": config.host, "port": config.port}, grpc_options=grpc_options)
     serve.run(_application(config, deployed, loader), name=config.app_name, route_prefix="/", blocking=False)
     return deployed
+
+
+def _join_cluster(ray: Any, init: dict[str, Any], address: str) -> None:
+    """``ray.init`` into the cluster at ``--address``: a failure is one line naming it, and it ends in time.
+
+    Ray retries a GCS that does not answer for minutes, and nothing a caller passes bounds
+    that: a timer ends the command with one line after ``CONNECT_SECONDS``. Joining starts
+    no process of this command's own, so exiting there leaves nothing behind.
+    """
+
+    def give_up() -> None:
+        print(f"error: --address {address!r}: no Ray cluster answered within {CONNECT_SECONDS:g} s", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(CONNECT_SECONDS, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        with warnings.catch_warnings():  # Ray Client warns, in two lines, before it raises the same timeout
+            warnings.filterwarnings("ignore", message="Ray Client connection timed out")
+            ray.init(**init)
+    except Exception as e:  # noqa: BLE001 - Ray fails a join in many types (ConnectionError, ValueError, ...)
+        if address == "auto" and isinstance(e, ConnectionError):
+            raise RuntimeLiteError(
+                "--address auto: no running Ray cluster found on this machine (start one with ray start --head, "
+                "or name it: --address HOST:6379 or ray://HOST:10001)"
+            ) from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]  # Ray's messages run to several lines
+        raise RuntimeLiteError(f"--address {address!r}: {one_line(first, 300)}") from None
+    finally:
+        timer.cancel()
 
 
 def reload(config: ServeConfig, loader: Callable | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import numpy as np
 from runtime_lite.execution.module import Module, load
 from runtime_lite.format.reader import BundleSource
 from runtime_lite.tools import machine
+from runtime_lite.tools.inputs import describe_inputs
 
 #: The environment variables that set the BLAS/OpenMP thread counts numpy's kernels use.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -88,6 +89,10 @@ class BenchResult:
     host: str = ""
     #: A warning about the machine that explains a slow figure (an OpenBLAS kernel held below the CPU's), or None.
     host_note: str | None = None
+    #: Each input's shape as fed, by name: random inputs size symbolic dims by --batch and --dim, else at 1.
+    input_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    #: The same for the report, with the size each symbolic dim took (``tools.inputs.describe_inputs``).
+    inputs_fed: str = ""
 
     def _ms(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) * 1e3
@@ -133,6 +138,7 @@ class BenchResult:
             "warmup": self.warmup,
             "batch": self.batch,
             "inputs": self.feed,
+            "input_shapes": self.input_shapes,
             "threads": self.threads,
             "load_ms": self.load_s * 1e3,
             "latency_unit": "ms",
@@ -157,6 +163,9 @@ class BenchResult:
         return (
             [
                 f"{self.bundle}: {self.iterations} runs after {self.warmup} warm-up, {batch}, {threads}",
+            ]
+            + ([f"  inputs      {self.inputs_fed}"] if self.inputs_fed else [])
+            + [
                 f"  load        {self.load_s * 1e3:.1f} ms",
                 f"  latency ms  min {self.min_ms:.3f}  mean {self.mean_ms:.3f}  p50 {self.p50_ms:.3f}  "
                 f"p90 {self.p90_ms:.3f}  p99 {self.p99_ms:.3f}  max {self.max_ms:.3f}",
@@ -202,6 +211,7 @@ def benchmark(
         start = time.perf_counter()
         module.run(feed)
         latencies.append(time.perf_counter() - start)
+    named = feed if isinstance(feed, Mapping) else {}  # a list feed (module.run takes one too) has no names here
     return BenchResult(
         bundle=str(source) if not isinstance(source, (bytes, bytearray, memoryview)) else "<bytes>",
         iterations=iterations,
@@ -215,6 +225,8 @@ def benchmark(
         feed=inputs_label,
         host=machine.describe(),
         host_note=machine.kernel_note(),
+        input_shapes={name: list(np.shape(value)) for name, value in named.items()},
+        inputs_fed=describe_inputs(module.inputs, named) if set(named) == {s.name for s in module.inputs} else "",
     )
 
 

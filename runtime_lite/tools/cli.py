@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -28,7 +29,14 @@ from runtime_lite.backends.options import split_assignments
 from runtime_lite.errors import RuntimeLiteError
 from runtime_lite.files import atomic_write, check_writable
 from runtime_lite.tools import bench
-from runtime_lite.tools.inputs import load_inputs, output_filenames, parse_input, preview
+from runtime_lite.tools.inputs import (
+    describe_inputs,
+    load_inputs,
+    output_filenames,
+    parse_dim,
+    parse_input,
+    preview,
+)
 
 PROG = "runtime-lite"
 
@@ -58,11 +66,12 @@ def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     module = runtime_lite.load(args.bundle, **_load_options(args))
     loaded = time.perf_counter()
-    inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed, dims=module.dims)
+    inputs = load_inputs(module.inputs, args.input, args.random_inputs, args.seed, dims=module.dims, dim_size=args.dim)
     profile = module.profile(inputs) if args.profile is not None else None
     outputs = profile.outputs if profile is not None else module.run(inputs)
     done = time.perf_counter()
     print(f"{args.bundle}: loaded in {(loaded - start) * 1e3:.1f} ms, ran in {(done - loaded) * 1e3:.1f} ms")
+    print(f"  inputs fed: {describe_inputs(module.inputs, inputs)}")
     for spec, array in zip(module.outputs, outputs):
         print(f"  {spec.name}: {array.dtype}{list(array.shape)} {preview(array)}")
     if args.output_dir:
@@ -106,6 +115,42 @@ def _load_options(args: argparse.Namespace) -> dict:
     return {"require": args.require, "backend_options": split_assignments(args.backend_option)}
 
 
+#: The engines a built-in backend's regions run on, any one of which will do. These backends load without
+#: them (``is_available`` is true: a region then runs its host plan), so the listing looks for them itself.
+ENGINE_MODULES = {
+    "onnxruntime": ("onnxruntime",),
+    "openvino": ("openvino",),
+    "auto": ("onnxruntime", "openvino"),
+    "tensorrt": ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings"),
+}
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (onnxruntime or OpenVINO take seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module importing it failed before
+        return False
+
+
+def _backend_state(name: str, backend: Any) -> str:
+    """What ``backends`` says of one backend: available, or which engine is missing and what its regions do."""
+    if not backend.is_available():
+        return "not available on this host"
+    engines = ENGINE_MODULES.get(name)
+    if engines is None or any(_installed(module) for module in engines):
+        return "available"
+    if name == "tensorrt" and _installed("onnxruntime") and _option_now(backend, "onnxruntime_fallback") is True:
+        return "not installed: its regions run their recipe on onnxruntime"  # docs/tensorrt.md
+    missing = "neither onnxruntime nor openvino is installed" if name == "auto" else "not installed"
+    return f"{missing}: its regions run their host plan"
+
+
+def _option_now(backend: Any, name: str) -> Any:
+    """A load option's default as it stands (environment included), or None where the backend has no such option."""
+    return next((option.default_value() for option in backend.load_options if option.name == name), None)
+
+
 def _backends(args: argparse.Namespace) -> int:
     """Every backend this runtime can load, built in or from an installed package, with its load options."""
     for name in available_backends():
@@ -114,8 +159,7 @@ def _backends(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"{name} (broken: {e})")
             continue
-        state = "available" if backend.is_available() else "not available on this host"
-        print(f"{name} ({state})")
+        print(f"{name} ({_backend_state(name, backend)})")
         for option in backend.load_options:
             print(f"  --backend-option {name}.{option.name}=...  {option.help} [now: {option.default_value()}]")
     return 0
@@ -153,10 +197,14 @@ def _bench(args: argparse.Namespace) -> int:
     # As trtexec and onnxruntime_perf_test do: no input given means random inputs, said once.
     random = args.random_inputs or not args.input
     if not args.input and not args.random_inputs:
-        print(f"no --input given: random inputs of the signature's shapes (seed {args.seed})", file=sys.stderr)
+        print(
+            f"no --input given: random inputs of the signature's shapes (seed {args.seed}); symbolic dims 1 or "
+            "their minimum, unless --batch or --dim NAME=SIZE sizes them",
+            file=sys.stderr,
+        )
     result = bench.benchmark(
         args.bundle,
-        lambda module: load_inputs(module.inputs, args.input, random, args.seed, args.batch, module.dims),
+        lambda module: load_inputs(module.inputs, args.input, random, args.seed, args.batch, module.dims, args.dim),
         inputs_label=bench.describe_feed(len(args.input), random, args.seed),
         iterations=args.iterations,
         warmup=args.warmup,
@@ -210,9 +258,21 @@ def _warm(args: argparse.Namespace) -> int:
     for module_id, placed in placement.items():
         print(f"  module {module_id} ({placed['backend']}): {placed.get('detail') or 'runs on ' + placed['runs_on']}")
         compiled += placed["backend"] != "host" and placed["runs_on"] == placed["backend"]
-    if not compiled:
-        print("  nothing to warm on this host: no module runs on an accelerator here (the host plan serves)")
+    if not placement:
+        print("  nothing to warm on this host: the bundle has no backend module (the host plan runs it all)")
+    elif not compiled:
+        print(
+            f"  nothing to warm on this host: no module runs on the backend it was compiled for ({_runs_on(placement)})"
+        )
     return 0
+
+
+def _runs_on(placement: dict[str, dict[str, Any]]) -> str:
+    """Where the modules run instead, as the lines above say: a TensorRT region may run on onnxruntime."""
+    where: dict[str, list[str]] = {}
+    for module_id, placed in placement.items():
+        where.setdefault("the host plan" if placed["runs_on"] == "host" else placed["runs_on"], []).append(module_id)
+    return "; ".join(f"{', '.join(ids)} run{'s' * (len(ids) == 1)} on {engine}" for engine, ids in where.items())
 
 
 def _reexec_with_threads(argv: list[str], threads: int) -> None:
@@ -263,8 +323,13 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--random-inputs", action="store_true",
-        help="fill the inputs not given with random data of the signature's shape (symbolic dims 1); "
-        "bench does this by default when no --input is given",
+        help="fill the inputs not given with random data of the signature's shape (symbolic dims 1, or their "
+        "declared minimum, unless --dim sizes them); bench does this by default when no --input is given",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dim", action="append", default=[], type=parse_dim, metavar="NAME=SIZE",
+        help="the size of symbolic dim NAME (e.g. seq=128) in the random inputs, within the bundle's bounds "
+        f"(`{PROG} info` lists its dims); repeatable",
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=_non_negative, default=0, help="seed of the random inputs, a whole number >= 0 (default 0)"

@@ -28,6 +28,65 @@ def parse_input(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def parse_dim(text: str) -> tuple[str, int]:
+    """``NAME=SIZE`` (``--dim``); whether the bundle has that dim, and takes that size, is checked once it is loaded."""
+    name, sep, size = text.rpartition("=")
+    if not sep or not name or not re.fullmatch(r"[+-]?[0-9]+", size):
+        raise argparse.ArgumentTypeError(f"--dim must look like NAME=SIZE with a whole number SIZE, got {text!r}")
+    return name, int(size)
+
+
+def dim_sizes(
+    specs: tuple[TensorSpec, ...],
+    given: list[tuple[str, int]],
+    dims: Mapping[str, DimSpec] | None = None,
+    batch: int | None = None,
+) -> dict[str, int]:
+    """The sizes ``--dim`` gives symbolic dims of the random inputs, each checked against the bundle in one line.
+
+    A name no input uses, a size below 1 or outside the bounds the bundle declares, a dim given
+    twice, or one ``--batch`` also sets to another size, would otherwise surface as a failed run
+    (or a dim silently left at 1).
+    """
+    symbolic = list(dict.fromkeys(d for spec in specs for d in spec.shape if isinstance(d, str)))
+    batch_dims = {spec.shape[0] for spec in specs if spec.shape and isinstance(spec.shape[0], str)}
+    sizes: dict[str, int] = {}
+    for name, size in given:
+        if name in sizes:
+            raise RuntimeLiteError(f"dim {name!r} is given twice (--dim {name}=...): give each dim once")
+        if name not in symbolic:
+            have = ", ".join(symbolic) if symbolic else "none, every input's shape is fixed"
+            raise RuntimeLiteError(f"--dim {name}={size}: this bundle has no symbolic dim {name!r} (it has: {have})")
+        if size < 1:
+            raise RuntimeLiteError(f"--dim {name}={size}: a dim's size must be a whole number >= 1")
+        bound = (dims or {}).get(name)
+        low, high = (bound.min, bound.max) if bound is not None else (None, None)
+        if (low is not None and size < low) or (high is not None and size > high):
+            raise RuntimeLiteError(
+                f"--dim {name}={size} is outside the bundle's bounds for {name} "
+                f"({low if low is not None else 0}..{'' if high is None else high})"
+            )
+        if batch is not None and name in batch_dims and size != batch:
+            raise RuntimeLiteError(f"--dim {name}={size} and --batch {batch} both size dim {name!r}: give one of them")
+        sizes[name] = size
+    return sizes
+
+
+def describe_inputs(specs: tuple[TensorSpec, ...], inputs: Mapping[str, np.ndarray]) -> str:
+    """One line: each input's dtype and shape as fed, then the size each symbolic dim took.
+
+    Random inputs size an unnamed symbolic dim at 1 (or its declared minimum): a report must
+    say so, or a sequence model is timed at sequence length 1 without anyone noticing.
+    """
+    took: dict[str, int] = {}
+    for spec in specs:
+        for dim, size in zip(spec.shape, inputs[spec.name].shape):
+            if isinstance(dim, str):
+                took.setdefault(dim, size)
+    fed = ", ".join(f"{spec.name} {inputs[spec.name].dtype}{list(inputs[spec.name].shape)}" for spec in specs)
+    return fed + (f" ({', '.join(f'{d}={n}' for d, n in took.items())})" if took else "")
+
+
 #: What a .npy file starts with, and what a zip archive (an .npz) does.
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK"
@@ -96,15 +155,23 @@ def output_filenames(names: list[str]) -> list[str]:
     return files
 
 
-def _symbolic_size(dim: str, dims: Mapping[str, DimSpec]) -> int:
-    """What a symbolic dim is for random data: 1, or its declared minimum where that is more."""
+def _symbolic_size(dim: str, dims: Mapping[str, DimSpec] | None, sizes: Mapping[str, int] | None = None) -> int:
+    """What a symbolic dim is for random data: its ``--dim`` size, else 1, or its declared minimum where that is more."""
+    if sizes and dim in sizes:
+        return sizes[dim]
     bound = (dims or {}).get(dim)
     return max(1, bound.min or 1) if bound is not None else 1
 
 
-def _batched_shape(spec: TensorSpec, batch: int | None, dims: Mapping[str, DimSpec] | None = None) -> tuple[int, ...]:
-    """The shape random data gets: symbolic dims 1 (or their minimum), except a symbolic dim 0 which is ``batch``."""
-    shape = [_symbolic_size(d, dims) if isinstance(d, str) else d for d in spec.shape]
+def _batched_shape(
+    spec: TensorSpec,
+    batch: int | None,
+    dims: Mapping[str, DimSpec] | None = None,
+    sizes: Mapping[str, int] | None = None,
+) -> tuple[int, ...]:
+    """The shape random data gets: symbolic dims at their ``--dim`` size, else 1 (or their minimum), except a
+    symbolic dim 0 which is ``batch``."""
+    shape = [_symbolic_size(d, dims, sizes) if isinstance(d, str) else d for d in spec.shape]
     if batch is not None and batch > 1 and not shape:
         raise RuntimeLiteError(
             f"input {spec}: --batch {batch} needs a batch dim to fill, and this input is a scalar (no dims); "
@@ -122,9 +189,13 @@ def _batched_shape(spec: TensorSpec, batch: int | None, dims: Mapping[str, DimSp
 
 
 def random_input(
-    spec: TensorSpec, rng: np.random.Generator, batch: int | None = None, dims: Mapping[str, DimSpec] | None = None
+    spec: TensorSpec,
+    rng: np.random.Generator,
+    batch: int | None = None,
+    dims: Mapping[str, DimSpec] | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> np.ndarray:
-    shape = _batched_shape(spec, batch, dims)
+    shape = _batched_shape(spec, batch, dims, sizes)
     nbytes = int(np.prod(shape, dtype=object)) * spec.dtype.itemsize
     if nbytes > MAX_RANDOM_INPUT_BYTES:
         raise RuntimeLiteError(
@@ -161,8 +232,14 @@ def load_inputs(
     seed: int,
     batch: int | None = None,
     dims: Mapping[str, DimSpec] | None = None,
+    dim_size: list[tuple[str, int]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Every input the signature names: from its file, else random (with ``random``), else a one-line error."""
+    """Every input the signature names: from its file, else random (with ``random``), else a one-line error.
+
+    ``dim_size`` (``--dim NAME=SIZE`` pairs) sizes symbolic dims of the random inputs; it is refused
+    where no input is random, since file inputs keep their own shapes.
+    """
+    sizes = dim_sizes(specs, dim_size or [], dims, batch)
     known = {spec.name for spec in specs}
     unknown = [name for name, _ in pairs if name not in known]
     if unknown:
@@ -179,11 +256,17 @@ def load_inputs(
             raise RuntimeLiteError(
                 f"input {name!r} from '{path}' has shape {list(inputs[name].shape)}, not batch {batch} (--batch)"
             )
+    if sizes and all(spec.name in inputs for spec in specs):
+        raise RuntimeLiteError(
+            "--dim sizes random inputs, and every input here comes from a file (--input): drop --dim"
+        )
+    if sizes and not random:
+        raise RuntimeLiteError("--dim sizes random inputs: add --random-inputs")
     if random:
         rng = np.random.default_rng(seed)
         for spec in specs:
             if spec.name not in inputs:
-                inputs[spec.name] = random_input(spec, rng, batch, dims)
+                inputs[spec.name] = random_input(spec, rng, batch, dims, sizes)
     missing = [s for s in specs if s.name not in inputs]
     if missing:
         raise RuntimeLiteError(
