@@ -46,6 +46,16 @@ def test_output_that_is_a_device_is_refused_and_left_alone(model_file, device):
     assert stat.S_ISCHR(os.stat(device).st_mode)
 
 
+def test_output_that_is_a_directory_is_refused_in_one_line(model_file, tmp_path):
+    """As docs/tools.md says: one line, not click's usage block."""
+    result = aot_build(str(model_file), "-o", str(tmp_path))
+    assert (
+        result.returncode == 1
+        and result.stderr.strip() == f"Error: cannot write bundle '{tmp_path}': it is a directory"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.onnx"]  # nothing written into it
+
+
 def test_output_that_is_a_fifo_is_refused_without_blocking(model_file, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

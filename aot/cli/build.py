@@ -251,7 +251,7 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.command(cls=_BuildCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write (default: MODEL's name with .aotb)."
+    "-o", "--output", type=click.Path(), help="Bundle to write (default: MODEL's name with .aotb)."
 )
 @click.option(
     "--target",
