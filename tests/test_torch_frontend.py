@@ -151,7 +151,7 @@ def test_a_saved_hugging_face_program_builds_from_the_cli_and_an_unknown_output_
     (tmp_path / "my_outputs.py").write_text(
         "import dataclasses, torch\n"
         "@dataclasses.dataclass\nclass Out:\n    y: torch.Tensor\n"
-        "torch.utils._pytree.register_dataclass(Out, serialized_type_name=\"my_outputs.Out\")\n"
+        'torch.utils._pytree.register_dataclass(Out, serialized_type_name="my_outputs.Out")\n'
     )
     code = (
         "import sys, torch; sys.path.insert(0, sys.argv[1]); import my_outputs\n"
@@ -166,3 +166,22 @@ def test_a_saved_hugging_face_program_builds_from_the_cli_and_an_unknown_output_
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
     assert "its outputs are a my_outputs.Out, which torch rebuilds only once that package registers it" in lines[0]
+
+
+class _WhereMixedDtypes(nn.Module):
+    def forward(self, ids, mask, f):
+        return torch.where(mask, ids, 0.5), torch.where(mask, 0.25, ids), torch.where(mask, ids, f)
+
+
+@pytest.mark.parametrize("target", ["host", "onnxruntime"])
+def test_where_over_mixed_dtypes_takes_torchs_promoted_dtype(target):
+    """``where(mask, int ids, 0.5)`` is float32 in torch; the scalar used to take the ids' dtype, so the bundle
+    returned int64 with 0 for 0.5, silently, and ``where(mask, int, float tensor)`` failed at run or build."""
+    ids, mask = torch.tensor([[1, -2, 3, 4]]), torch.tensor([[True, False, True, False]])
+    f = torch.tensor([[0.5, 0.25, 1.0, 2.0]])
+    program = torch.export.export(_WhereMixedDtypes(), (ids, mask, f))
+    module = runtime_lite.load(aot.build(program, targets=[target], log=None).to_bytes())
+    ours = module.run([ids.numpy(), mask.numpy(), f.numpy()])
+    for got, want in zip(ours, _WhereMixedDtypes()(ids, mask, f)):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want.numpy())

@@ -297,11 +297,25 @@ def _rsqrt(ctx):
 
 @aten("where")
 def _where(ctx):
+    """Both branches in the dtype torch's promotion gives the result (the node's own): ``where(m, int_ids, 0.5)``
+    is float32, and so is ``where(m, int_ids, float_tensor)``; a Python scalar takes that dtype."""
     x, other = ctx["self"], ctx["other"]
-    if not isinstance(x, Value) and not isinstance(other, Value):  # two Python scalars: torch's default dtype
-        x = ctx.constant(x, "float32")
-    other = ctx.tensor(other, x) if isinstance(x, Value) else other
-    return ctx.emit("where", ctx["condition"], ctx.tensor(x, other), other)
+    meta = ctx.node.meta.get("val")
+    if hasattr(meta, "dtype"):
+        dtype = numpy_dtype(meta.dtype)
+    elif isinstance(x, Value) or isinstance(other, Value):
+        dtype = (x if isinstance(x, Value) else other).type.dtype
+    else:  # two Python scalars: torch's default dtype
+        dtype = "float32"
+    x, other = (
+        ctx.constant(v, dtype)
+        if not isinstance(v, Value)
+        else v
+        if v.type.dtype == dtype
+        else ctx.emit("cast", v, to=dtype)
+        for v in (x, other)
+    )
+    return ctx.emit("where", ctx["condition"], x, other)
 
 
 # -- activations --------------------------------------------------------------------------
