@@ -185,3 +185,22 @@ def test_where_over_mixed_dtypes_takes_torchs_promoted_dtype(target):
     for got, want in zip(ours, _WhereMixedDtypes()(ids, mask, f)):
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want.numpy())
+
+
+class _AnyAll(nn.Module):
+    def forward(self, flag):
+        return flag.any(1), flag.all(1)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_any_and_all_of_a_mask_build_for_the_delegates(target):
+    """ONNX reduces no bool: the recipe's ReduceMax over a mask was invalid ONNX and the build failed."""
+    flag = torch.rand(2, 6) > 0.5
+    program = torch.export.export(_AnyAll(), (flag,), dynamic_shapes={"flag": {0: torch.export.Dim("b")}})
+    module = runtime_lite.load(aot.build(program, targets=[target], log=None).to_bytes())
+    x = np.random.default_rng(3).random((3, 6)) > 0.5
+    x[0] = True  # one row all True, one all False: both reductions' edges
+    x[1] = False
+    any_, all_ = module.run([x])
+    np.testing.assert_array_equal(any_, x.any(1))
+    np.testing.assert_array_equal(all_, x.all(1))

@@ -193,6 +193,15 @@ def _reduce(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> Non
     op_type = {"reduce_mean": "ReduceMean", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin",
                "reduce_prod": "ReduceProd", "reduce_sum": "ReduceSum"}[node.op]  # fmt: skip
     axes, keepdims = node.attrs["axes"], node.attrs["keepdims"]
+    if node.inputs[0].type.dtype == "bool":  # any()/all() of a mask: ONNX reduces no bool, so over uint8 and back
+        reduced = w.fresh(op_type.lower())
+        _reduce_axes(w, op_type, [w.cast(ins[0], "uint8")], [reduced], axes, keepdims)
+        w.emit("Cast", [reduced], outs, to=helper.np_dtype_to_tensor_dtype(np.dtype(node.outputs[0].type.dtype)))
+        return
+    _reduce_axes(w, op_type, ins, outs, axes, keepdims)
+
+
+def _reduce_axes(w: RecipeWriter, op_type: str, ins: list[str], outs: list[str], axes: Any, keepdims: int) -> None:
     if op_type == "ReduceSum":  # its axes became an input in opset 13, the others' in 18
         w.emit(op_type, ins + ([w.ints(axes, "axes")] if axes is not None else []), outs, keepdims=keepdims)
     else:
