@@ -204,3 +204,25 @@ def test_any_and_all_of_a_mask_build_for_the_delegates(target):
     any_, all_ = module.run([x])
     np.testing.assert_array_equal(any_, x.any(1))
     np.testing.assert_array_equal(all_, x.all(1))
+
+
+class _MaskedAttention(nn.Module):
+    def forward(self, q, k, v, mask):
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("target", ["host", "onnxruntime"])
+def test_a_query_row_its_mask_hides_whole_is_zero_as_in_torch_not_nan(target):
+    """torch's safe softmax gives 0 for a fully masked row (a padded query); the bundle gave NaN, which a masked
+    mean pool then spread over the whole sequence (NaN * 0 is NaN)."""
+    rng = np.random.default_rng(4)
+    q, k, v = (torch.from_numpy(rng.standard_normal((1, 2, 4, 8)).astype(np.float32)) for _ in range(3))
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 3, :] = False  # the last query sees no key
+    mask[..., 1, 2:] = False  # the second sees half of them
+    program = torch.export.export(_MaskedAttention(), (q, k, v, mask))
+    module = runtime_lite.load(aot.build(program, targets=[target], log=None).to_bytes())
+    (ours,) = module.run([t.numpy() for t in (q, k, v, mask)])
+    want = _MaskedAttention()(q, k, v, mask).numpy()
+    assert not np.isnan(ours).any() and np.all(ours[..., 3, :] == 0)
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)

@@ -610,6 +610,7 @@ def _attention(ctx):
     scores = ctx.emit("matmul", q, ctx.emit("transpose", k, perm=perm))
     scores = ctx.emit("multiply", scores, ctx.constant(scale, scores.type.dtype))
     mask = ctx.get("attn_mask")
+    given = mask is not None
     if ctx.get("is_causal", False):
         length, keys = scores.type.shape[-2], scores.type.shape[-1]
         if not (isinstance(length, int) and isinstance(keys, int)):
@@ -621,7 +622,11 @@ def _attention(ctx):
                 "where", mask, ctx.constant(0.0, scores.type.dtype), ctx.constant(-np.inf, scores.type.dtype)
             )
         scores = ctx.emit("add", scores, mask)
-    return ctx.emit("matmul", ctx.emit("softmax", scores, axis=rank - 1), v)
+    probs = ctx.emit("softmax", scores, axis=rank - 1)
+    if given:  # a query row the mask hides whole (a padded one): 0, as torch's safe softmax gives, not NaN
+        hidden = ctx.emit("equal", scores, ctx.constant(-np.inf, scores.type.dtype))
+        probs = ctx.emit("where", hidden, ctx.constant(0.0, scores.type.dtype), probs)
+    return ctx.emit("matmul", probs, v)
 
 
 # -- reductions ----------------------------------------------------------------------------
