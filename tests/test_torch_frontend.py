@@ -226,3 +226,28 @@ def test_a_query_row_its_mask_hides_whole_is_zero_as_in_torch_not_nan(target):
     want = _MaskedAttention()(q, k, v, mask).numpy()
     assert not np.isnan(ours).any() and np.all(ours[..., 3, :] == 0)
     np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
+
+
+class _SplitHalf(nn.Module):
+    def forward(self, x):
+        n = x.shape[1] // 2
+        a, b = torch.split(x, [n, x.shape[1] - n], dim=1)
+        return a * 2, b + 1
+
+
+class _ChunkSeq(nn.Module):
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        return a * 2, b + 1
+
+
+@pytest.mark.parametrize("model", [_SplitHalf, _ChunkSeq])
+def test_split_and_chunk_along_a_dynamic_dim_follow_it_at_run_time(model):
+    """Pieces whose sizes follow a dynamic dim were a raw TypeError (SymbolicSize) from the importer; they are
+    run-time slices now, at every length, odd ones included (chunk's last piece is the shorter)."""
+    program = torch.export.export(model(), (torch.randn(2, 8, 3),), dynamic_shapes={"x": {1: torch.export.Dim.AUTO}})
+    module = runtime_lite.load(aot.build(program, log=None).to_bytes())
+    for length in (2, 3, 7, 12):
+        x = torch.randn(2, length, 3)
+        for got, want in zip(module.run([x.numpy()]), model()(x), strict=True):
+            np.testing.assert_array_equal(got, want.numpy())

@@ -815,6 +815,8 @@ def _split_sizes(ctx, x: Value, dim: int, size: int) -> list[int]:
 def _split(ctx):
     x = ctx["self"]
     dim = ctx.get("dim", 0) % x.type.rank
+    if _split_at_run_time(ctx, x, dim):
+        return _run_time_pieces(ctx, x, dim)
     if "chunks" in ctx.args:
         sizes = _split_sizes(ctx, x, dim, -(-x.type.shape[dim] // ctx["chunks"]))
     elif isinstance(ctx["split_sizes" if "split_sizes" in ctx.args else "split_size"], int):
@@ -823,6 +825,40 @@ def _split(ctx):
         sizes = [int(s) for s in ctx.args.get("split_sizes", ctx.args.get("split_size"))]
     node = ctx.graph.add_node("split", [x], {"axis": dim, "sizes": sizes}, name=ctx.name)
     return node.outputs
+
+
+def _split_at_run_time(ctx, x: Value, dim: int) -> bool:
+    """Whether the pieces' sizes are known only at run time: the split dim is symbolic, or a size is."""
+    given = ctx.args.get("split_sizes", ctx.args.get("split_size"))
+    sizes = given if isinstance(given, (list, tuple)) else [given]
+    return not isinstance(x.type.shape[dim], int) or any(isinstance(size, SymbolicSize) for size in sizes)
+
+
+def _run_time_pieces(ctx, x: Value, dim: int) -> list[Value]:
+    """A split whose sizes follow a dynamic dim (``x.chunk(2, 1)``, ``split(x, [n, L - n])``): each piece a run-time
+    slice from the running total. How many pieces there are, torch.export fixed (its guards): the node's outputs."""
+    count = len(ctx.node.meta.get("val") or ())
+    given = ctx.args.get("split_sizes", ctx.args.get("split_size"))
+    length = SymbolicSize("L", ctx.dim(x, dim))
+    if "chunks" in ctx.args:  # torch's chunk: pieces of ceil(L / chunks)
+        chunks = ctx.constant([int(ctx["chunks"])], "int64")
+        rounded = ctx.emit("add", length.value, ctx.emit("subtract", chunks, ctx.constant([1], "int64")))
+        given = SymbolicSize("L/chunks", _floor_divide_sizes(ctx, rounded, chunks))
+    if isinstance(given, (list, tuple)):
+        sizes = list(given)
+    else:  # one size for every piece, the last one shorter
+        sizes = [given] * count
+    pieces, start = [], 0
+    for size in sizes[:count]:
+        end = SymbolicSize(f"{start}+{size}", ctx.emit("add", ctx.size(start), ctx.size(size)))
+        pieces.append(_slice_at_run_time(ctx, x, dim, start, end, 1))
+        start = end
+    return pieces
+
+
+def _floor_divide_sizes(ctx, a: Value, b: Value) -> Value:
+    """``a // b`` of non-negative int64 sizes: a - a mod b is an exact multiple of b."""
+    return ctx.emit("divide", ctx.emit("subtract", a, ctx.emit("mod", a, b, fmod=0)), b)
 
 
 @aten("slice")
