@@ -251,3 +251,34 @@ def test_split_and_chunk_along_a_dynamic_dim_follow_it_at_run_time(model):
         x = torch.randn(2, length, 3)
         for got, want in zip(module.run([x.numpy()]), model()(x), strict=True):
             np.testing.assert_array_equal(got, want.numpy())
+
+
+class _ScaledBySize(nn.Module):
+    def forward(self, x):
+        return x * x.shape[1], x.shape[1] - x, nn.functional.interpolate(x, scale_factor=2.0, mode="linear")
+
+
+def test_a_dynamic_size_as_a_scalar_operand_and_a_run_time_clamp_follow_the_input():
+    """``x * x.shape[1]`` and linear interpolation (whose indices clamp to L - 1) over a dynamic length were raw
+    TypeErrors (float() of a SymbolicSize) from the importer."""
+    program = torch.export.export(_ScaledBySize(), (torch.randn(1, 2, 16),),
+                                  dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=64)}})  # fmt: skip
+    module = runtime_lite.load(aot.build(program, log=None).to_bytes())
+    for length in (2, 5, 16, 63):
+        x = torch.randn(1, 2, length)
+        for got, want in zip(module.run([x.numpy()]), _ScaledBySize()(x), strict=True):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _NearestBySize(nn.Module):
+    def forward(self, x):
+        return nn.functional.interpolate(x, scale_factor=1.5, mode="nearest")
+
+
+def test_python_arithmetic_on_a_dynamic_size_is_named_not_printed_with_an_address():
+    program = torch.export.export(_NearestBySize(), (torch.randn(1, 2, 16),),
+                                  dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=64)}})  # fmt: skip
+    with pytest.raises(UnsupportedOpsError) as refused:
+        aot.build(program, log=None)
+    assert " at 0x" not in str(refused.value), str(refused.value)
+    assert "operator.truediv (Python arithmetic on a dynamic size)" in str(refused.value), str(refused.value)

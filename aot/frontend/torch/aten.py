@@ -99,7 +99,7 @@ def _operands(ctx: AtenContext) -> tuple[Value, Value]:
     """The two operands as IR values, Python scalars taking the tensor's dtype (torch's promotion for scalars)."""
     a, b = ctx.args.get("self", ctx.args.get("input")), ctx.args.get("other", ctx.args.get("exponent"))
     if not isinstance(a, Value):
-        a = ctx.constant(a, b.type.dtype)
+        a = ctx.tensor(a, b)
     if isinstance(b, float) and not a.type.dtype.startswith("float"):
         a = ctx.emit("cast", a, to="float32")
     b = ctx.tensor(b, a)
@@ -354,7 +354,8 @@ def _clamp(ctx):
     x = ctx["self"]
     lo = ctx.args.get("min", ctx.args.get("min_val"))
     hi = ctx.args.get("max", ctx.args.get("max_val"))
-    if isinstance(lo, Value) or isinstance(hi, Value):  # tensor bounds: min(max(x, lo), hi), broadcast
+    # tensor bounds, or a run-time size (linear interpolation's index clamp to L - 1): min(max(x, lo), hi), broadcast
+    if any(isinstance(bound, (Value, SymbolicSize)) for bound in (lo, hi)):
         meta = ctx.node.meta.get("val")
         dtype = numpy_dtype(meta.dtype) if hasattr(meta, "dtype") else x.type.dtype
         x = x if x.type.dtype == dtype else ctx.emit("cast", x, to=dtype)

@@ -97,7 +97,11 @@ class AtenContext:
         return self.emit("concat", *[self.size(s) for s in sizes], axis=0)
 
     def tensor(self, value: Any, like: Value) -> Value:
-        """A Python scalar as a constant of ``like``'s dtype (tensors pass through)."""
+        """A Python scalar as a constant of ``like``'s dtype, a run-time size (``x * x.shape[1]``) as its 0-d value
+        in that dtype (tensors pass through)."""
+        if isinstance(value, SymbolicSize):
+            size = self.emit("reshape", value.value, shape=[])
+            return size if like.type.dtype == "int64" else self.emit("cast", size, to=like.type.dtype)
         return value if isinstance(value, Value) else self.constant(value, like.type.dtype)
 
     @property

@@ -151,11 +151,22 @@ def _check_inference(program: Any) -> None:
         )
 
 
+def _op_name(target: Any) -> str:
+    """An ATen op as torch names it (``aten.grid_sampler_2d.default``); a Python function a dynamic size went
+    through (``sym_float``, ``operator.truediv``) by its module and name, not its repr with an address."""
+    if callable(target) and not hasattr(target, "_schema") and hasattr(target, "__name__"):
+        module = getattr(target, "__module__", None) or (
+            "operator" if type(target).__name__ == "builtin_function_or_method" else ""
+        )
+        return f"{module.lstrip('_') + '.' if module else ''}{target.__name__} (Python arithmetic on a dynamic size)"
+    return str(target)
+
+
 def _check_supported(program: Any) -> None:
     missing: OrderedDict[str, list[str]] = OrderedDict()
     for node in _calls(program):
         if not _is_supported(node.target):
-            missing.setdefault(str(node.target), []).append(node.name)
+            missing.setdefault(_op_name(node.target), []).append(node.name)
     if missing:
         parts = [
             f"{op} (node '{names[0]}'{f', {len(names)} nodes' if len(names) > 1 else ''})"
