@@ -282,3 +282,21 @@ def test_python_arithmetic_on_a_dynamic_size_is_named_not_printed_with_an_addres
         aot.build(program, log=None)
     assert " at 0x" not in str(refused.value), str(refused.value)
     assert "operator.truediv (Python arithmetic on a dynamic size)" in str(refused.value), str(refused.value)
+
+
+class _ReturnsItsInput(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return y, x, y, torch.ones(2)
+
+
+def test_an_output_that_is_the_input_a_constant_or_returned_twice_keeps_every_name():
+    """docs/pytorch.md: outputs are output_0, output_1, ... The input returned as an output renamed the *input* to
+    'x_value' (run({'x': ...}) failed), and a value returned twice renamed the first output."""
+    program = torch.export.export(_ReturnsItsInput(), (torch.randn(3),))
+    module = runtime_lite.load(aot.build(program, log=None).to_bytes())
+    assert [s.name for s in module.inputs] == ["x"]
+    assert [s.name for s in module.outputs] == ["output_0", "output_1", "output_2", "output_3"]
+    x = np.arange(3, dtype=np.float32)
+    for got, want in zip(module.run({"x": x}), _ReturnsItsInput()(torch.from_numpy(x)), strict=True):
+        np.testing.assert_array_equal(got, want.numpy())

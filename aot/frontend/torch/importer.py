@@ -275,8 +275,13 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
     if not all(isinstance(v, Value) for v in outputs):
         raise UnsupportedOpsError("the program returns something other than tensors")
     for i, value in enumerate(outputs):  # torch outputs have no names of their own: call them as exporters do
-        if value.producer is not None and value not in outputs[:i]:
-            value.name = graph.unique_name("output" if len(outputs) == 1 else f"output_{i}")
+        name = graph.unique_name("output" if len(outputs) == 1 else f"output_{i}")
+        if value.producer is None or any(value is earlier for earlier in outputs[:i]):
+            # an input, a constant or a value returned twice: a copy of its own, so that renaming the output
+            # never renames the input (run({'x': ...}) stays valid) nor an earlier output
+            outputs[i] = graph.op("copy", value, name=name)
+        value = outputs[i]
+        value.name = name
     graph.outputs = outputs
     rename_dims(graph, user_dim_names(user_inputs))
     name_signature_dims(graph, user_inputs, input_shapes)
