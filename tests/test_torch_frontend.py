@@ -300,3 +300,22 @@ def test_an_output_that_is_the_input_a_constant_or_returned_twice_keeps_every_na
     x = np.arange(3, dtype=np.float32)
     for got, want in zip(module.run({"x": x}), _ReturnsItsInput()(torch.from_numpy(x)), strict=True):
         np.testing.assert_array_equal(got, want.numpy())
+
+
+class _MaskLogic(nn.Module):
+    def forward(self, a, b):
+        return a + b, a * b, torch.maximum(a, b), torch.minimum(a, b)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_arithmetic_on_masks_is_logic_in_the_delegates_recipes(target):
+    """ONNX's Add, Mul, Max and Min take no bool: the recipe was invalid ONNX and the build failed; torch's a + b
+    over masks is an or, a * b an and."""
+    a, b = torch.rand(2, 6) > 0.5, torch.rand(2, 6) > 0.5
+    module = runtime_lite.load(
+        aot.build(torch.export.export(_MaskLogic(), (a, b)), targets=[target], log=None).to_bytes()
+    )
+    assert all(p["runs_on"] == target for p in module.placement.values())
+    for got, want in zip(module.run([a.numpy(), b.numpy()]), _MaskLogic()(a, b), strict=True):
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, want.numpy())

@@ -130,6 +130,22 @@ BINARY = {
 }  # fmt: skip
 for _op, _onnx in {**UNARY, **BINARY}.items():
     EXPORTS[_op] = _simple(_onnx)
+#: ONNX's arithmetic takes no bool; over masks torch's a + b and max(a, b) are a logical or, a * b and min an and.
+BOOL_LOGIC = {"add": "Or", "maximum": "Or", "multiply": "And", "minimum": "And"}
+
+
+def _binary_or_logic(op: str, onnx_op: str) -> Export:
+    def export(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+        if all(v.type.dtype == "bool" for v in node.inputs):
+            w.emit(BOOL_LOGIC[op], ins, outs)
+        else:
+            w.emit(onnx_op, ins, outs, **_renamed(node.attrs))
+
+    return export
+
+
+for _op in BOOL_LOGIC:
+    EXPORTS[_op] = _binary_or_logic(_op, BINARY[_op])
 
 
 @exports(*CONV_OPS, *CONV_TRANSPOSE_OPS)
