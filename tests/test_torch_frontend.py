@@ -319,3 +319,22 @@ def test_arithmetic_on_masks_is_logic_in_the_delegates_recipes(target):
     for got, want in zip(module.run([a.numpy(), b.numpy()]), _MaskLogic()(a, b), strict=True):
         assert got.dtype == np.bool_
         np.testing.assert_array_equal(got, want.numpy())
+
+
+class _PairsSummed(nn.Module):
+    def forward(self, x):
+        return x.reshape(x.shape[0], x.shape[1] // 2, 2).sum(-1)
+
+
+def test_a_derived_dim_keeps_the_range_torch_bounds_it_by():
+    """``{1: 2 * h}`` with h in 2..32: torch's guards allow 4..64. The bundle recorded the dim unbounded, so 66 and
+    200 ran where torch refuses them; now they are one-line InputErrors naming the bounds."""
+    h = torch.export.Dim("h", min=2, max=32)
+    program = torch.export.export(_PairsSummed(), (torch.randn(3, 12),), dynamic_shapes={"x": {1: 2 * h}})
+    module = runtime_lite.load(aot.build(program, log=None).to_bytes())
+    (spec,) = module.inputs
+    assert (module.dims[spec.shape[1]].min, module.dims[spec.shape[1]].max) == (4, 64)
+    x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    np.testing.assert_allclose(module.run([x])[0], _PairsSummed()(torch.from_numpy(x)).numpy(), rtol=1e-6)
+    with pytest.raises(runtime_lite.InputError, match=r"is 66, above its maximum 64"):
+        module.run([np.zeros((3, 66), np.float32)])

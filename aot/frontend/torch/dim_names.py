@@ -61,7 +61,10 @@ def _symbol_ranges(placeholders: list[Any]) -> dict[str, tuple[int, int]]:
         for d in getattr(node.meta.get("val"), "shape", ()):
             symbolic = getattr(d, "node", None)
             env = getattr(symbolic, "shape_env", None)
-            value_range = getattr(env, "var_to_range", {}).get(getattr(symbolic, "expr", None))
+            expr = getattr(symbolic, "expr", None)
+            value_range = getattr(env, "var_to_range", {}).get(expr)
+            if value_range is None and expr is not None:  # a derived dim (2*h): the range torch bounds it by
+                value_range = _derived_range(expr, getattr(env, "var_to_range", {}))
             if value_range is None:
                 continue
             if str(value_range.upper) in ("int_oo", "oo"):  # bounded below only, as torch says of any dim
@@ -71,6 +74,17 @@ def _symbol_ranges(placeholders: list[Any]) -> dict[str, tuple[int, int]]:
             # for those too, so only a minimum above 2 is the user's own
             ranges[str(symbolic.expr)] = (low if low > 2 else 0, high)
     return ranges
+
+
+def _derived_range(expr: Any, var_to_range: dict) -> Any:
+    """The range of a derived dim's expression (``2*h`` with h in 2..32: 4..64) from its symbols' ranges, or None:
+    without it a bundle would accept lengths torch's own guards refuse."""
+    try:
+        from torch.utils._sympy.value_ranges import bound_sympy
+
+        return bound_sympy(expr, var_to_range)
+    except Exception:  # noqa: BLE001 - an expression torch cannot bound: the dim stays unbounded, as before
+        return None
 
 
 def name_signature_dims(graph: Graph, placeholders: list[Any], given: dict[str, Any]) -> None:
