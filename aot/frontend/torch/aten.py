@@ -840,11 +840,10 @@ def _run_time_pieces(ctx, x: Value, dim: int) -> list[Value]:
     slice from the running total. How many pieces there are, torch.export fixed (its guards): the node's outputs."""
     count = len(ctx.node.meta.get("val") or ())
     given = ctx.args.get("split_sizes", ctx.args.get("split_size"))
-    length = SymbolicSize("L", ctx.dim(x, dim))
     if "chunks" in ctx.args:  # torch's chunk: pieces of ceil(L / chunks)
-        chunks = ctx.constant([int(ctx["chunks"])], "int64")
-        rounded = ctx.emit("add", length.value, ctx.emit("subtract", chunks, ctx.constant([1], "int64")))
-        given = SymbolicSize("L/chunks", _floor_divide_sizes(ctx, rounded, chunks))
+        chunks = int(ctx["chunks"])
+        rounded = ctx.emit("add", ctx.dim(x, dim), ctx.constant([chunks - 1], "int64"))
+        given = SymbolicSize("L/chunks", ctx.floor_divide(rounded, ctx.constant([chunks], "int64")))
     if isinstance(given, (list, tuple)):
         sizes = list(given)
     else:  # one size for every piece, the last one shorter
@@ -855,11 +854,6 @@ def _run_time_pieces(ctx, x: Value, dim: int) -> list[Value]:
         pieces.append(_slice_at_run_time(ctx, x, dim, start, end, 1))
         start = end
     return pieces
-
-
-def _floor_divide_sizes(ctx, a: Value, b: Value) -> Value:
-    """``a // b`` of non-negative int64 sizes: a - a mod b is an exact multiple of b."""
-    return ctx.emit("divide", ctx.emit("subtract", a, ctx.emit("mod", a, b, fmod=0)), b)
 
 
 @aten("slice")

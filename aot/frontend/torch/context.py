@@ -90,6 +90,10 @@ class AtenContext:
             return self.constant([d], "int64")
         return self.emit("slice", self.emit("shape", x), starts=[axis], ends=[axis + 1], axes=[0], steps=[1])
 
+    def floor_divide(self, a: Value, b: Value) -> Value:
+        """``a // b`` of int64 sizes (mostly >= 0): a - a mod b is an exact multiple of b."""
+        return self.emit("divide", self.emit("subtract", a, self.emit("mod", a, b, fmod=0)), b)
+
     def shape_tensor(self, sizes: list[Any]) -> Value:
         """A 1-d int64 shape from ints and run-time sizes (for reshape, expand, constant_of_shape)."""
         if not any(isinstance(s, SymbolicSize) for s in sizes):

@@ -39,8 +39,8 @@ def _arithmetic(op: str, python: Callable[[int, int], int]) -> Callable[[AtenCon
         if not all(isinstance(v, (int, SymbolicSize)) for v in (a, b)):
             raise ctx.unsupported(f"arithmetic on sizes with {type(a).__name__} and {type(b).__name__}")
         x, y = ctx.size(a), ctx.size(b)
-        if op == "floor_divide":  # a - a mod b is an exact multiple of b (sizes are mostly >= 0)
-            value = ctx.emit("divide", ctx.emit("subtract", x, ctx.emit("mod", x, y, fmod=0)), y)
+        if op == "floor_divide":
+            value = ctx.floor_divide(x, y)
         elif op == "mod":
             value = ctx.emit("mod", x, y, fmod=0)
         else:
