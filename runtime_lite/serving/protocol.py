@@ -487,11 +487,12 @@ def _decode_outputs(request: dict[str, Any]) -> dict[str, Any]:
         if own is True:
             binary.add(raw["name"])
         if CLASSIFICATION in own_parameters:
-            classifications[raw["name"]] = _classification_count(own_parameters[CLASSIFICATION], raw["name"])
+            classifications[raw["name"]] = classification_count(own_parameters[CLASSIFICATION], raw["name"])
     return {"outputs": names, "binary_outputs": binary, "classifications": classifications}
 
 
-def _classification_count(value: Any, output: str) -> int:
+def classification_count(value: Any, output: str) -> int:
+    """The k of a ``classification`` parameter (HTTP's JSON value, gRPC's InferParameter read); 400 otherwise."""
     try:
         return requested_count(value, output)
     except ClassificationError as e:
@@ -575,6 +576,7 @@ __all__ = [
     "HEADER_LENGTH",
     "InferRequest",
     "ProtocolError",
+    "classification_count",
     "config_tensor",
     "datatype_of",
     "DEFAULT_MAX_JSON_COST",

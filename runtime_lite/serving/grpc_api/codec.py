@@ -20,13 +20,13 @@ import numpy as np
 
 from runtime_lite.format.signature import TensorSpec
 from runtime_lite.serving.classification import PARAMETER as CLASSIFICATION
-from runtime_lite.serving.classification import ClassificationError, requested_count
 from runtime_lite.serving.protocol import (
     InferRequest,
     ProtocolError,
     add_input,
     check_byte_size,
     check_input,
+    classification_count,
     datatype_of,
     exact_values,
     require_inputs,
@@ -88,20 +88,17 @@ def decode_infer_request(message: Any, specs: Sequence[TensorSpec], max_bytes: i
         if _SHARED_MEMORY in requested.parameters:
             raise ProtocolError(400, f"output '{requested.name}': shared-memory outputs are not served")
         if CLASSIFICATION in requested.parameters:
-            classifications[requested.name] = _classification_count(
-                requested.parameters[CLASSIFICATION], requested.name
+            classifications[requested.name] = classification_count(
+                _parameter_value(requested.parameters[CLASSIFICATION]), requested.name
             )
         outputs.append(requested.name)
     return InferRequest(id=message.id or None, inputs=inputs, outputs=outputs or None, classifications=classifications)
 
 
-def _classification_count(parameter: Any, output: str) -> int:
-    """The k of an ``InferParameter`` (tritonclient sets ``int64_param``); ProtocolError(400) for anything else."""
+def _parameter_value(parameter: Any) -> Any:
+    """An InferParameter's value, whichever of its fields is set (tritonclient sets ``int64_param``), else None."""
     choice = parameter.WhichOneof("parameter_choice")
-    try:
-        return requested_count(None if choice is None else getattr(parameter, choice), output)
-    except ClassificationError as e:
-        raise ProtocolError(400, str(e)) from None
+    return None if choice is None else getattr(parameter, choice)
 
 
 def _typed_values(name: str, contents: Any, shape: list[int], dtype: np.dtype) -> np.ndarray:
