@@ -349,3 +349,27 @@ def test_int8_without_data_names_the_ops_that_need_ranges_and_the_option_of_the_
     assert message.endswith(")" + advice), message
     scheme = "weight-only" if conv else "dynamic"  # and the advice, followed, builds
     aot.build(model, targets=[target], log=None, backend_options={target: {"precision": "int8", "int8_scheme": scheme}})
+
+
+def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_told(tmp_path):
+    """Dynamic int8 takes one activation range per batch, so a request's answer would depend on its neighbours:
+    ``serve --max-batch-size`` runs such a bundle request by request and says why (docs/serving.md)."""
+    from runtime_lite.serving.service import served_model
+
+    stack = decoder_stack()
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in stack.graph.initializer}
+    model = make_model(stack.graph.node, {"ids": _ids(0)}, ["y"], weights, opset=17, input_shapes={"ids": ["N", 8]})
+    dynamic = _load(_int8(model, "dynamic"))
+    assert "dynamic int8" in dynamic.row_coupling and "dynamic_quantize" in dynamic.row_coupling
+    assert "region" in dynamic.row_coupling  # found in the onnxruntime region's host plan: where it runs
+    rows = np.concatenate([_ids(1), _ids(2)])
+    alone = dynamic.run({"ids": rows[:1]})[0]
+    assert _relative(dynamic.run({"ids": rows})[0][:1], alone) > 1e-6  # the coupling the note is about, measured
+    served = served_model("m", dynamic, max_batch_size=8)
+    note = served.batching_note()
+    assert not served.batching and note.startswith("off: region ") and "--batch-coupled-rows batches it" in note
+    forced = served_model("m", dynamic, max_batch_size=8, batch_coupled_rows=True)
+    assert forced.batching and "--batch-coupled-rows" in forced.batching_note()
+    for independent in (_load(_int8(model, "weight-only")), _load(aot.build(model, targets=["onnxruntime"], log=None))):
+        assert independent.row_coupling is None
+        assert served_model("m", independent, max_batch_size=8).batching

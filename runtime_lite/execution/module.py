@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from runtime_lite.execution.placement import Placement, check_required_present, 
 from runtime_lite.execution.plan import BoundModule, HostPlan
 from runtime_lite.execution.plan_shapes import check_output_shapes
 from runtime_lite.format.fields import expect, expect_index, expect_key
-from runtime_lite.format.reader import Bundle, BundleSource, read_bundle
+from runtime_lite.format.reader import Bundle, BundleSource, decode_record, read_bundle
 from runtime_lite.format.records import Instruction
 from runtime_lite.format.signature import (
     DimSpec,
@@ -46,10 +47,12 @@ from runtime_lite.format.signature import (
     bounded_axes,
     check_bounds,
     check_outputs,
+    check_relations,
     nested_list_hint,
     ordered_values,
     parse_dims,
     parse_specs,
+    related_axes,
 )
 
 if TYPE_CHECKING:  # json and the profile's export: imported by ``profile``, not at every start
@@ -101,6 +104,7 @@ class Module:
         #: The signature's symbolic dims: where each name came from, and its bounds where declared.
         self.dims: dict[str, DimSpec] = header.dims
         self._bounded = bounded_axes(self.inputs, self.dims)
+        self._related = related_axes(self.inputs, self.dims)
         #: Peak bytes of host activations at the dims' upper bounds, as the build computed it (None: unbounded),
         #: and the ``max_memory`` that admits a run there (the kernels' declared costs counted, as a budget does).
         self.worst_case_activation_bytes: int | None = header.worst_case[0]
@@ -121,6 +125,7 @@ class Module:
             enforce(placement, required)
             self._placements.append(placement)
         self._plan = header.bind_plan(bundle, self._modules)
+        self._region_plans = {r.id: r.payloads["fallback"] for r in header.modules if "fallback" in r.payloads}
         if bundle.pending is not None:
             bundle.pending.wait()  # the weights backends took while their hash ran: a mismatch fails the load
         for module in self._modules:
@@ -195,6 +200,8 @@ class Module:
             raise InputError(f"{e}{nested_list_hint(self.inputs, inputs)}") from None
         if self._bounded:
             check_bounds(self._bounded, arrays)
+        if self._related:
+            check_relations(self._related, arrays)
         if run is None:
             outputs = self._plan.execute(arrays, trace=trace, limits=self.limits)
         else:
@@ -204,6 +211,23 @@ class Module:
             finally:
                 deactivate(token)
         return check_outputs(self.outputs, outputs, dims)
+
+    @functools.cached_property
+    def row_coupling(self) -> str | None:
+        """Why a row's outputs depend on the other rows of its batch (naming the op and where it runs), or None:
+        a server merges requests into one batch only where they do not (runtime_lite/execution/rows.py)."""
+        from runtime_lite.backends.fallback import FallbackRecord
+        from runtime_lite.execution.rows import row_coupling
+
+        plans = [("the host plan", [(i.op, i.name) for i in self._plan.instructions])]
+        for module_id, payload in self._region_plans.items():
+            try:  # the backend that bound this region already refused a malformed one
+                plan = FallbackRecord.from_record(decode_record(bytes(payload), "fallback"), "fallback").plan
+            except BundleError:
+                continue
+            ops = [(r.get("op"), r.get("name", "?")) for r in plan.instructions if isinstance(r, dict)]
+            plans.append((f"region {module_id!r}", ops))
+        return row_coupling(plans)
 
     @property
     def modules(self) -> list[dict[str, str]]:

@@ -121,7 +121,7 @@ class RuntimeLiteDeployment:
         self.loader = loader or load_bundle
         self.metrics = RayMetrics()
         self.service = InferenceService(observer=self.metrics)
-        self.batching: tuple[int, float] | None = None  # (rows, wait ms) the loaded models were set up with
+        self.batching: tuple[int, float, bool] | None = None  # what the loaded models were set up with (_batching)
         self.request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
         self._grpc_endpoints: Any = None  # built on the first gRPC call
 
@@ -136,7 +136,7 @@ class RuntimeLiteDeployment:
 
     def _load_all(self, config: Mapping[str, Any]) -> dict[str, ServedModel]:
         current = self.service.models
-        rows, wait_ms = batching = _batching(config)
+        rows, wait_ms, coupled = batching = _batching(config)
         models = {}
         for entry in config["models"]:
             kept = current.get(entry["name"])
@@ -151,7 +151,7 @@ class RuntimeLiteDeployment:
                 log.error("model %s: keeping version %s, the new bundle did not load: %s", kept.name, kept.version, e)
                 models[entry["name"]] = kept
                 continue
-            model = served_model(entry["name"], module, rows)
+            model = served_model(entry["name"], module, rows, batch_coupled_rows=coupled)
             if model.batching:
                 batched_infer(model, wait_ms, self.metrics)
             else:
@@ -206,6 +206,11 @@ class RuntimeLiteDeployment:
         return await self._grpc_endpoints.call(rpc, request, context)
 
 
-def _batching(config: Mapping[str, Any]) -> tuple[int, float]:
-    """Rows and wait of the batcher: a change to either rebuilds every model's batcher."""
-    return int(config.get("max_batch_size", 1)), float(config.get("batch_wait_ms", 5.0))
+def _batching(config: Mapping[str, Any]) -> tuple[int, float, bool]:
+    """Rows and wait of the batcher, and whether it merges rows that change each other: a change to any rebuilds
+    every model's batcher."""
+    return (
+        int(config.get("max_batch_size", 1)),
+        float(config.get("batch_wait_ms", 5.0)),
+        bool(config.get("batch_coupled_rows", False)),
+    )

@@ -87,6 +87,8 @@ class ServeConfig:
     replicas: int = 1
     max_batch_size: int = 1
     batch_wait_ms: float = 5.0
+    #: Batch even bundles whose rows change each other's answers (``Module.row_coupling``: dynamic int8).
+    batch_coupled_rows: bool = False
     max_ongoing_requests: int | None = None
     address: str | None = None
     cpus_per_replica: float = 1.0
@@ -112,6 +114,7 @@ class ServeConfig:
             ],
             "max_batch_size": self.max_batch_size,
             "batch_wait_ms": self.batch_wait_ms,
+            "batch_coupled_rows": self.batch_coupled_rows,
             "backend_options": self.backend_options,
             "request_timeout_s": self.request_timeout_s,
             "max_request_bytes": self.max_request_bytes,

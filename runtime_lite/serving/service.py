@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -161,10 +161,21 @@ def direct_infer(module: Runnable, gate: asyncio.Lock) -> Infer:
     return infer
 
 
-def served_model(name: str, module: Runnable, max_batch_size: int, infer: Infer | None = None) -> ServedModel:
-    """``module`` served as ``name``, batching at most ``max_batch_size`` rows and never past the bundle's bounds."""
+def served_model(
+    name: str, module: Runnable, max_batch_size: int, infer: Infer | None = None, batch_coupled_rows: bool = False
+) -> ServedModel:
+    """``module`` served as ``name``, batching at most ``max_batch_size`` rows and never past the bundle's bounds.
+
+    A bundle whose rows change each other's answers (``Module.row_coupling``: dynamic int8) is not batched,
+    and the note says why, unless ``batch_coupled_rows`` (``serve --batch-coupled-rows``) accepts that."""
     gate = asyncio.Lock()
     axis = batch_axis(module.inputs, module.outputs, getattr(module, "dims", None))
+    coupling = getattr(module, "row_coupling", None) if max_batch_size > 1 else None
+    if coupling is not None and axis.enabled:
+        if batch_coupled_rows:
+            axis = replace(axis, reason=f"{axis.reason}, though {coupling} (--batch-coupled-rows)")
+        else:
+            axis = BatchAxis(None, f"{coupling}; --batch-coupled-rows batches it anyway")
     rows = axis.limit(max_batch_size)
     return ServedModel(name, module, infer or direct_infer(module, gate), rows, axis, gate, max_batch_size)
 

@@ -228,6 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         max_batch_size=args.max_batch_size,
         batch_wait_ms=args.batch_wait_ms,
+        batch_coupled_rows=args.batch_coupled_rows,
         max_ongoing_requests=args.max_ongoing_requests,
         address=args.address,
         cpus_per_replica=args.cpus_per_replica,
@@ -443,6 +444,11 @@ def _serve_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "(default 1: off; bundles with a fixed batch never batch)",
     )  # fmt: skip
     serve.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill (default 5 ms)")
+    serve.add_argument(
+        "--batch-coupled-rows", action="store_true",
+        help="batch even a bundle whose rows change each other's answers (dynamic int8: one activation range per "
+        "batch); without it such a bundle runs each request alone, and its metadata says why",
+    )  # fmt: skip
     serve.add_argument(
         "--max-ongoing-requests", type=_positive,
         help="requests a replica takes at once (default max(32, 2 x max batch size)); the rest queue in Ray",
