@@ -502,7 +502,7 @@ def test_serve_refuses_a_broken_bundle_before_starting_ray(tmp_path):
     ]
 
 
-def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait():
+def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait_or_coupling():
     """The replica class alone (no Ray started): same config keeps the loaded model; a new wait rebuilds its batcher."""
     import asyncio
 
@@ -522,7 +522,10 @@ def test_reconfigure_keeps_unchanged_models_and_rebuilds_on_a_new_batch_wait():
     asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 5}))
     assert replica.service.models["mlp"] is first and loads == ["mlp"]
     asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 50}))
-    assert replica.service.models["mlp"] is not first and loads == ["mlp", "mlp"]
+    second = replica.service.models["mlp"]
+    assert second is not first and loads == ["mlp", "mlp"]
+    asyncio.run(replica.reconfigure({**config, "batch_wait_ms": 50, "batch_coupled_rows": True}))
+    assert replica.service.models["mlp"] is not second and loads == ["mlp", "mlp", "mlp"]
 
 
 def rays_haproxy_config(directory, grpc_port: int | None = None) -> str:
