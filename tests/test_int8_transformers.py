@@ -351,10 +351,11 @@ def test_int8_without_data_names_the_ops_that_need_ranges_and_the_option_of_the_
     aot.build(model, targets=[target], log=None, backend_options={target: {"precision": "int8", "int8_scheme": scheme}})
 
 
-def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_told(tmp_path):
+def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_told(tmp_path, capsys):
     """Dynamic int8 takes one activation range per batch, so a request's answer would depend on its neighbours:
     ``serve --max-batch-size`` runs such a bundle request by request and says why (docs/serving.md)."""
     from runtime_lite.serving.service import served_model
+    from runtime_lite.tools import cli
 
     stack = decoder_stack()
     weights = {t.name: onnx.numpy_helper.to_array(t) for t in stack.graph.initializer}
@@ -368,6 +369,10 @@ def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_to
     served = served_model("m", dynamic, max_batch_size=8)
     note = served.batching_note()
     assert not served.batching and note.startswith("off: region ") and "--batch-coupled-rows batches it" in note
+    path = tmp_path / "dynamic.aotb"
+    path.write_bytes(_int8(model, "dynamic").to_bytes())
+    assert cli.main(["info", str(path)]) == 0
+    assert f"rows   not independent: {dynamic.row_coupling}" in capsys.readouterr().out  # said before serving
     forced = served_model("m", dynamic, max_batch_size=8, batch_coupled_rows=True)
     assert forced.batching and "--batch-coupled-rows" in forced.batching_note()
     for independent in (_load(_int8(model, "weight-only")), _load(aot.build(model, targets=["onnxruntime"], log=None))):

@@ -184,6 +184,8 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
         if args.verbose and placed.get("detail"):  # -v: where exactly, and why (an int8 recipe's kernels)
             print(f"    {placed['detail']}")
+    if module.row_coupling is not None:  # what `serve --max-batch-size` would refuse to merge, said before serving
+        print(f"  rows   not independent: {module.row_coupling}")
     return 0
 
 
