@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 import aot
 from runtime_lite.tools.cli import main
 from tests.conftest import small_cnn_model
+from tests.grpc_stand_in import GrpcPortStandIn
 from tests.missing import missing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -348,6 +350,13 @@ def listening_port():
 
 
 @pytest.fixture
+def cluster_port():
+    """A port that answers gRPC's handshake as a cluster's GCS does (tests/grpc_stand_in.py), and nothing more."""
+    with GrpcPortStandIn() as stand_in:
+        yield stand_in.port
+
+
+@pytest.fixture
 def closed_port():
     """A loopback port nothing listens on (bound, so nothing else takes it meanwhile): connecting is refused."""
     with socket.socket() as held:
@@ -406,6 +415,41 @@ def test_serve_refuses_an_address_with_no_cluster_before_ray(bundles, capsys, no
     assert err.startswith("error: " + words.format(port=closed_port)) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n", b"+OK\r\n"])
+def test_serve_refuses_a_port_that_is_not_a_cluster_before_ray(bundles, capsys, no_ray, monkeypatch, answer):
+    """A dashboard's, Serve's or any other server's port: Ray retried it for 45 s with C++ warnings, then failed."""
+    from runtime_lite.serving import server
+
+    monkeypatch.setattr(server, "_ADDRESS_PROBE_SECONDS", 1.0)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+
+        def serve_one() -> None:
+            connection, _ = listening.accept()
+            with connection:
+                connection.recv(64)
+                if answer is not None:
+                    connection.sendall(answer)
+                    time.sleep(0.5)  # the client reads before the close
+                else:
+                    time.sleep(2)  # accepted and read, never answered
+
+        threading.Thread(target=serve_one, daemon=True).start()
+        started = time.monotonic()
+        assert main(["serve", str(bundles["fixed"]), "--address", f"127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: --address '127.0.0.1:{port}': what listens at 127.0.0.1:{port} is not a Ray cluster ("
+    )
+    assert err.count("\n") == 1 and time.monotonic() - started < 10, err
+    if answer is None:
+        assert "no answer to a gRPC handshake within 1 s" in err
+    elif answer.startswith(b"HTTP/"):
+        assert "it answered as an HTTP/1 server: 'HTTP/1.1 400 Bad Request'" in err
+
+
 class _JoiningRay:
     """Ray as far as joining a cluster reaches it: ``init`` does what the test says, and it never comes up."""
 
@@ -430,7 +474,7 @@ class _JoiningRay:
     ],
 )  # fmt: skip
 def test_a_failed_join_is_one_line_naming_the_address(
-    bundles, capsys, monkeypatch, listening_port, address, raised, line
+    bundles, capsys, monkeypatch, cluster_port, address, raised, line
 ):
     from runtime_lite.serving import server
 
@@ -439,14 +483,15 @@ def test_a_failed_join_is_one_line_naming_the_address(
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(server, "_import_ray", lambda: (_JoiningRay(init), None))
-    assert main(["serve", str(bundles["fixed"]), "--address", address.format(port=listening_port)]) == 1
-    assert capsys.readouterr().err == line.format(port=listening_port)
+    assert main(["serve", str(bundles["fixed"]), "--address", address.format(port=cluster_port)]) == 1
+    assert capsys.readouterr().err == line.format(port=cluster_port)
 
 
 _SILENT_CLUSTER = """
-import socket, sys, time
+import sys, time
 from runtime_lite.serving import server
 from runtime_lite.tools.cli import main
+from tests.grpc_stand_in import GrpcPortStandIn
 
 class Ray:
     @staticmethod
@@ -459,10 +504,8 @@ class Ray:
 
 server.CONNECT_SECONDS = 1.0
 server._import_ray = lambda: (Ray, None)
-with socket.socket() as gcs:
-    gcs.bind(("127.0.0.1", 0))
-    gcs.listen()
-    sys.exit(main(["serve", sys.argv[1], "--address", f"127.0.0.1:{gcs.getsockname()[1]}"]))
+with GrpcPortStandIn() as gcs:
+    sys.exit(main(["serve", sys.argv[1], "--address", f"127.0.0.1:{gcs.port}"]))
 """
 
 

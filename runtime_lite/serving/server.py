@@ -61,8 +61,13 @@ STOP_SECONDS = 8.5
 #: Joining an existing cluster (``--address``) gives up after this: Ray itself retries a GCS that does not
 #: answer for minutes, and a Ray Client address for 30 s.
 CONNECT_SECONDS = 45.0
-#: How long the connection to ``--address``'s port, tried before ray.init, may take to open.
+#: How long the connection to ``--address``'s port, tried before ray.init, may take to open, and its answer to
+#: the gRPC handshake to arrive.
 _ADDRESS_PROBE_SECONDS = 5.0
+#: What every gRPC client opens a connection with: HTTP/2's client preface and an empty SETTINGS frame
+#: (RFC 9113, 3.4). A GCS and Ray Client's server, both gRPC, answer it with a SETTINGS frame of their own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS = 4
 #: Ray Serve's gRPC servers take messages up to this (its default: 2 GiB), read whole before any of our checks.
 _GRPC_MESSAGE_VARIABLE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
 #: What a gRPC message may hold beyond its tensors (names, shapes, parameters) under ``--max-request-bytes``.
@@ -416,7 +421,7 @@ def _check_address(address: str) -> None:
     if host is None or port is None:
         raise RuntimeLiteError(f"--address {shown!r} is not {_ADDRESS_FORMS}")
     try:
-        socket.create_connection((host, port), timeout=_ADDRESS_PROBE_SECONDS).close()
+        connection = socket.create_connection((host, port), timeout=_ADDRESS_PROBE_SECONDS)
     except socket.gaierror as e:
         raise RuntimeLiteError(f"--address {shown!r}: host {host!r} does not resolve ({e.strerror or e})") from None
     except OSError as e:
@@ -425,6 +430,56 @@ def _check_address(address: str) -> None:
             f"--address {shown!r}: no Ray cluster listens at {host}:{port} ({why}); "
             "start one (ray start --head) or check the address"
         ) from None
+    with connection:
+        why = None if _tls_cluster() else _not_grpc(connection)
+    if why is not None:
+        raise RuntimeLiteError(
+            f"--address {shown!r}: what listens at {host}:{port} is not a Ray cluster ({why}); a cluster's address "
+            "is its GCS, HOST:6379 (ray start --head prints it), or ray://HOST:10001 for Ray Client"
+        )
+
+
+def _tls_cluster() -> bool:
+    """Ray's clusters with TLS (``RAY_USE_TLS``) answer a plain HTTP/2 preface with a TLS alert: not probed."""
+    return os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
+
+
+def _status_line(connection: socket.socket, head: bytes) -> str:
+    """An HTTP/1 answer's first line (at most 120 bytes of it), to name what listens there."""
+    try:
+        while b"\r\n" not in head and len(head) < 120:
+            chunk = connection.recv(120 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:
+        pass
+    return head.split(b"\r\n", 1)[0].decode("latin-1")
+
+
+def _not_grpc(connection: socket.socket) -> str | None:
+    """What the peer did instead of answering gRPC's handshake, or None where it answered as a gRPC server does.
+
+    A port that accepts but is not a cluster's (a dashboard's 8265, Serve's 8000, anything else) used to cost
+    ``CONNECT_SECONDS`` and lines of Ray's C++ retries before a refusal; a gRPC server answers in milliseconds.
+    """
+    head = b""
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        while len(head) < 9:  # an HTTP/2 frame header: length (3 bytes), type, flags, stream (4)
+            chunk = connection.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except TimeoutError:
+        return f"no answer to a gRPC handshake within {_ADDRESS_PROBE_SECONDS:g} s" if not head else "a partial answer"
+    except OSError as e:
+        return f"the connection failed during a gRPC handshake: {e.strerror or e}"
+    if len(head) == 9 and head[3] == _HTTP2_SETTINGS:
+        return None
+    if head.startswith(b"HTTP/"):
+        return f"it answered as an HTTP/1 server: {_status_line(connection, head)!r}"
+    return "it closed the connection without a gRPC answer" if len(head) < 9 else "its answer is not HTTP/2"
 
 
 def _address_endpoint(address: str) -> tuple[str | None, int | None]:
