@@ -50,11 +50,15 @@ GivenDim = Union[int, str, DimRange, tuple]
 
 @dataclass(frozen=True)
 class DimInfo:
-    """One symbolic dim of the signature: where its name came from, and its bounds if declared."""
+    """One symbolic dim of the signature: where its name came from, its bounds if declared, and, for a dim an
+    exporter derives from another (torch's ``2 * h``), that relation as (base name, scale, offset): the dim is
+    ``scale * base + offset``, which the runtime checks with the inputs, so a length the model cannot take is
+    refused where the inputs are checked rather than deep in an op."""
 
     origin: str
     min: int | None = None
     max: int | None = None
+    of: tuple[str, int, int] | None = None
 
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"from": self.origin}
@@ -62,6 +66,9 @@ class DimInfo:
             record["min"] = self.min
         if self.max is not None:
             record["max"] = self.max
+        if self.of is not None:
+            base, scale, offset = self.of
+            record["of"] = {"dim": base, "scale": scale, "offset": offset}
         return record
 
     def bounds_text(self) -> str:

@@ -65,11 +65,39 @@ class DimSpec:
     origin: str = ""
     min: int | None = None
     max: int | None = None
+    #: A dim derived from another (torch's ``2 * h``): (base name, scale, offset), the dim being scale * base + offset.
+    of: tuple[str, int, int] | None = None
 
     def __str__(self) -> str:
         bounds = f" in {self.min if self.min is not None else 0}..{'' if self.max is None else self.max}"
         bounded = self.min is not None or self.max is not None
-        return f"{self.name}{bounds if bounded else ''}" + (f" (from {self.origin})" if self.origin else "")
+        relation = f" = {relation_text(self.of)}" if self.of is not None else ""
+        return f"{self.name}{relation}{bounds if bounded else ''}" + (f" (from {self.origin})" if self.origin else "")
+
+
+def relation_text(of: tuple[str, int, int]) -> str:
+    """``2*h``, ``h + 1``, ``2*h - 1``: a derived dim's relation as torch writes it."""
+    base, scale, offset = of
+    term = base if scale == 1 else f"{scale}*{base}"
+    return term if offset == 0 else f"{term} {'+' if offset > 0 else '-'} {abs(offset)}"
+
+
+def _parse_relation(entry: Any, name: str, field: str) -> tuple[str, int, int]:
+    """A dim's ``of`` record: ``{dim, scale, offset}``, the dim being scale * dim + offset (scale >= 1)."""
+    expect(entry, dict, field)
+    base = expect_key(entry, "dim", str, field)
+    scale, offset = entry.get("scale", 1), entry.get("offset", 0)
+    if not base or base == name:
+        raise BundleError(f"bundle field '{field}.dim' must name another dim, got {base!r}")
+    if type(scale) is not int or not 1 <= scale <= MAX_RELATION:
+        raise BundleError(f"bundle field '{field}.scale' must be an int in 1..{MAX_RELATION}, got {scale!r}")
+    if type(offset) is not int or abs(offset) > MAX_RELATION:
+        raise BundleError(f"bundle field '{field}.offset' must be an int within +-{MAX_RELATION}, got {offset!r}")
+    return base, scale, offset
+
+
+#: The largest scale or offset a derived dim's relation may state (sizes themselves stay far below it).
+MAX_RELATION = 1 << 40
 
 
 def parse_dims(record: Any, inputs: Sequence[TensorSpec], field: str = "signature.dims") -> dict[str, DimSpec]:
@@ -90,7 +118,12 @@ def parse_dims(record: Any, inputs: Sequence[TensorSpec], field: str = "signatur
                 raise BundleError(f"bundle field '{f}.{key}' must be a non-negative int, got {bound!r}")
         if low is not None and high is not None and low > high:
             raise BundleError(f"bundle field '{f}': min {low} is above max {high}")
-        dims[name] = DimSpec(name, origin, low, high)
+        of = _parse_relation(entry["of"], name, f"{f}.of") if entry.get("of") is not None else None
+        dims[name] = DimSpec(name, origin, low, high, of)
+    for name, spec in dims.items():
+        base = dims.get(spec.of[0]) if spec.of is not None else None
+        if base is not None and base.of is not None:
+            raise BundleError(f"bundle field '{field}.{name}.of' names '{base.name}', itself a derived dim")
     return dims
 
 
@@ -125,6 +158,56 @@ def check_bounds(axes: Sequence[BoundedAxis], arrays: Sequence[Any]) -> None:
                 f"input '{b.input_name}': dim {b.axis} ('{b.dim.name}') is {size}, {side} "
                 f"(the bundle was built for {b.dim.name} in {low if low is not None else 0}..{'' if high is None else high})"
             )
+
+
+@dataclass(frozen=True)
+class RelatedAxis:
+    """The first input axis of a derived dim, and the first input axis of its base where an input names the base."""
+
+    input_index: int
+    input_name: str
+    axis: int
+    dim: DimSpec
+    base: tuple[int, str, int] | None
+
+
+def _first_axes(specs: Sequence[TensorSpec]) -> dict[str, tuple[int, str, int]]:
+    first: dict[str, tuple[int, str, int]] = {}
+    for i, spec in enumerate(specs):
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, str):
+                first.setdefault(d, (i, spec.name, axis))
+    return first
+
+
+def related_axes(specs: Sequence[TensorSpec], dims: Mapping[str, DimSpec]) -> tuple[RelatedAxis, ...]:
+    """The derived dims to check on every run (binding already makes every other axis naming one agree)."""
+    first = _first_axes(specs)
+    return tuple(
+        RelatedAxis(*first[name], info, first.get(info.of[0]))
+        for name, info in dims.items()
+        if info.of is not None and name in first
+    )
+
+
+def check_relations(axes: Sequence[RelatedAxis], arrays: Sequence[Any]) -> None:
+    """A size that breaks a derived dim's relation (an odd length for ``2*h``, or one that disagrees with the input
+    that sets ``h``) is refused in one line naming the input, the dim and the relation."""
+    for r in axes:
+        size = arrays[r.input_index].shape[r.axis]
+        base, scale, offset = r.dim.of  # type: ignore[misc]
+        where = f"input '{r.input_name}': dim {r.axis} ('{r.dim.name}') is {size}"
+        built = f"(the bundle was built for {r.dim.name} = {relation_text(r.dim.of)})"  # type: ignore[arg-type]
+        if size < offset or (size - offset) % scale:
+            raise InputError(f"{where}, not {relation_text(r.dim.of)} for a whole {base} >= 0 {built}")  # type: ignore[arg-type]
+        if r.base is not None:
+            i, name, axis = r.base
+            given = arrays[i].shape[axis]
+            if scale * given + offset != size:
+                raise InputError(
+                    f"{where}, but input '{name}' dim {axis} sets {base} = {given}, so {r.dim.name} must be "
+                    f"{scale * given + offset} {built}"
+                )
 
 
 def _describe(specs: Sequence[TensorSpec]) -> str:

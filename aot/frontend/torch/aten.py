@@ -1189,8 +1189,8 @@ def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int] | None, list
         factors = factors[-len(spatial) :] if factors else [None] * len(spatial)
     if not all(isinstance(d, int) for d in spatial):
         if not all(isinstance(f, (int, float)) and f > 0 for f in factors):
-            raise ctx.unsupported("upsampling to an output size over spatial dims known only at run time "
-                                  "(give scale factors, or fix the dims with input_shapes)")  # fmt: skip
+            raise ctx.unsupported("upsampling over spatial dims known only at run time needs scale factors or "
+                                  "an output size (fix the dims with input_shapes)")  # fmt: skip
         return None, [float(f) for f in factors]
     sizes = ctx.get("output_size")
     if sizes is None:
@@ -1200,10 +1200,59 @@ def _upsampled_sizes(ctx: AtenContext, x: Value) -> tuple[list[int] | None, list
     return [int(s) for s in sizes], [None if f is None or f <= 0 else float(f) for f in factors]
 
 
+def _run_time_output_size(ctx: AtenContext, x: Value) -> list[int | SymbolicSize] | None:
+    """The output size an upsampling to ``size=`` asks for where the input's spatial dims are known only at run time
+    (``size=(7, 9)``, or another tensor's ``shape[-2:]``), or None where it gives scale factors instead."""
+    sizes = ctx.get("output_size")
+    if sizes is None or all(isinstance(d, int) for d in x.type.shape[2:]) or ctx.get("scale_factors") is not None:
+        return None
+    if any(isinstance(ctx.args.get(k), (int, float)) for k in ("scales_h", "scales_w")):
+        return None  # torch maps coordinates by the scales: the factors' path
+    if not all(isinstance(s, (int, SymbolicSize)) for s in sizes):
+        raise ctx.unsupported(f"an output size of {[type(s).__name__ for s in sizes]}")
+    return list(sizes)
+
+
+def _nearest_index(ctx: AtenContext, x: Value, axis: int, size: int | SymbolicSize) -> Value:
+    """torch's nearest source index along ``axis`` for an output of ``size`` over a run-time input length:
+    min(floor(dst * float32(in / out)), in - 1), in float32 as torch computes it, so ties round as torch's do."""
+    length = ctx.emit("cast", ctx.dim(x, axis), to="float32")
+    if isinstance(size, SymbolicSize):
+        positions = ctx.emit("cast", ctx.emit("range", ctx.scalar(0), ctx.scalar(size), ctx.scalar(1)), to="float32")
+        scale = ctx.emit("divide", length, ctx.emit("cast", size.value, to="float32"))
+    else:
+        positions = ctx.constant(np.arange(size, dtype=np.float32), "float32")
+        scale = ctx.emit("divide", length, ctx.constant([float(size)], "float32"))
+    index = ctx.emit("cast", ctx.emit("floor", ctx.emit("multiply", positions, scale)), to="int64")
+    last = ctx.emit("subtract", ctx.dim(x, axis), ctx.constant([1], "int64"))
+    return ctx.emit("minimum", index, last)
+
+
+def _nearest_to_size(ctx: AtenContext, x: Value, sizes: list[int | SymbolicSize]) -> Value:
+    """Nearest upsampling of a run-time-sized input to ``sizes``: a gather per axis whose size changes."""
+    for axis, size in enumerate(sizes, start=2):
+        if isinstance(size, SymbolicSize) and size.symbol == x.type.shape[axis]:
+            continue  # its own size: torch copies it
+        x = ctx.emit("gather", x, _nearest_index(ctx, x, axis, size), axis=axis)
+    return x
+
+
+def _linear_to_size(ctx: AtenContext, x: Value, sizes: list[int | SymbolicSize], align_corners: bool) -> Value:
+    """Bilinear upsampling of a run-time-sized input to ``sizes``: a resize to a size computed per run (batch and
+    channels as they come), whose half-pixel or align-corners mapping is torch's for an output size."""
+    target = ctx.emit("concat", ctx.dim(x, 0), ctx.dim(x, 1), *[ctx.size(s) for s in sizes], axis=0)
+    mode = "align_corners" if align_corners else "half_pixel"
+    return ctx.emit("dynamic_resize", x, target, mode="linear", coordinate_transformation_mode=mode,
+                    nearest_mode="floor")  # fmt: skip
+
+
 @aten("upsample_nearest2d")
 def _upsample_nearest(ctx):
     """torch's nearest (not ONNX's): source index floor(dst * float32(in / out)), computed here as constants."""
     x = ctx.args.get("input", ctx.args.get("self"))
+    run_time = _run_time_output_size(ctx, x)
+    if run_time is not None:
+        return _nearest_to_size(ctx, x, run_time)
     sizes, factors = _upsampled_sizes(ctx, x)
     if sizes is None:  # sizes known at run time: ONNX's asymmetric floor is torch's nearest for whole factors
         if not all(float(f).is_integer() for f in factors):
@@ -1226,6 +1275,9 @@ def _upsample_nearest(ctx):
 @aten("upsample_bilinear2d")
 def _upsample_linear(ctx):
     x = ctx.args.get("input", ctx.args.get("self"))
+    run_time = _run_time_output_size(ctx, x)
+    if run_time is not None:
+        return _linear_to_size(ctx, x, run_time, bool(ctx.get("align_corners", False)))
     sizes, factors = _upsampled_sizes(ctx, x)
     if sizes is None:
         mode = "align_corners" if ctx.get("align_corners", False) else "half_pixel"

@@ -25,7 +25,12 @@ import numpy as np
 from aot.errors import ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.torch.aten import ATEN, PYTHON_CALLS
 from aot.frontend.torch.context import AtenContext, numpy_dtype
-from aot.frontend.torch.dim_names import name_signature_dims, rename_dims, user_dim_names
+from aot.frontend.torch.dim_names import (
+    check_given_within_ranges,
+    name_signature_dims,
+    rename_dims,
+    user_dim_names,
+)
 from aot.frontend.torch.symbolic import SYMBOLIC_PREFIX
 from aot.ir.dims import DimRange, as_given
 from aot.ir.graph import Graph, Value
@@ -255,6 +260,8 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
             f"--input names unknown input {unknown[0]!r}; the program's inputs are: "
             + ", ".join(n.name for n in user_inputs)
         )
+    range_constraints = getattr(program, "range_constraints", None) or {}
+    check_given_within_ranges(user_inputs, _given(input_shapes), range_constraints)
     graph = Graph(name or "main")
     env: dict[Any, Any] = {}
     for node in placeholders:
@@ -284,9 +291,21 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
         value.name = name
     graph.outputs = outputs
     rename_dims(graph, user_dim_names(user_inputs))
-    name_signature_dims(graph, user_inputs, input_shapes)
+    name_signature_dims(graph, user_inputs, input_shapes, range_constraints)
     graph.metadata.update(frontend="torch.export", source_nodes=len(_calls(program)))
     return graph
+
+
+def _given(input_shapes: InputShapes) -> dict[str, list[Any]]:
+    """``input_shapes`` with each dim as ``as_given`` reads it ((min, max) tuples as DimRanges); a malformed one
+    is left to ``_input_type``, which names it."""
+    given = {}
+    for name, dims in input_shapes.items():
+        try:
+            given[name] = [as_given(d) for d in dims]
+        except (TypeError, ValueError):
+            continue
+    return given
 
 
 def _torch_dim(d: Any, fixed: dict[str, int]) -> Dim | None:
