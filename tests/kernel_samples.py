@@ -115,6 +115,11 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     cases["bit_shift_right"] = ([ints, np.full((96,), 40, np.int32)], {"direction": "RIGHT"})
     cases["grid_sample"] = ([x, _f(2, 64, 80, 2) * 0.9], {})
     cases["grid_sample_nearest"] = ([x, _f(2, 64, 80, 2) * 0.9], {"mode": "nearest", "padding_mode": "border"})
+    boxes = np.array([[0, 0, 40, 30], [10.5, 20, 95, 90], [-5, -3, 30, 100], [50, 60, 52, 61]], np.float32)
+    cases["roi_align"] = ([x, boxes, np.array([0, 1, 1, 0], np.int64)], {"output_height": 7, "output_width": 7})
+    cases["roi_align_max"] = ([x, boxes, np.array([0, 1, 1, 0], np.int64)],
+                              {"output_height": 5, "output_width": 6, "mode": "max", "sampling_ratio": 2,
+                               "coordinate_transformation_mode": "output_half_pixel"})  # fmt: skip
     q = (x * 20).astype(np.int8)
     per_channel = (np.zeros(24, np.int32), np.full(24, 1 << 30, np.int32), np.full(24, 38, np.int32))
     cases["int8_conv"] = ([q, (_f(24, 16, 3, 3) * 20).astype(np.int8), *per_channel],

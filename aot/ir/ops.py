@@ -824,6 +824,23 @@ def _grid_sample(ctx: InferContext) -> list[TensorType]:
 
 
 register_op("grid_sample", "x grid", _grid_sample, mode="bilinear", padding_mode="zeros", align_corners=0)
+
+
+def _roi_align(ctx: InferContext) -> list[TensorType]:
+    """[N, C, H, W], rois [R, 4], batch_indices [R] -> [R, C, output_height, output_width]."""
+    x, rois, indices = ctx.types
+    if x.rank != 4 or rois.rank != 2 or indices.rank != 1:
+        raise ctx.fail(
+            "roi_align", f"expects X [N, C, H, W], rois [R, 4] and batch_indices [R], got {x}, {rois}, {indices}"
+        )
+    a = ctx.attrs
+    return [TensorType((rois.shape[0], x.shape[1], a["output_height"], a["output_width"]), x.dtype)]
+
+
+register_op(
+    "roi_align", "x rois batch_indices", _roi_align, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
+    spatial_scale=1.0, coordinate_transformation_mode="half_pixel",
+)  # fmt: skip
 register_op("reshape", "x shape?", _reshape, shape=None, allowzero=0)
 register_op("flatten", "x", _flatten, axis=1)
 register_op("transpose", "x", _transpose, perm=None)

@@ -228,8 +228,15 @@ def _graph_inputs_behind(names: list[str], producers: dict, graph_inputs: set[st
     return found
 
 
-#: ops whose first input is attribute-like too (a window's size)
-_SIZED_BY_FIRST_INPUT = ("Window", "ConstantOfShape")
+#: ops whose first input is attribute-like too (a window's size, the number of mel bins)
+_SIZED_BY_FIRST_INPUT = ("Window", "ConstantOfShape", "MelWeightMatrix")
+
+
+#: Cases whose expected outputs carry float32 rounding where the exact value is 0: test_dft_inverse's
+#: numbers come from numpy.fft.ifft on complex64 data (a float32 FFT), whose imaginary parts of a real
+#: signal are residue up to 1.9e-7, above the case's atol of 1e-7 (onnxruntime is 1.9e-5 off). Compared
+#: with an atol of one float32 step of the largest expected value instead.
+_FLOAT32_FFT_RESIDUE = {"test_dft_inverse", "test_dft_inverse_opset19"}
 
 
 def _compare(outputs: list[Any], expected: list[Any], case: Any, which: int) -> str | None:
@@ -241,7 +248,10 @@ def _compare(outputs: list[Any], expected: list[Any], case: Any, which: int) -> 
         if got.shape != want.shape or got.dtype != want.dtype:
             return f"data set {which} output {k}: {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
         try:
-            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+            atol = case.atol
+            if case.name in _FLOAT32_FFT_RESIDUE:
+                atol = max(atol, float(np.abs(want).max(initial=0)) * 2.0**-23)
+            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=atol)
         except AssertionError as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             return f"data set {which} output {k}: " + "; ".join(lines[1:4])

@@ -94,3 +94,118 @@ def grid_sample(x, grid, *, mode, padding_mode, align_corners):
     out += _taps(x, y0 + 1, x0) * (wy1 * wx0)
     out += _taps(x, y0 + 1, x0 + 1) * (wy1 * wx1)
     return out.astype(x.dtype, copy=False)
+
+
+# -- RoiAlign ---------------------------------------------------------------------------------------------
+
+ROI_ALIGN_MODES = ("avg", "max")
+ROI_ALIGN_COORDINATES = ("half_pixel", "output_half_pixel")
+
+
+def _check_roi_align(attrs: dict) -> None:
+    if attrs.get("mode") not in ROI_ALIGN_MODES:
+        raise ValueError(f"attribute mode must be avg or max, got {describe(attrs.get('mode'))}")
+    if attrs.get("coordinate_transformation_mode") not in ROI_ALIGN_COORDINATES:
+        raise ValueError(
+            "attribute coordinate_transformation_mode must be half_pixel or output_half_pixel, "
+            f"got {describe(attrs.get('coordinate_transformation_mode'))}"
+        )
+    for name in ("output_height", "output_width"):
+        value = attrs.get(name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 16):
+            raise ValueError(f"attribute {name} must be a positive integer, got {describe(value)}")
+    ratio = attrs.get("sampling_ratio")
+    if not (isinstance(ratio, int) and not isinstance(ratio, bool) and 0 <= ratio <= 1 << 10):
+        raise ValueError(f"attribute sampling_ratio must be an integer from 0 to 1024, got {describe(ratio)}")
+    scale = attrs.get("spatial_scale")
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale)):
+        raise ValueError(f"attribute spatial_scale must be a finite number, got {describe(scale)}")
+
+
+def _roi_align_cost(x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio, spatial_scale,
+                    coordinate_transformation_mode) -> int:  # fmt: skip
+    """The output, and per ROI the rows sampled ([C, output_height, W]) or, for max, four weighted
+    corner planes and their maximum ([C, output_height, output_width] each, float64 at worst)."""
+    rois_n = batch_indices.shape[0] if batch_indices.ndim else 0
+    c = x.shape[1] if x.ndim == 4 else 0
+    w = x.shape[3] if x.ndim == 4 else 0
+    out = nbytes((rois_n, c, output_height, output_width), x.dtype)
+    return out + nbytes((c, output_height, max(w, output_width)), 8) * 6 + nbytes((output_height + output_width, 64), 8)
+
+
+def _roi_axis(start: float, bin_size: float, bins: int, grid: int, size: int):
+    """Along one axis: each bin's sample points (bins x grid), their low and high pixels and linear weights,
+    zero for points outside [-1, size], as onnx's reference (and onnxruntime) place them."""
+    points = start + np.arange(bins)[:, None] * bin_size + (np.arange(grid) + 0.5) * bin_size / grid
+    inside = (points >= -1.0) & (points <= size)
+    points = np.maximum(points, 0.0)
+    low = np.floor(points).astype(np.int64)
+    edge = low >= size - 1
+    low = np.where(edge, size - 1, low)
+    high = np.where(edge, size - 1, low + 1)
+    frac = np.where(edge, 0.0, points - low)
+    return low, high, (1.0 - frac) * inside, frac * inside
+
+
+@kernel("roi_align", check=_check_roi_align, cost=_roi_align_cost)
+def roi_align(x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio, spatial_scale,
+              coordinate_transformation_mode):  # fmt: skip
+    """ONNX RoiAlign: each region of interest (x1, y1, x2, y2, scaled by ``spatial_scale``) cut into
+    output_height x output_width bins, each bin the average (or maximum) of a grid of bilinear samples,
+    ``sampling_ratio`` per side (0: ceil(bin size)). Bilinear sampling is separable, so an average is two small
+    matrix products per ROI; max follows the reference's order (the largest weighted corner of each point)."""
+    if x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
+        raise ValueError(
+            f"roi_align: input {list(x.shape)}, rois {list(rois.shape)} and batch_indices {list(batch_indices.shape)} "
+            "must be [N, C, H, W], [R, 4] and [R]"
+        )
+    n, c, h, w = x.shape
+    count = rois.shape[0]
+    check_allocation((count, c, output_height, output_width), x.dtype, "roi_align output")
+    out = np.zeros((count, c, output_height, output_width), x.dtype)
+    offset = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
+    boxes = rois.astype(np.float64) * float(spatial_scale) - offset
+    for r in range(count):
+        b = int(batch_indices[r])
+        if not 0 <= b < n:
+            raise ValueError(f"roi_align: batch index {b} of ROI {r} is outside the batch of {n}")
+        x1, y1, x2, y2 = (float(v) for v in boxes[r])
+        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+            raise ValueError(f"roi_align: ROI {r} has a coordinate that is not finite")
+        roi_h, roi_w = y2 - y1, x2 - x1
+        if not offset:
+            roi_h, roi_w = max(roi_h, 1.0), max(roi_w, 1.0)
+        bin_h, bin_w = roi_h / output_height, roi_w / output_width
+        grid_h = sampling_ratio or max(int(math.ceil(bin_h)), 0)
+        grid_w = sampling_ratio or max(int(math.ceil(bin_w)), 0)
+        if grid_h * grid_w == 0:
+            continue
+        if grid_h > 4 * h + 16 or grid_w > 4 * w + 16:
+            raise ValueError(f"roi_align: ROI {r} spans {roi_h:.4g} x {roi_w:.4g} pixels of a {h} x {w} map")
+        ylo, yhi, yl, yh = _roi_axis(y1, bin_h, output_height, grid_h, h)
+        xlo, xhi, xl, xh = _roi_axis(x1, bin_w, output_width, grid_w, w)
+        plane = x[b]
+        if mode == "avg":
+            rows = np.zeros((output_height, h))
+            cols = np.zeros((output_width, w))
+            bins_h, bins_w = np.arange(output_height)[:, None], np.arange(output_width)[:, None]
+            np.add.at(rows, (np.broadcast_to(bins_h, ylo.shape), ylo), yl)
+            np.add.at(rows, (np.broadcast_to(bins_h, yhi.shape), yhi), yh)
+            np.add.at(cols, (np.broadcast_to(bins_w, xlo.shape), xlo), xl)
+            np.add.at(cols, (np.broadcast_to(bins_w, xhi.shape), xhi), xh)
+            rows /= grid_h * grid_w
+            out[r] = (rows.astype(x.dtype) @ plane) @ cols.T.astype(x.dtype)
+            continue
+        best = None
+        for iy in range(grid_h):
+            for ix in range(grid_w):
+                corners = [
+                    plane[:, ylo[:, iy]][:, :, xlo[:, ix]] * np.outer(yl[:, iy], xl[:, ix]).astype(x.dtype),
+                    plane[:, ylo[:, iy]][:, :, xhi[:, ix]] * np.outer(yl[:, iy], xh[:, ix]).astype(x.dtype),
+                    plane[:, yhi[:, iy]][:, :, xlo[:, ix]] * np.outer(yh[:, iy], xl[:, ix]).astype(x.dtype),
+                    plane[:, yhi[:, iy]][:, :, xhi[:, ix]] * np.outer(yh[:, iy], xh[:, ix]).astype(x.dtype),
+                ]
+                value = np.maximum(np.maximum(corners[0], corners[1]), np.maximum(corners[2], corners[3]))
+                best = value if best is None else np.maximum(best, value)
+        out[r] = best
+    return out

@@ -1066,8 +1066,8 @@ def _range(ctx):
 def _resize(ctx):
     x = ctx.inputs[0]
     mode = ctx.attr("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise ctx.unsupported(f"mode {mode!r} (nearest and linear are supported)")
+    if mode not in ("nearest", "linear", "bilinear", "cubic") or (mode == "cubic" and ctx.node.op_type == "Upsample"):
+        raise ctx.unsupported(f"mode {mode!r} (nearest, linear and cubic are supported)")
     mode = "linear" if mode == "bilinear" else mode
     if ctx.node.op_type == "Upsample" or ctx.opset < 11:
         scales = ctx.attr("scales") if ctx.opset < 9 else ctx.require_const(1, "scales")
@@ -1113,6 +1113,11 @@ def _resize(ctx):
             _check_aspect_ratio_coordinates(ctx, [x.type.shape[a] for a in axes], sizes, scale, coord)
         for a, s in zip(axes, sizes.reshape(-1)):
             full[a] = s if isinstance(s, str) else int(s)
+        if mode == "cubic":
+            ratios = [
+                o / d if isinstance(o, int) and isinstance(d, int) and d else 1.0 for o, d in zip(full, x.type.shape)
+            ]
+            return _cubic_resize(ctx, x, full, ratios)
         if all(isinstance(d, int) for d in full):
             return ctx.emit("resize", x, sizes=full, **attrs)
         static, why = _scales_for_sizes(x.type.shape, full, mode)
@@ -1128,7 +1133,54 @@ def _resize(ctx):
         isinstance(d, int) and abs(d * s - round(d * s)) > 1e-4 for d, s in zip(x.type.shape, full_scales)
     ):  # onnx's reference maps over the unrounded length d * s - 1, onnxruntime over the output's: they disagree
         raise ctx.unsupported("align_corners with scales that do not give whole output lengths (ambiguous)")
+    if mode == "cubic":
+        sizes = [d if s == 1.0 else (int(np.floor(d * s)) if isinstance(d, int) else None)
+                 for d, s in zip(x.type.shape, full_scales)]  # fmt: skip
+        return _cubic_resize(ctx, x, sizes, full_scales)
     return ctx.emit("resize", x, scales=full_scales, **attrs)
+
+
+def _cubic_taps(coord: str, out_size: int, in_size: int, scale: float, a: float, exclude_outside: bool):
+    """Each output index's four input indices and weights along one axis, as onnx's reference computes them:
+    the neighbours base - 1 .. base + 2 of the source coordinate (base + ratio, ratio in (0, 1]), Keys'
+    cubic kernel with coefficient ``a``, edge pixels repeated outside the axis, or (``exclude_outside``) given
+    weight 0 and the rest renormalised."""
+    from runtime_lite.kernels.resize import source_coordinates
+
+    x = source_coordinates(coord, out_size, in_size, scale)
+    base = np.ceil(x) - 1
+    r = x - base
+    weights = np.stack([
+        ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+        ((a + 2) * r - (a + 3)) * r * r + 1,
+        ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+        ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a,
+    ], axis=1)  # fmt: skip
+    index = base.astype(np.int64)[:, None] + np.arange(-1, 3)
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= in_size), 0.0, weights)
+        weights /= weights.sum(axis=1, keepdims=True)
+    return np.clip(index, 0, in_size - 1), weights
+
+
+def _cubic_resize(ctx: NodeContext, x: Value, sizes: list, scales: list[float]) -> Value:
+    """Resize mode 'cubic' (torchvision's bicubic interpolate), one axis at a time: a gather of the four
+    neighbours, their weights (constants of the axis's sizes) and a sum over the four: the kernel is
+    separable, so this is onnx's definition, with no host kernel of its own."""
+    if x.type.dtype not in ("float16", "float32", "float64"):
+        raise ctx.unsupported(f"cubic resize of {x.type.dtype} values (floats are supported)")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    a, exclude = float(ctx.attr("cubic_coeff_a", -0.75)), bool(ctx.attr("exclude_outside", 0))
+    for axis, (d, out, scale) in enumerate(zip(x.type.shape, sizes, scales)):
+        if out == d and scale == 1.0:
+            continue
+        if not (isinstance(d, int) and isinstance(out, int)):
+            raise ctx.unsupported(f"cubic resize of axis {axis} ({d!r} to {out!r}): its sizes must be known when built")
+        index, weights = _cubic_taps(coord, out, d, scale, a, exclude)
+        taps = ctx.emit("gather", x, ctx.constant(index), axis=axis)  # [..., out, 4, ...]
+        w = ctx.constant(weights.astype(x.type.dtype).reshape([out, 4] + [1] * (x.type.rank - axis - 1)))
+        x = ctx.emit("reduce_sum", ctx.emit("multiply", taps, w), axes=[axis + 1], keepdims=0)
+    return x
 
 
 def _scales_for_sizes(dims: tuple, sizes: list, mode: str) -> tuple[list[float] | None, str]:
@@ -1165,6 +1217,8 @@ def _run_time_resize(ctx, policy: str, axes: list[int], attrs: dict, why: str):
     default aspect-ratio policy, else the resize is refused with ``why``.
     """
     x, sizes = ctx.inputs[0], ctx.input(3)
+    if attrs["mode"] == "cubic":
+        raise ctx.unsupported(f"{why} (for a cubic resize); fix input shapes with --input NAME:SHAPE")
     if sizes is None or sizes.is_constant or policy != "stretch" or axes != list(range(x.type.rank)):
         raise ctx.unsupported(f"{why}; fix input shapes with --input NAME:SHAPE")
     return ctx.emit("dynamic_resize", x, sizes, **attrs)

@@ -445,24 +445,79 @@ def _matmul_integer(ctx):
     return ctx.emit("matmul", _centered(ctx, a, ctx.input(2)), _centered(ctx, b, ctx.input(3)))
 
 
-@converter("ConvInteger")
-@single
-def _conv_integer(ctx):
-    """An integer convolution computed in float64, exact while the sums stay below 2**53, then int32."""
-    x, w = ctx.inputs[:2]
+def _integer_conv(ctx: NodeContext, x: Value, x_zero: Value | None, w: Value, w_zero: Value | None) -> Value:
+    """(x - x_zero) conv (w - w_zero) in int32, exact: ConvInteger's and QLinearConv's product.
+
+    numpy has no integer convolution, so it runs on a float convolution that holds every partial sum
+    exactly: float32 where constant weights bound the sums below 2**24 (a depthwise or a small 1x1
+    layer, so the common case keeps float32's speed and weight size), else float64 (below 2**53).
+    """
     nd = w.type.rank - 2
     kernel_shape = ctx.attr("kernel_shape", list(w.type.shape[2:]))
     attrs = _spatial_attrs(ctx, nd, kernel_shape)
-    bits = 8 * 2 * np.dtype(x.type.dtype).itemsize + int(np.log2(max(math.prod(w.type.shape[1:]), 1))) + 1
-    if bits > 52:
-        raise ctx.unsupported(f"integer sums of up to {bits} bits (float64 holds 52 exactly)")
-    w_zero = ctx.input(3)
     if w_zero is not None and w_zero.type.rank == 1:  # one zero point per output channel
         w_zero = ctx.emit("reshape", w_zero, shape=[-1] + [1] * (nd + 1))
-    xc = ctx.emit("cast", _centered(ctx, x, ctx.input(2)), to="float64")
-    wc = ctx.emit("cast", _centered(ctx, w, w_zero), to="float64")
-    y = ctx.emit(_rank_op(ctx, "conv", nd), xc, wc, groups=ctx.attr("group", 1), **attrs)
+    wc = _centered(ctx, w, w_zero)
+    x_info = np.iinfo(x.type.dtype)
+    x_span = x_info.max - x_info.min  # |x - x_zero| never exceeds it
+    if wc.is_constant and wc.data.ndim == nd + 2 and wc.data.size:
+        per_output = np.abs(wc.data.astype(np.int64)).reshape(wc.data.shape[0], -1).sum(axis=1)
+        bound = int(per_output.max()) * x_span
+    else:
+        w_info = np.iinfo(w.type.dtype)
+        bound = (w_info.max - w_info.min) * x_span * max(math.prod(d if isinstance(d, int) else 1 << 20
+                                                                  for d in w.type.shape[1:]), 1)  # fmt: skip
+    if bound >= 2**53:
+        raise ctx.unsupported(f"integer sums up to {bound} (float64 holds up to 2**53 exactly)")
+    dtype = "float32" if bound < 2**24 else "float64"
+    xc = ctx.emit("cast", _centered(ctx, x, x_zero), to=dtype)
+    y = ctx.emit(_rank_op(ctx, "conv", nd), xc, ctx.emit("cast", wc, to=dtype), groups=ctx.attr("group", 1), **attrs)
     return ctx.emit("cast", y, to="int32")
+
+
+def _requantized(ctx: NodeContext, acc: Value, scale: Value, y_zero: Value | None, dtype: str) -> Value:
+    """acc * scale + y_zero, rounded half to even and saturated to ``dtype``, in float64: how onnx's
+    reference ends QLinearConv and QLinearMatMul (an int32 array times the scales' product)."""
+    y = ctx.emit("multiply", ctx.emit("cast", acc, to="float64"), ctx.emit("cast", scale, to="float64"))
+    if y_zero is not None:
+        y = ctx.emit("add", y, ctx.emit("cast", y_zero, to="float64"))
+    info = np.iinfo(dtype)
+    y = ctx.emit("clip", ctx.emit("round", y), min=float(info.min), max=float(info.max))
+    return ctx.emit("cast", y, to=dtype)
+
+
+def _per_channel(ctx: NodeContext, v: Value, rank: int, axis: int) -> Value:
+    """A per-channel (1-d, more than one value) scale or zero point shaped to broadcast along ``axis``."""
+    if v.type.rank == 1 and v.type.shape[0] != 1:
+        return ctx.emit("reshape", v, shape=[-1] + [1] * (rank - axis - 1))
+    return v
+
+
+@converter("ConvInteger")
+@single
+def _conv_integer(ctx):
+    """An exact integer convolution (``_integer_conv``), int32 out."""
+    x, w = ctx.inputs[:2]
+    return _integer_conv(ctx, x, ctx.input(2), w, ctx.input(3))
+
+
+@converter("QLinearConv")
+@single
+def _qlinear_conv(ctx):
+    """onnxruntime's QOperator convolution (the model zoo's *-int8 models): the integer convolution plus
+    the int32 bias, times x_scale * w_scale / y_scale (per output channel where w_scale is), plus y's zero
+    point, rounded half to even and saturated, as onnx's reference computes it."""
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (ctx.input(i) for i in range(8))
+    bias = ctx.input(8)
+    acc = _integer_conv(ctx, x, x_zero, w, w_zero)
+    rank = acc.type.rank
+    if bias is not None:
+        acc = ctx.emit(
+            "add", acc, ctx.emit("reshape", ctx.emit("cast", bias, to="int32"), shape=[-1] + [1] * (rank - 2))
+        )
+    scale = ctx.emit("divide", ctx.emit("multiply", x_scale, _per_channel(ctx, w_scale, rank, 1)), y_scale)
+    dtype = y_zero.type.dtype if y_zero is not None else x.type.dtype
+    return _requantized(ctx, acc, scale, y_zero, dtype)
 
 
 @converter("QLinearMatMul")
@@ -473,13 +528,8 @@ def _qlinear_matmul(ctx):
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = ctx.inputs[:8]
     product = ctx.emit("matmul", _centered(ctx, a, a_zero), _centered(ctx, b, b_zero))
     scale = ctx.emit("divide", ctx.emit("multiply", a_scale, b_scale), y_scale)
-    y = ctx.emit("multiply", ctx.emit("cast", product, to="float64"), ctx.emit("cast", scale, to="float64"))
     dtype = y_zero.type.dtype if y_zero is not None else a.type.dtype
-    if y_zero is not None:
-        y = ctx.emit("add", y, ctx.emit("cast", y_zero, to="float64"))
-    info = np.iinfo(dtype)
-    y = ctx.emit("clip", ctx.emit("round", y), min=float(info.min), max=float(info.max))
-    return ctx.emit("cast", y, to=dtype)
+    return _requantized(ctx, product, scale, y_zero, dtype)
 
 
 @converter("DynamicQuantizeLinear")
@@ -496,3 +546,177 @@ def _dynamic_quantize_linear(ctx):
     y = ctx.emit("add", ctx.emit("round", ctx.emit("divide", x, scale)), zero)
     y = ctx.emit("cast", ctx.emit("clip", y, min=0.0, max=255.0), to="uint8")
     return [y, scale, ctx.emit("cast", zero, to="uint8")]
+
+
+# -- detection ------------------------------------------------------------------------------
+
+
+@converter("RoiAlign")
+@single
+def _roi_align(ctx):
+    """torchvision's detection heads (MultiScaleRoIAlign): one ``roi_align`` kernel, since each ROI's
+    sampling grid depends on its box. Opset 10 had no coordinate_transformation_mode and sampled as
+    output_half_pixel does (torchvision's aligned=False); from 16 the default is half_pixel (aligned=True)."""
+    x, rois, indices = ctx.inputs[:3]
+    if x.type.rank != 4:
+        raise ctx.unsupported(f"a rank-{x.type.rank} input (4-d feature maps are supported)")
+    mode = ctx.attr("mode", "avg")
+    if mode not in ("avg", "max"):
+        raise ctx.unsupported(f"mode {mode!r} (avg and max are supported)")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    if coord not in ("half_pixel", "output_half_pixel"):
+        raise ctx.unsupported(f"coordinate_transformation_mode {coord!r}")
+    if x.type.dtype not in ("float16", "float32", "float64"):
+        raise ctx.unsupported(f"a {x.type.dtype} input (floats are supported)")
+    rois = ctx.emit("cast", rois, to=x.type.dtype) if rois.type.dtype != x.type.dtype else rois
+    indices = ctx.emit("cast", indices, to="int64") if indices.type.dtype != "int64" else indices
+    return ctx.emit(
+        "roi_align", x, rois, indices, mode=mode,
+        output_height=int(ctx.attr("output_height", 1)), output_width=int(ctx.attr("output_width", 1)),
+        sampling_ratio=int(ctx.attr("sampling_ratio", 0)), spatial_scale=float(ctx.attr("spatial_scale", 1.0)),
+        coordinate_transformation_mode=coord,
+    )  # fmt: skip
+
+
+# -- spectra: DFT, STFT, MelWeightMatrix as products with constant matrices -------------------
+
+
+def _last(ctx: NodeContext, x: Value, index: int) -> Value:
+    """x[..., index] (the real or imaginary part of a [..., 2] complex tensor)."""
+    part = ctx.emit("slice", x, starts=[index], ends=[index + 1], axes=[x.type.rank - 1], steps=[1])
+    return ctx.emit("squeeze", part, axes=[x.type.rank - 1])
+
+
+def _complex_last(ctx: NodeContext, re: Value, im: Value | None) -> Value:
+    """[..., 2] from real and imaginary parts, or [..., 1] from a real result."""
+    parts = [ctx.emit("unsqueeze", v, axes=[v.type.rank]) for v in (re, im) if v is not None]
+    return parts[0] if len(parts) == 1 else ctx.emit("concat", *parts, axis=re.type.rank)
+
+
+def _spectrum(ctx: NodeContext, re: Value, im: Value | None, n: int, inverse: bool, onesided: bool) -> tuple:
+    """The DFT of length ``n`` over the last axis of (re, im) as matrix products: numpy.fft's fft (forward),
+    ifft (inverse) or, inverse and onesided, irfft (a one-sided spectrum to a real signal: im of the result None).
+    Samples past ``n`` are dropped and missing ones are zeros, so the input axis keeps its length."""
+    length = re.type.shape[-1]
+    t = np.arange(length)[:, None]
+    if inverse and onesided:
+        k = np.arange(length)[:, None]
+        used = k[:, 0] < n // 2 + 1
+        weight = np.where((k[:, 0] == 0) | (2 * k[:, 0] == n), 1.0, 2.0) * used / n
+        angle = 2 * np.pi * ((k * np.arange(n)[None, :]) % n) / n
+        cos, sin = np.cos(angle) * weight[:, None], np.sin(angle) * weight[:, None]
+        real = ctx.emit("matmul", re, ctx.constant(cos.astype(re.type.dtype)))
+        if im is not None:
+            real = ctx.emit("subtract", real, ctx.emit("matmul", im, ctx.constant(sin.astype(re.type.dtype))))
+        return real, None
+    bins = n // 2 + 1 if onesided and not inverse else n
+    angle = 2 * np.pi * ((t * np.arange(bins)[None, :]) % n) / n
+    inside = (t < n) / (n if inverse else 1)
+    cos = ctx.constant((np.cos(angle) * inside).astype(re.type.dtype))
+    sin = ctx.constant(((1 if inverse else -1) * np.sin(angle) * inside).astype(re.type.dtype))
+    y_re, y_im = ctx.emit("matmul", re, cos), ctx.emit("matmul", re, sin)
+    if im is not None:  # (re + i im)(cos + i sin) = re cos - im sin + i (re sin + im cos)
+        y_re = ctx.emit("subtract", y_re, ctx.emit("matmul", im, sin))
+        y_im = ctx.emit("add", y_im, ctx.emit("matmul", im, cos))
+    return y_re, y_im
+
+
+def _scalar_const(ctx: NodeContext, i: int, what: str) -> int | None:
+    return int(ctx.require_const(i, what).reshape(-1)[0]) if ctx.input(i) is not None else None
+
+
+@converter("DFT")
+@single
+def _dft(ctx):
+    """ONNX DFT (opset 17: axis an attribute; 20: an input), forward, inverse and one-sided, as numpy.fft
+    computes it: the signal axis moved last, products with constant cos / sin matrices, moved back. The
+    signal's length must be known when the model is built (the matrices are constants)."""
+    x = ctx.inputs[0]
+    rank = x.type.rank
+    axis = _scalar_const(ctx, 2, "axis") if ctx.opset >= 20 else ctx.attr("axis", 1)
+    axis = (-2 if axis is None else axis) % rank
+    parts, length = x.type.shape[-1], x.type.shape[axis]
+    if parts not in (1, 2) or axis == rank - 1:
+        raise ctx.unsupported(f"axis {axis} of {x.type} (the last axis holds 1 or 2 parts, real and imaginary)")
+    if not isinstance(length, int):
+        raise ctx.unsupported(f"a signal axis of length {length!r} known only at run time")
+    inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    n = _scalar_const(ctx, 1, "dft_length")
+    n = n if n is not None else (2 * (length - 1) if inverse and onesided else length)
+    if n < 1:
+        raise ctx.error(f"dft_length {n}")
+    order = [d for d in range(rank - 1) if d != axis] + [axis]
+    wide = _wide(ctx, x)
+    re = ctx.emit("transpose", _last(ctx, wide, 0), perm=order)
+    im = ctx.emit("transpose", _last(ctx, wide, 1), perm=order) if parts == 2 else None
+    y = _complex_last(ctx, *_spectrum(ctx, re, im, n, inverse, onesided))
+    back = [order.index(d) for d in range(rank - 1)] + [rank - 1]
+    return _narrow(ctx, ctx.emit("transpose", y, perm=back), x.type.dtype)
+
+
+def _wide(ctx: NodeContext, x: Value) -> Value:
+    """x in float64: the reference's numpy.fft sums in float64, and a spectrum's near-zero parts (the imaginary
+    part of a real signal's inverse) are rounding residue that float32 sums would not reproduce."""
+    if x.type.dtype not in ("float16", "float32", "float64"):
+        raise ctx.unsupported(f"a {x.type.dtype} signal (floats are supported)")
+    return x if x.type.dtype == "float64" else ctx.emit("cast", x, to="float64")
+
+
+def _narrow(ctx: NodeContext, y: Value, dtype: str) -> Value:
+    return y if dtype == "float64" else ctx.emit("cast", y, to=dtype)
+
+
+@converter("STFT")
+@single
+def _stft(ctx):
+    """Frames (a gather of constant indices), times the window, then the DFT of each frame over frame_length
+    samples (one-sided by default): onnx's definition, [batch, frames, bins, 2]."""
+    x, window = ctx.inputs[0], ctx.input(2)
+    step = _scalar_const(ctx, 1, "frame_step")
+    length = _scalar_const(ctx, 3, "frame_length")
+    if length is None:
+        length = window.type.shape[0] if window is not None else x.type.shape[1]
+    if window is not None and window.type.shape[0] != length:
+        raise ctx.unsupported(f"a window of {window.type.shape[0]} samples for frames of {length!r}")
+    signal = x.type.shape[1]
+    if not (isinstance(signal, int) and isinstance(length, int)) or x.type.rank != 3 or x.type.shape[2] not in (1, 2):
+        raise ctx.unsupported(f"signal {x.type}: [batch, samples, 1 or 2] with the samples known when built")
+    if step is None or step < 1 or not 0 < length <= signal:
+        raise ctx.error(f"frame_step {step} and frame_length {length} over {signal} samples")
+    frames = 1 + (signal - length) // step
+    index = ctx.constant(np.arange(frames)[:, None] * step + np.arange(length)[None, :])
+    framed = ctx.emit("gather", x, index, axis=1)  # [batch, frames, length, parts]
+    if window is not None:
+        framed = ctx.emit("multiply", framed, ctx.emit("reshape", window, shape=[length, 1]))
+    framed = _wide(ctx, framed)
+    re = _last(ctx, framed, 0)
+    im = _last(ctx, framed, 1) if x.type.shape[2] == 2 else None
+    y = _complex_last(ctx, *_spectrum(ctx, re, im, length, False, bool(ctx.attr("onesided", 1))))
+    return _narrow(ctx, y, x.type.dtype)
+
+
+@converter("MelWeightMatrix")
+@single
+def _mel_weight_matrix(ctx):
+    """A constant [dft_length // 2 + 1, num_mel_bins] of triangular filters, computed as onnx's reference
+    does (mel = 2595 log10(1 + hz / 700), bin edges floored to DFT bins)."""
+    mels, n = (int(ctx.require_const(i, what).reshape(-1)[0]) for i, what in ((0, "num_mel_bins"), (1, "dft_length")))
+    rate = ctx.require_const(2, "sample_rate").reshape(-1)[0]
+    low, high = (
+        ctx.require_const(i, what).reshape(-1)[0] for i, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz"))
+    )
+    if mels < 1 or n < 1 or rate <= 0:
+        raise ctx.error(f"num_mel_bins {mels}, dft_length {n}, sample_rate {rate}")
+    low_mel, high_mel = (2595 * np.log1p(f / 700) / np.log(10) for f in (low, high))
+    edges = np.arange(mels + 2) * ((high_mel - low_mel) / (mels + 2)) + low_mel
+    edges = (((n + 1) * (700 * np.expm1(edges / 2595 * np.log(10)))) // rate).astype(int)
+    out = np.zeros((n // 2 + 1, mels))
+    for i in range(mels):
+        left, center, right = edges[i : i + 3]
+        if center == left:
+            out[center, i] = 1
+        else:
+            out[left : center + 1, i] = (np.arange(left, center + 1) - left) / (center - left)
+        if right > center:
+            out[center:right, i] = (right - np.arange(center, right)) / (right - center)
+    return ctx.constant(out.astype(ctx.dtype_attr("output_datatype", 1)))
