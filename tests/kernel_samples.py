@@ -71,6 +71,11 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
         pool = {"kernel_shape": kernel_shape, "strides": [2] * nd, "pads": [1] * (2 * nd), "dilations": [1] * nd}
         cases[f"max_pool{nd}d"] = ([xs], dict(pool))
         cases[f"avg_pool{nd}d"] = ([xs], dict(pool))
+    # strided: the output is far smaller than the input (an STFT as a conv, silero VAD's: stride 128 over 832)
+    cases["conv1d_strided"] = ([_f(64, 1, 832), _f(258, 1, 256)],
+                               {"strides": [128], "pads": [0, 0], "dilations": [1], "groups": 1})  # fmt: skip
+    cases["conv2d_strided"] = ([_f(2, 8, 64, 48), _f(24, 8, 3, 3), _f(24)],
+                               {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1})  # fmt: skip
     cases["conv2d_depthwise"] = ([x, _f(16, 1, 3, 3), _f(16)],
                                  {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 16})  # fmt: skip
     cases["matmul"] = ([_f(4, 96, 128), _f(128, 160)], {})

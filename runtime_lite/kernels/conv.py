@@ -450,9 +450,13 @@ def _conv_geometry(x, w, b, strides, pads, dilations, groups) -> tuple[list[int]
 
 
 def _conv_cost(x, w, b=None, *, strides, pads, dilations, groups) -> int:
-    """Bounds every lowering: the padded input, three output-sized buffers over the padded extent
-    (the shifted GEMMs' product and sum, the result), and the im2col columns (the largest scratch
-    of the im2col, batch-folded, blocked and depthwise-tap paths)."""
+    """Bounds every lowering: the padded input, three output-sized buffers (the shifted GEMMs' product
+    and sum and the result, which that path computes over the padded extent), and the im2col columns
+    (the largest scratch of the im2col, batch-folded, blocked and depthwise-tap paths).
+
+    Only the shifted GEMMs compute at the padded extent: charging it to every convolution refused a
+    strided one whose output is far smaller than its input (silero VAD's STFT, stride 128: 5 GB
+    charged for 10 MB used, so audio over 100 s could not run)."""
     padded, out_shape = _conv_geometry(x, w, b, strides, pads, dilations, groups)
     n, c = x.shape[:2]
     o = w.shape[0]
@@ -461,8 +465,21 @@ def _conv_cost(x, w, b=None, *, strides, pads, dilations, groups) -> int:
     columns = n * groups * k * math.prod(out_shape) * itemsize
     if groups == 1 and columns > BLOCKED_IM2COL_BYTES:  # built a block of output rows at a time
         columns = max(IM2COL_BLOCK_BYTES, k * math.prod(out_shape[1:]) * itemsize)
-    elements = n * c * math.prod(padded) + 3 * n * o * max(math.prod(padded), math.prod(out_shape))
+    shifted = _takes_shifted_gemms(groups, o, tuple(w.shape[2:]), strides)
+    extent = max(math.prod(padded), math.prod(out_shape)) if shifted else math.prod(out_shape)
+    elements = n * c * math.prod(padded) + 3 * n * o * extent
     return elements * itemsize + columns
+
+
+def _takes_shifted_gemms(groups: int, outputs: int, kernel_shape: tuple[int, ...], strides) -> bool:
+    """Whether ``conv`` lowers to one GEMM per kernel tap (``_shifted_gemms``): stride 1, 2-d, few outputs."""
+    return (
+        groups == 1
+        and len(kernel_shape) == 2
+        and outputs <= SHIFTED_GEMM_MAX_OUTPUTS
+        and kernel_shape != (1, 1)
+        and all(s == 1 for s in strides)
+    )
 
 
 def _conv_transpose_cost(x, w, b=None, *, strides, pads, dilations, output_padding, groups) -> int:
@@ -491,13 +508,7 @@ def conv(x, w, b=None, *, strides, pads, dilations, groups):
         return np.zeros((0, o, *out_shape), x.dtype)
     if groups == c == o and nd == 2 and _taps_depthwise(out_shape, kernel_shape):
         return _depthwise_taps(x, w, b, strides, pads, dilations, out_shape)
-    if (
-        groups == 1
-        and nd == 2
-        and o <= SHIFTED_GEMM_MAX_OUTPUTS
-        and kernel_shape != (1, 1)
-        and all(s == 1 for s in strides)
-    ):
+    if _takes_shifted_gemms(groups, o, tuple(kernel_shape), strides):
         return _shifted_gemms(x, w, b, pads, dilations)
     x = pad_spatial(x, pads)
     k = (c // groups) * math.prod(kernel_shape)
