@@ -12,6 +12,7 @@ memory limits live. A veto says why: ``return reject("dilation 2 not supported")
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,15 +154,27 @@ def register_patterns(patterns: list[FusionPattern | tuple[Any, ...]]) -> None:
 def get_patterns_with_prefix(prefix: str) -> list[FusionPattern]:
     """Patterns whose name starts with ``prefix``, highest priority first (then latest registered).
 
-    A bare backend name (``"npu"``) selects that backend's patterns only, not ``"npu2.*"``.
+    A bare backend name (``"npu"``) selects that backend's patterns only, not ``"npu2.*"``. A built-in
+    backend registers its patterns when it is imported; naming it here imports it, so the answer never
+    depends on what the process happened to import before (TVM's ``get_pattern_table`` does the same).
     """
+    _import_builtin(prefix.split(".", 1)[0])
     start = prefix if "." in prefix else prefix + "."
     latest_first = [p for p in reversed(_PATTERNS) if p.name.startswith(start)]
     return sorted(latest_first, key=lambda p: -p.priority)  # stable: equal priorities keep registration order
 
 
 def get_pattern(name: str) -> FusionPattern | None:
+    _import_builtin(name.split(".", 1)[0])
     return next((p for p in _PATTERNS if p.name == name), None)
+
+
+def _import_builtin(backend: str) -> None:
+    """Import a built-in compiler backend (``aot/compiler/backends``) by name, which registers its patterns."""
+    from aot.compiler.backends import BUILTIN_BACKENDS  # here: the backends import this module
+
+    if backend in BUILTIN_BACKENDS:
+        importlib.import_module(f"aot.compiler.backends.{backend}")
 
 
 __all__ = [
