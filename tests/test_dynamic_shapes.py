@@ -182,3 +182,29 @@ def test_a_run_time_reshape_to_the_inputs_own_dims_is_static_and_stays_in_the_de
         (actual,) = module.run([x])
         assert actual.shape == expected.shape == (batch, 4, seq, 8)
         np.testing.assert_array_equal(actual, expected)
+
+
+def test_an_expand_to_a_run_time_shape_and_a_whole_axis_slice_keep_the_batch_dim():
+    """magika's one-hot (a file-type model in a pip package, exported by jax2tf): Expand to Shape -> Cast(int32)
+    -> Slice -> Concat(.., 2048, 1) -> Cast(int64), then x[0:10**9] on every axis. Each used to invent fresh dims,
+    so the output lost the batch dim and a server could not batch it."""
+    from tests.helpers import build_and_load, make_model
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["s32"], to=onnx.TensorProto.INT32),
+        helper.make_node("Slice", ["s32", "zero", "one"], ["batch"]),
+        helper.make_node("Concat", ["batch", "width", "unit"], ["target32"], axis=0),
+        helper.make_node("Cast", ["target32"], ["target"], to=onnx.TensorProto.INT64),
+        helper.make_node("Unsqueeze", ["x", "last"], ["x3"]),
+        helper.make_node("Expand", ["x3", "target"], ["wide"]),
+        helper.make_node("Slice", ["wide", "starts", "ends", "axes"], ["y"]),
+    ]
+    inits = {"zero": np.array([0], np.int32), "one": np.array([1], np.int32), "width": np.array([6], np.int32),
+             "unit": np.array([1], np.int32), "last": np.array([2], np.int64),
+             "starts": np.zeros(3, np.int64), "ends": np.full(3, 10**9, np.int64), "axes": np.array([0, 2, 1])}  # fmt: skip
+    model = make_model(nodes, {"x": rand(1, 6)}, ["y"], inits, input_shapes={"x": ["N", 6]})
+    module = build_and_load(model)
+    assert module.outputs[0].shape == ("N", 6, 1)
+    x = rand(3, 6)
+    np.testing.assert_array_equal(module.run([x])[0], onnxruntime_outputs(model, {"x": x})[0])

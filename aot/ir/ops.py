@@ -572,9 +572,30 @@ def _expand(ctx: InferContext) -> list[TensorType]:
     x = ctx.types[0]
     if len(ctx.types) > 1:
         n = ctx.types[1].shape[0]
-        rank = max(x.rank, n) if isinstance(n, int) else x.rank
-        return [TensorType([ctx.fresh_dim() for _ in range(rank)], x.dtype)]
+        if not isinstance(n, int):
+            return [TensorType([ctx.fresh_dim() for _ in range(x.rank)], x.dtype)]
+        target = _run_time_target(ctx, 1)
+        rank = max(x.rank, n)
+        mine = [1] * (rank - x.rank) + list(x.shape)
+        theirs = [1] * (rank - n) + target
+        return [TensorType([_expanded_dim(a, t, ctx) for a, t in zip(mine, theirs)], x.dtype)]
     return [TensorType(broadcast_shapes([x.shape, ctx.attrs["shape"]], ctx, "expand"), x.dtype)]
+
+
+def _expanded_dim(a: Dim, t: Dim | None, ctx: InferContext) -> Dim:
+    """One axis of an expand to a target known element by element (``t``: None where unknown). Expand broadcasts
+    both ways, so a target of 1 keeps the input's dim and an input of 1 takes the target's; where either could
+    win at run time the dim is fresh. Keeping them is what lets a batch dim reach the outputs (magika's one-hot
+    expands to Shape -> Cast -> Slice -> Concat -> Cast)."""
+    if t == 1 or (t is not None and t == a):
+        return a
+    if a == 1 and t is not None and not (isinstance(t, int) and t < 0):
+        return t
+    if isinstance(a, int) and a > 1:  # the target is 1 or a, else the run fails: the result is a
+        return a
+    if isinstance(t, int) and t > 1:  # likewise, the input is 1 or t
+        return t
+    return ctx.fresh_dim()
 
 
 def _tile(ctx: InferContext) -> list[TensorType]:
@@ -637,8 +658,24 @@ def _slice(ctx: InferContext) -> list[TensorType]:
         if step == 0:
             raise ctx.fail("slice", "step 0")
         d = shape[axis]
-        shape[axis] = len(range(d)[onnx_slice(d, start, end, step)]) if isinstance(d, int) else ctx.fresh_dim()
+        if isinstance(d, int):
+            shape[axis] = len(range(d)[onnx_slice(d, start, end, step)])
+        elif not _whole_axis(start, end, step):
+            shape[axis] = ctx.fresh_dim()
     return [TensorType(shape, x.dtype)]
+
+
+#: A slice bound at least this large (jax2tf writes 10**9, torch INT64_MAX) lies past any size a tensor has.
+_PAST_ANY_SIZE = 10**9
+
+
+def _whole_axis(start: int, end: int, step: int) -> bool:
+    """Whether a slice takes every element of an axis whatever its size (``x[:]``, ``x[::-1]``): the dim stays."""
+    if step == 1:
+        return (start == 0 or start <= -_PAST_ANY_SIZE) and end >= _PAST_ANY_SIZE
+    if step == -1:
+        return (start == -1 or start >= _PAST_ANY_SIZE) and end <= -_PAST_ANY_SIZE
+    return False
 
 
 def _dynamic_slice(ctx: InferContext) -> list[TensorType]:
