@@ -743,7 +743,7 @@ def test_a_run_the_request_makes_impossible_is_400_not_500(pool_bundle):
     module = runtime_lite.load(pool_bundle, max_memory=1 << 20)
     service = InferenceService({"pool": served_model("pool", module, 1)})
     for shape, words in (
-        ((1, 1, 1, 1), "ValueError: pool: axis 0: a window spans 2"),
+        ((1, 1, 1, 1), "ValueError: pool: dim 2 (spatial axis 0): a window spans 2"),
         ((1, 1, 600, 600), "BudgetExceeded"),
     ):
         body, headers = infer_binary(rand(*shape))

@@ -109,12 +109,13 @@ def spatial_geometry(
         )
     for i in range(nd):
         if kernel_shape[i] < 1 or strides[i] < 1 or dilations[i] < 1 or pads[i] < 0 or pads[i + nd] < 0:
-            raise ValueError(f"{op}: axis {i} has kernel {kernel_shape[i]}, stride {strides[i]}, "
+            raise ValueError(f"{op}: spatial axis {i} has kernel {kernel_shape[i]}, stride {strides[i]}, "
                              f"dilation {dilations[i]}, pads {pads[i]}/{pads[i + nd]}")  # fmt: skip
         span = dilations[i] * (kernel_shape[i] - 1) + 1
         if span > in_shape[i] + pads[i] + pads[i + nd]:
             raise ValueError(
-                f"{op}: axis {i}: a window spans {span} but the padded input has {in_shape[i] + pads[i] + pads[i + nd]}"
+                f"{op}: dim {i + 2} (spatial axis {i}): a window spans {span} but the padded input has "
+                f"{in_shape[i] + pads[i] + pads[i + nd]}"
             )
 
 
