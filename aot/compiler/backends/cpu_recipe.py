@@ -24,17 +24,18 @@ from aot.ir import contrib
 ONNXRUNTIME_ONLY = frozenset({f"onnxruntime.{contrib.OP}"})
 
 
-def recipe_patterns(name: str) -> list[FusionPattern]:
-    """onnxruntime's patterns, each under ``<name>.`` (its contrib ops left out)."""
+def recipe_patterns(name: str, contrib: bool = False) -> list[FusionPattern]:
+    """onnxruntime's patterns, each under ``<name>.`` (its contrib ops left out unless ``contrib``)."""
     return [
         dataclasses.replace(p, name=f"{name}." + p.name.split(".", 1)[1])
         for p in onnxruntime_patterns()
-        if p.name not in ONNXRUNTIME_ONLY
+        if contrib or p.name not in ONNXRUNTIME_ONLY
     ]
 
 
-def register_recipe_backend(name: str) -> CompilerBackend:
-    """Register ``name`` as a target whose modules carry onnxruntime's recipes."""
+def register_recipe_backend(name: str, contrib: bool = False) -> CompilerBackend:
+    """Register ``name`` as a target whose modules carry onnxruntime's recipes. ``contrib``: its regions may hold
+    onnxruntime's contrib ops too (``auto``, whose run side then places such a region on onnxruntime only)."""
 
     def codegen(region: Region, options: dict | None = None) -> ModuleArtifact:
         artifact = onnxruntime_codegen(region, options)
@@ -48,7 +49,7 @@ def register_recipe_backend(name: str) -> CompilerBackend:
         return compute_op_reason(node, name)
 
     codegen.__name__ = codegen.__qualname__ = f"{name}_codegen"
-    register_patterns(list(reversed(recipe_patterns(name))))
+    register_patterns(list(reversed(recipe_patterns(name, contrib))))
     options = tuple(
         dataclasses.replace(o, help=f"int8: onnxruntime's QDQ recipes, which {name} runs on int8 kernels where the CPU "
                                     "has VNNI (needs --calibration)")

@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from runtime_lite.backends import BackendContext, register_backend
+from runtime_lite.backends.auto.sample import Ties, tie_dims, tied_shapes
 from runtime_lite.backends.auto.verdict import VERSION, cache_path, read_verdict, write_verdict
 from runtime_lite.backends.cpu_module import CpuEngineBackend, CpuEngineModule
 from runtime_lite.backends.fallback import bind_fallback, fallback_constants
-from runtime_lite.backends.onnxruntime import int8_kernels, recipe_weights, region_session
+from runtime_lite.backends.onnxruntime import _refuse_contrib_ops, int8_kernels, recipe_weights, region_session
 from runtime_lite.backends.onnxruntime.recipe_check import check_recipe
 from runtime_lite.backends.onnxruntime.session import OnnxRuntimeUnavailable, SessionSettings, import_onnxruntime
 from runtime_lite.backends.onnxruntime.spec import OnnxRuntimeSpecs
@@ -123,16 +124,17 @@ SAMPLE_SIZES = ((1, 224), (1, 32), (1, 1))
 
 
 def sample_inputs(
-    specs: Sequence[TensorSpec], sizes: tuple[int, int] = (1, 1), dims: Mapping[str, DimSpec] | None = None
+    specs: Sequence[TensorSpec],
+    sizes: tuple[int, int] = (1, 1),
+    dims: Mapping[str, DimSpec] | None = None,
+    ties: Ties | None = None,
 ) -> list[np.ndarray]:
     """Inputs of the region's signature, symbolic dims at ``sizes`` (the leading axis, the others) within ``dims``'
-    bounds: normal floats, zeros otherwise (valid indices)."""
+    bounds, those the recipe ties to a fixed size at it and those it ties together at one size (``ties``, from
+    ``sample.tie_dims``): normal floats, zeros otherwise (valid indices)."""
     rng = np.random.default_rng(0)
     arrays = []
-    for spec in specs:
-        shape = tuple(
-            d if isinstance(d, int) else within(d, sizes[axis > 0], dims or {}) for axis, d in enumerate(spec.shape)
-        )
+    for spec, shape in zip(specs, tied_shapes(specs, sizes, ties, within, dims or {})):
         if np.issubdtype(spec.dtype, np.floating):
             arrays.append(rng.standard_normal(shape).astype(spec.dtype))
         else:
@@ -151,7 +153,10 @@ def within(name: str, size: int, dims: Mapping[str, DimSpec]) -> int:
 
 
 def runnable_sample(
-    engines: dict[str, Any], specs: Sequence[TensorSpec], dims: Mapping[str, DimSpec] | None = None
+    engines: dict[str, Any],
+    specs: Sequence[TensorSpec],
+    dims: Mapping[str, DimSpec] | None = None,
+    ties: Ties | None = None,
 ) -> tuple[list[np.ndarray] | None, str]:
     """The first sample (``SAMPLE_SIZES``) every engine runs, or None and why the last one failed. A region cut out of
     a model can take inputs whose symbolic dims hang together in ways its signature does not say (a Range's length
@@ -159,7 +164,7 @@ def runnable_sample(
     symbolic = any(isinstance(d, str) for spec in specs for d in spec.shape)
     why = ""
     for sizes in SAMPLE_SIZES if symbolic else SAMPLE_SIZES[:1]:
-        inputs = sample_inputs(specs, sizes, dims)
+        inputs = sample_inputs(specs, sizes, dims, ties)
         try:
             for engine in engines.values():
                 engine.run(inputs)
@@ -231,12 +236,18 @@ class AutoModule(CpuEngineModule):
         #: What ``describe`` says of each engine's int8 kernels (an int8 recipe's), by engine.
         self.kernels: dict[str, str | None] = {}
         recipe = payloads["recipe"]
-        check_recipe(recipe, self.weights, RECIPE_FIELD)  # before any engine, whatever this host has
+        facts = check_recipe(recipe, self.weights, RECIPE_FIELD)  # before any engine, whatever this host has
+        #: The onnxruntime contrib ops the recipe holds: only onnxruntime computes them (no OpenVINO, no host plan).
+        self.contrib = sorted(op for op in facts.op_types if op.startswith("com.microsoft."))
+        #: What the recipe check followed, for sizing a timing sample (``sample_dims``).
+        self.facts = facts
         self.engine_name, self.engine, self.placement = self._choose(recipe, options)
         self.runs_on = "auto" if self.engine is not None else "host"
         arity = (len(self.inputs), len(self.outputs))
         self.bind_host = lambda: bind_fallback(plan, constants, self.id, "auto", arity)
         if self.engine is None:
+            if self.contrib:
+                _refuse_contrib_ops(plan, self.id, self.placement)
             self.host_plan()
         logger.info("auto region %s runs %s", self.id, self.placement)
 
@@ -252,6 +263,10 @@ class AutoModule(CpuEngineModule):
 
     def _choose(self, recipe, options: dict[str, Any]) -> tuple[str | None, Any, str]:
         names = list(ENGINES) if options["engine"] == "auto" else [options["engine"]]
+        if self.contrib:  # only onnxruntime computes them: nothing to choose or to measure
+            names, only = ["onnxruntime"], f"the one engine for {', '.join(self.contrib)}"
+        else:
+            only = "pinned" if options["engine"] != "auto" else "the one installed"
         versions, missing = {}, {}
         for name in names:
             try:
@@ -259,11 +274,11 @@ class AutoModule(CpuEngineModule):
             except UNAVAILABLE as e:
                 missing[name] = str(e)
         if not versions:
-            return None, None, "on the host: " + "; ".join(missing.values())
+            return None, None, "on the host: " + _reasons(missing.values())
         threads = options["threads"]
         if len(versions) == 1:
             (name,) = versions
-            return self._only(name, threads, "pinned" if options["engine"] != "auto" else "the one installed")
+            return self._only(name, threads, only)
         key = {
             "version": VERSION,
             "region": hashlib.sha256(recipe).hexdigest(),
@@ -286,9 +301,9 @@ class AutoModule(CpuEngineModule):
                 engines[name] = self._build(name, threads)
             except UNAVAILABLE as e:
                 refused[name] = str(e)
-        if not engines:
-            return None, None, "on the host: " + "; ".join(refused.values())
-        inputs, why = runnable_sample(engines, self.inputs, self.dims)
+        if not engines:  # each engine refused it, often for one reason (the recipe check's): said once
+            return None, None, "on the host: " + _reasons(refused.values())
+        inputs, why = runnable_sample(engines, self.inputs, self.dims, tie_dims(self.facts, self.inputs))
         if inputs is None:  # nothing to time on: the first engine, untimed, and no verdict kept (a later load tries)
             name = next(iter(engines))
             for other in [n for n in engines if n != name]:
@@ -315,6 +330,11 @@ class AutoModule(CpuEngineModule):
 
     def engine_label(self) -> str:
         return self.engine_name or "host"
+
+
+def _reasons(reasons) -> str:
+    """Each distinct reason once, in order."""
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def _timings(seconds: dict[str, float]) -> str:

@@ -65,6 +65,14 @@ def _output_type(node: Node, types: dict[str, int]) -> int | None:
         return of(2) if len(node.inputs) > 2 and node.inputs[2] else 2
     if op in ("DequantizeLinear", "Where"):
         return of(1)
+    if op == "ConstantOfShape":  # its value's type (one element), float32 without one
+        value = node.attrs.get("value")
+        if value is None:
+            return FLOAT
+        if not isinstance(value, dict) or value.get("dims") not in ((1,), ()):
+            return None  # not what onnxruntime takes: nothing the walk sizes
+        kind = value.get("data_type")
+        return kind if isinstance(kind, int) else None
     return of(0)
 
 

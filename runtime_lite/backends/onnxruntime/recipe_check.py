@@ -70,7 +70,7 @@ ALLOWED_OPS = frozenset(
         # layout and indexing
         *("Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Transpose", "Reshape", "Pad", "Resize"),
         *("Expand", "Tile", "Gather", "GatherElements", "GatherND", "Cast", "IsNaN", "IsInf", "Trilu", "Shape"),
-        "Range",
+        *("Range", "ConstantOfShape"),
         # recurrent layers over a run-time sequence length
         *("LSTM", "GRU", "RNN"),
         # int8
@@ -250,7 +250,11 @@ def _signed(number: int) -> int:
     return number - (1 << 64) if number >= 1 << 63 else number
 
 
-def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarray], facts: RecipeFacts) -> None:
+def _check_tensor(
+    data: memoryview, where: str, supplied: Mapping[str, np.ndarray], facts: RecipeFacts
+) -> dict[str, object]:
+    """Check one tensor (an initializer, or an attribute's with ``facts`` its own); its data type, dims and
+    small values (None where it has none the walk reads)."""
     name, dims, data_type, location, external, raw, typed = "", [], 0, 0, {}, None, []
     where_text = None  # the location's text, as a view into the recipe
     for key, wire, value in _fields(data, "TensorProto", TENSOR_FIELDS):
@@ -281,7 +285,7 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
         values = _small_values(data_type, dims, raw, typed)
         if values is not None:
             facts.operands[name] = values
-        return
+        return {"data_type": data_type, "dims": tuple(dims), "values": values}
     if name not in supplied:
         raise _Refused(f"{where} ({name!r}) points its data outside the recipe ({external.get('location', '?')!r})")
     if set(external) - {"location"} or external.get("location") != PLACEHOLDER or location != EXTERNAL:
@@ -296,6 +300,7 @@ def _check_tensor(data: memoryview, where: str, supplied: Mapping[str, np.ndarra
         raise _Refused(f"{where} ({name!r}) is a second initializer of that name")
     facts.external.append(name)
     facts.placeholder_at[name] = _address(where_text)  # made relative to the recipe when the walk ends
+    return {"data_type": data_type, "dims": tuple(dims), "values": None}
 
 
 def _address(view: memoryview) -> int:
@@ -357,8 +362,10 @@ def _attribute(data: memoryview, where: str, facts: RecipeFacts) -> tuple[str, o
                 floats += _floats(field_value)
             elif wire == FIXED32:
                 floats.append(_float(field_value))
-        elif key in ("t", "tensors"):  # a tensor attribute may not point outside the recipe either
-            _check_tensor(field_value, f"{where}.{key}", {}, facts)
+        elif key in ("t", "tensors"):  # a tensor attribute may not point outside the recipe either, nor stand
+            # for an initializer of the walk (its own facts): the walk reads its type, dims and small values
+            tensor = _check_tensor(field_value, f"{where}.{key}", {}, RecipeFacts())
+            value = tensor if key == "t" else None
     return name, ints or floats or value
 
 

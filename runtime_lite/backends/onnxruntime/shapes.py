@@ -22,6 +22,14 @@ Reshape``) are followed as values: the small integer tensors those ops make are
 computed here too, each element an int or None where it comes from a dim the walk
 does not know, as onnxruntime's own shape inference propagates them. At run time
 every dim is known, so the footprint (footprint.py) sizes such a reshape exactly.
+
+The same holds for the float arithmetic a detector's anchor grid does on its feature map's size (YOLOv8's
+``Shape -> Gather -> Cast(float) -> Range``, a stride's ``Div``/``Floor``): those values are followed as
+float32 computes them (:func:`_float32`, each step rounded as onnxruntime rounds it), a Cast back to an integer
+truncated, so a Range or ConstantOfShape over a size derived from the input's dims has an unknown length at
+load (a symbolic dim) and its exact length before each run, which the footprint checks against ``max_memory``
+before onnxruntime allocates. A value the walk cannot compute exactly (a non-finite float, an integer past
+int64) is lost, and what depends on it cannot be sized: fail closed as above.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from collections import ChainMap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from runtime_lite.kernels.pool import pooled_extent
 
@@ -212,16 +222,63 @@ ARITHMETIC: dict[str, Callable[[int, int], int | None]] = {
 }
 
 
+#: ONNX's float32 element type: shape values cast to it are followed as float32 computes them.
+FLOAT_TYPE = 1
+#: Float arithmetic on shape values, in float32 as onnxruntime computes it.
+FLOAT_ARITHMETIC: dict[str, Callable[[np.float32, np.float32], np.float32]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum, "Min": np.minimum,
+}  # fmt: skip
+INT64_RANGE = range(-(1 << 63), 1 << 63)
+
+
+def _float32(value: float | int) -> float | None:
+    """``value`` rounded to float32 as a Python float; None where it is not finite there (the walk loses it)."""
+    with np.errstate(all="ignore"):
+        rounded = float(np.float32(value))
+    return rounded if math.isfinite(rounded) else None
+
+
+def _number(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _to_integer(v: int | float | None) -> int | None:
+    """A Cast to an integer type: a float truncated toward zero (C's conversion), None where it cannot fit."""
+    if v is None or isinstance(v, int):
+        return v
+    if not math.isfinite(v) or int(v) not in INT64_RANGE:
+        return None
+    return int(v)
+
+
+def _float_op(op: str, p: int | float | None, q: int | float | None) -> float | None:
+    if p is None or q is None:
+        return None
+    with np.errstate(all="ignore"):
+        return _float32(FLOAT_ARITHMETIC[op](np.float32(p), np.float32(q)))
+
+
 def _shape_value(node: Node, ins: list, read: Callable[[int], list | None]) -> list | None:
-    """The elements of ``node``'s output where it computes a shape (each an int, None where unknown), else None."""
+    """The elements of ``node``'s output where it computes a shape (each an int, or a float where the recipe
+    computes on float32 sizes, None where unknown), else None."""
     op, a = node.op_type, node.attrs
     if op == "Shape":
         return list(ins[0][slice(a.get("start", 0), a.get("end"))])
     x = read(0)
-    if x is None or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in x):
+    if x is None or not all(_number(v) for v in x):
         return None
+    floats = any(isinstance(v, float) for v in x)
     if op == "Cast":
-        return x if a.get("to") in INTEGER_TYPES else None
+        if a.get("to") in INTEGER_TYPES:
+            return [_to_integer(v) for v in x]
+        if a.get("to") == FLOAT_TYPE:
+            return [None if v is None else _float32(v) for v in x]
+        return None
+    if op in ("Floor", "Ceil"):  # float ops only: ints here are not a recipe onnxruntime loads
+        if not all(v is None or isinstance(v, float) for v in x):
+            return None
+        rounding = math.floor if op == "Floor" else math.ceil
+        return [None if v is None else float(rounding(v)) for v in x]
     if op in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):  # the elements in the same order
         return x
     if op == "Gather" and len(ins[0]) == 1:
@@ -240,11 +297,14 @@ def _shape_value(node: Node, ins: list, read: Callable[[int], list | None]) -> l
         return None if any(p is None for p in parts) else [v for p in parts for v in p]
     if op in ARITHMETIC and len(node.inputs) == 2:
         y = read(1)
-        if y is None or (len(x) != len(y) and 1 not in (len(x), len(y))):
+        if y is None or not all(_number(v) for v in y) or (len(x) != len(y) and 1 not in (len(x), len(y))):
             return None
         n = max(len(x), len(y))
         pairs = zip(x * n if len(x) == 1 else x, y * n if len(y) == 1 else y)
-        return [None if p is None or q is None else ARITHMETIC[op](p, q) for p, q in pairs]
+        if floats or any(isinstance(v, float) for v in y):
+            return [_float_op(op, p, q) for p, q in pairs]
+        out = [None if p is None or q is None else ARITHMETIC[op](p, q) for p, q in pairs]
+        return [None if v is None or v not in INT64_RANGE else v for v in out]
     return None
 
 
@@ -254,8 +314,13 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
     op, a = node.op_type, node.attrs
     x = ins[0] if ins else None
 
-    def partial(i: int) -> list | None:
+    def scalars(i: int) -> list | None:
         return ints.get(node.inputs[i]) if i < len(node.inputs) and node.inputs[i] else None
+
+    def partial(i: int) -> list | None:
+        """Input ``i`` as a shape operand: its integers (None where unknown); a float one is not a shape."""
+        found = scalars(i)
+        return None if found is None or any(isinstance(v, float) for v in found) else found
 
     def operand(i: int) -> list[int] | None:
         found = partial(i)
@@ -359,9 +424,15 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
                 out[axis] = len(range(*slice(start, end, step).indices(out[axis])))
         return [tuple(out)]
     if op == "Resize":
-        return [_resize(node, x, operand(2), partial(3))]
-    if op == "Range" and all(partial(i) is not None and len(partial(i)) == 1 for i in range(3)):
-        return [(_range_length(node, *(partial(i)[0] for i in range(3))),)]
+        scales = scalars(2)
+        return [_resize(node, x, None if scales is None or None in scales else scales, partial(3))]
+    if op == "Range" and all(scalars(i) is not None and len(scalars(i)) == 1 for i in range(3)):
+        return [(_range_length(node, *(scalars(i)[0] for i in range(3))),)]
+    if op == "ConstantOfShape" and partial(0) is not None:  # a shape computed at run time: sized before each run
+        dims = partial(0)
+        if any(d is not None and d < 0 for d in dims):
+            raise BadGeometry(f"{node.where}: ConstantOfShape of shape {dims}")
+        return [tuple(dims)]
     if op == "Split" and operand(1) is not None:
         axis = _axis(a.get("axis", 0), len(x))
         return [(*x[:axis], size, *x[axis + 1 :]) for size in operand(1)]
@@ -375,8 +446,14 @@ def _range_length(node: Node, start: Any, limit: Any, delta: Any) -> int | None:
         return None
     if delta == 0:
         raise BadGeometry(f"{node.where}: Range with a step of 0")
-    span = limit - start
-    count = math.ceil(span / delta) if isinstance(span, float) or isinstance(delta, float) else -(-span // delta)
+    if any(isinstance(v, float) for v in (start, limit, delta)):  # onnxruntime: ceil((1.0 * (limit - start)) / delta)
+        span = _float_op("Sub", limit, start)
+        count = span / float(delta) if span is not None and math.isfinite(delta) else math.inf
+        if not math.isfinite(count):
+            raise BadGeometry(f"{node.where}: Range from {start} to {limit} by {delta} does not end")
+        count = math.ceil(count)
+    else:
+        count = -(-(limit - start) // delta)
     return max(0, count)
 
 

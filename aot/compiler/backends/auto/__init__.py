@@ -4,10 +4,14 @@
 which onnxruntime and OpenVINO both read, into modules of the ``auto`` backend. The run side
 (``runtime_lite.backends.auto``) times each installed engine on each region at the first
 load on a host, keeps the fastest and caches the verdict; ``auto.engine=...`` pins one.
+
+Unlike ``--target openvino``, its regions may hold onnxruntime's contrib ops (aot/ir/contrib.py:
+``com.microsoft.DynamicQuantizeLSTM`` from ``quantize_dynamic``): auto includes onnxruntime, and
+its run side places such a region on onnxruntime only, never timing OpenVINO on it.
 """
 
 from aot.compiler.backends.cpu_recipe import register_recipe_backend
 
-BACKEND = register_recipe_backend("auto")
+BACKEND = register_recipe_backend("auto", contrib=True)
 
 __all__ = ["BACKEND"]

@@ -9,7 +9,7 @@ more of ONNX, and a model whose embedding lookup (Gather) or attention mask
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from aot.compiler.backends.recipe import EXPORTS, Export, RecipeWriter, _simple
 from aot.ir import contrib
@@ -53,6 +53,15 @@ def _int64(w: RecipeWriter, node: Node, ins: list[str], i: int) -> str:
 def _expand(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     shape = _int64(w, node, ins, 1) if len(ins) > 1 else w.ints(node.attrs["shape"], "shape")
     w.emit("Expand", [ins[0], shape], outs)
+
+
+@_export("constant_of_shape")
+def _constant_of_shape(w: RecipeWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A tensor of one value over a shape computed at run time (a detector's stride column, a recurrent layer's
+    zero initial state): ONNX's ConstantOfShape, its value a one-element tensor of the output's dtype. The
+    recipe check sizes it from the shape it follows, before each run, as it sizes an Expand."""
+    value = np.asarray([node.attrs["value"]], dtype=np.dtype(node.attrs["dtype"]))
+    w.emit("ConstantOfShape", [_int64(w, node, ins, 0)], outs, value=numpy_helper.from_array(value, "value"))
 
 
 @_export("shape")
