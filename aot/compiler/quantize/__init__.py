@@ -36,9 +36,11 @@ from aot.compiler.quantize.report import (
     DEFAULT_BUDGET,
     EVERY_SAMPLE,
     OutputAccuracy,
+    Reading,
     accuracy_report,
     budget_text,
-    feature_outputs,
+    judgement,
+    output_readings,
     verdict,
 )
 from aot.compiler.quantize.samples import constant_inputs, data_digest, load_samples
@@ -70,8 +72,9 @@ class Quantization:
     runner: GraphRunner | None = None
     #: How a sequence output's task agreement reads it (report.SEQUENCE_READINGS).
     sequence: str = "auto"
-    #: The outputs holding features, not class scores (report.feature_outputs): relative L2 judges them.
-    features: dict[str, str] = field(default_factory=dict)
+    #: What the graph says about how its outputs read (report.output_readings): features and states, which
+    #: relative L2 judges, and detectors' heads.
+    readings: dict[str, Reading] = field(default_factory=dict)
     #: Every sample's outputs of the quantized graph where choosing measured them already (else the report runs it).
     quantized: list[list[np.ndarray]] | None = None
 
@@ -85,16 +88,17 @@ class Quantization:
             tick(0)
             quantized = self.runner.run(self.samples, lambda done: tick(done, self.runner.describe()))
         self.accuracy = accuracy_report(self.output_names, self.float_outputs, quantized, self.calibrated,
-                                        self.sequence, features=self.features)  # fmt: skip
+                                        self.sequence, readings=self.readings)  # fmt: skip
         if 0 < self.calibrated < len(self.samples):  # the verdict's rows: every sample
             self.overall = accuracy_report(self.output_names, self.float_outputs, quantized, 0, self.sequence,
-                                           split=EVERY_SAMPLE, features=self.features)  # fmt: skip
+                                           split=EVERY_SAMPLE, readings=self.readings)  # fmt: skip
 
     def report_lines(self) -> list[str]:
         """The report's lines: one per output and split, then the verdict."""
         if not self.accuracy:
             return []
-        return [a.line() for a in self.accuracy] + [verdict(self.overall or self.accuracy, self.budget)]
+        judged = self.overall or self.accuracy
+        return [a.line() for a in self.accuracy] + [judgement(judged), verdict(judged, self.budget)]
 
 
 class NeedsCalibration(BuildError):
@@ -174,7 +178,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
-    features = feature_outputs(graph)
+    readings = output_readings(graph)
     floats: list[list[np.ndarray]] = []
     runner = None
     if config.table is not None:
@@ -192,7 +196,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     if samples and floats:  # judged on every sample (report.py says why)
         split = EVERY_SAMPLE if 0 < calibrated < len(samples) else "calibration" if calibrated else "held-back"
         judge = Judge(
-            graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence, features
+            graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence, readings
         )
         if calibrated == len(samples) and len(tables) > 1:
             lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
@@ -234,7 +238,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
         f"int8: calibration table {table.digest[:12]} ({table.method}, {table.samples} samples)",
     ]
     result = Quantization(table, notes, samples if config.report else [], floats, calibrated, names, kept_float=kept)
-    result.sequence, result.features = config.sequence, features
+    result.sequence, result.readings = config.sequence, readings
     if config.report:  # the final variant's outputs, measured already: the report reuses them
         result.quantized = measured
     result.budget = config.accuracy_budget if config.accuracy_budget is not None else DEFAULT_BUDGET

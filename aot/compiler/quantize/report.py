@@ -18,6 +18,14 @@ shape says what the task is, and the relative L2 stands beside:
   states and pooled embedding are, holds no class scores whose argmax a task reads): one line
   saying the task metric cannot read it; relative L2 judges it.
 
+Before the shape, how the graph makes an output decides (``output_readings``): a concat of
+regressions and sigmoid scores along a channel axis (a YOLO head) reads as a detector (best
+class agreement on the anchors scoring above ``DETECTION_SCORE``, box relative L2 beside);
+a recurrent state (an LSTM's or GRU's, or an output fed back as an input of the same shape)
+is judged by relative L2 alone and left out of the score while another output is there; a
+single sigmoid probability per row reads as a binary decision at 0.5. Where no output has a
+task metric, the verdict holds relative L2 to ``RELATIVE_L2_THRESHOLD``.
+
 The verdict, the method ``auto`` keeps and the layers the budget keeps float are judged on
 every sample, calibration and held-back together: a budget of one point needs a hundred
 samples to resolve, and 16 held-back ones cannot tell a loss of one line in six from
@@ -38,11 +46,12 @@ reported apart: a gap between them says the ranges fit the calibration data too 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, Node, Value
 
 #: The budget a verdict is given against when the build sets none: one point of agreement.
 DEFAULT_BUDGET = 0.01
@@ -70,12 +79,36 @@ class OutputAccuracy:
     ctc_why: str = ""
     #: NaN or infinite values in (the float model's, the int8 build's) results; (0, 0) where every value is finite.
     nonfinite: tuple[int, int] = (0, 0)
+    #: A recurrent or carried state (``Reading.state``): left out of the score while another output is there.
+    state: bool = False
+    #: For a detector's head: its layout in a few words; the top-1 agreement is then the best class's over the
+    #: anchors (``positions``) whose float best score is above ``DETECTION_SCORE``.
+    detector: str | None = None
+    #: For a detector's head: the relative L2 of its other (box) channels on those anchors.
+    box_l2: float | None = None
+    #: For a single probability per row: the top-1 agreement is then the decision's (above 0.5 or not).
+    decision: bool = False
 
     @property
     def task_agreement(self) -> float | None:
         if self.ctc:
             return self.ctc_agreement
         return self.exact_agreement if self.exact_agreement is not None else self.top1_agreement
+
+    def judged_as(self) -> str:
+        """How this output was judged, and why, in a few words (the report's ``judgement`` line)."""
+        if self.unreadable is not None:
+            why = self.unreadable.split(" (shape")[0]
+            left = ", left out of the verdict" if self.state else ""
+            return f"{self.output} by relative L2 alone{left} ({why})"
+        if self.detector is not None:
+            return f"{self.output} as a detector's head (best class on anchors scoring above {DETECTION_SCORE:g})"
+        if self.decision:
+            return f"{self.output} as a binary decision (a sigmoid's probability above {DECISION:g} or not)"
+        if self.exact_agreement is not None:
+            reading = "CTC reading" if self.ctc else "exact-sequence agreement"
+            return f"{self.output} as a sequence ({reading})"
+        return f"{self.output} as a classifier (top-1 agreement)"
 
     def line(self) -> str:
         head = (
@@ -85,7 +118,19 @@ class OutputAccuracy:
         if any(self.nonfinite):
             head += f" (NaN or infinite values: {self.nonfinite[0]} float, {self.nonfinite[1]} int8)"
         if self.unreadable is not None:
-            return f"{head}; judged by relative L2 alone: the task metric cannot read {self.unreadable}"
+            left = ", left out of the verdict while another output is there" if self.state else ""
+            return f"{head}; judged by relative L2 alone{left}: the task metric cannot read {self.unreadable}"
+        if self.detector is not None:
+            return (
+                f"{head}; read as a detector's head ({self.detector}): best class agreement "
+                f"{self.top1_agreement * 100:.1f}% of {self.positions} anchors whose float best score is above "
+                f"{DETECTION_SCORE:g} (the task agreement), box relative L2 {self.box_l2:.4f} on them"
+            )
+        if self.decision:
+            return (
+                f"{head}; read as a binary decision (a sigmoid's probability, one per row): decision agreement "
+                f"{self.top1_agreement * 100:.1f}% of {self.positions} rows at {DECISION:g} (the task agreement)"
+            )
         if self.exact_agreement is not None:
             line = (
                 f"{head}, top-1 agreement {self.top1_agreement * 100:.1f}% of {self.positions} positions, "
@@ -105,20 +150,188 @@ class OutputAccuracy:
 FEATURE_OPS = frozenset({"layer_norm", "batch_norm", "instance_norm", "tanh"})
 #: Ops that move values without changing what they are: an output is read through them to its maker.
 _LAYOUT_OPS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "identity", "cast"})
+#: Ops whose output is a score in [0, 1] per channel: a detector head's class scores.
+_SCORE_OPS = frozenset({"sigmoid", "softmax", "hard_sigmoid"})
+#: A detector's anchors count where the float model's best class score is above this (what a detection
+#: threshold keeps; far below it, the best of near-zero scores is noise).
+DETECTION_SCORE = 0.05
+#: What the verdict holds the relative L2 to where no output has a task metric: about int8's own error on a
+#: CNN (1 to 6%: docs/quantization.md, "Measured"), which no task agreement can replace.
+RELATIVE_L2_THRESHOLD = 0.05
+#: Where a single probability per row decides (a binary classifier's, a voice activity detector's).
+DECISION = 0.5
+#: The words that tell a carried state's output name from its input's (state/stateN, h0/hn, h_in/h_out).
+_STATE_MARKS = frozenset(
+    {"", "n", "in", "out", "new", "next", "prev", "previous", "old", "last", "init", "initial", "final", "cur",
+     "current", "updated", "t"}
+)  # fmt: skip
+_SEPARATORS = "_.-:/ "
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the graph says about how one output reads (``output_readings``)."""
+
+    #: Why the task metric cannot read it (features, a recurrent or carried state), or None.
+    unreadable: str | None = None
+    #: A recurrent or carried state: judged by relative L2 alone, and left out of the score (and so the verdict)
+    #: while another output is there: its error shows in the next step's outputs, what the task reads.
+    state: bool = False
+    #: A detector's head: (the axis of its channels, the indices of its class scores along it).
+    detector: tuple[int, tuple[int, ...]] | None = None
+    #: A probability (a sigmoid's, or a mean of them): a single one per row reads as a binary decision at 0.5.
+    probability: bool = False
+
+
+def _maker(value: Value, through: frozenset[str] = _LAYOUT_OPS) -> Node | None:
+    maker = value.producer
+    while maker is not None and maker.op in through and maker.inputs:
+        maker = maker.inputs[0].producer
+    return maker
+
+
+def _is_gate(value: Value) -> bool:
+    """A sigmoid gate, or one minus it (a GRU's 1 - z)."""
+    maker = value.producer
+    if maker is None:
+        return False
+    if maker.op in ("sigmoid", "hard_sigmoid"):
+        return True
+    return maker.op == "subtract" and maker.inputs[0].is_constant and _is_gate(maker.inputs[1])
+
+
+def _gated(value: Value) -> bool:
+    """A product with a sigmoid gate (a recurrent cell's term), or a difference holding one."""
+    maker = value.producer
+    if maker is None:
+        return False
+    if maker.op == "multiply":
+        return any(_is_gate(v) for v in maker.inputs)
+    return maker.op == "subtract" and any(_gated(v) for v in maker.inputs)
+
+
+def _recurrent_state(value: Value) -> str | None:
+    """Which recurrent state ``value`` is, through layout ops and a concat of states (directions, layers), or
+    None: a ``recurrent`` op's state outputs, or the state of an unrolled LSTM or GRU cell (h = o * tanh(c);
+    c = f * c + i * g; a GRU's h = (1 - z) * n + z * h), every term a product with a sigmoid gate."""
+    while value.producer is not None and value.producer.op in _LAYOUT_OPS and value.producer.inputs:
+        value = value.producer.inputs[0]
+    maker = value.producer
+    if maker is None:
+        return None
+    if maker.op == "recurrent":
+        if value is maker.outputs[0]:
+            return None  # the sequence of hidden states: rank 4, and read as such
+        return f"the state of an {maker.attrs.get('kind', 'recurrent').upper()} layer"
+    if maker.op == "concat":
+        parts = [_recurrent_state(v) for v in maker.inputs if not v.is_constant]
+        if not parts or not all(parts):
+            return None
+        kinds = list(dict.fromkeys(parts))
+        return kinds[0] if len(kinds) == 1 else " and ".join(kinds)
+    inputs = [v for v in maker.inputs if not v.is_constant]
+    if maker.op == "multiply" and len(inputs) == 2:
+        ops = {v.producer.op if v.producer is not None else None for v in inputs}
+        if "tanh" in ops and any(_is_gate(v) for v in inputs):
+            return "an LSTM cell's hidden state (a sigmoid gate times a tanh)"
+    if maker.op == "add" and len(inputs) == 2 and all(_gated(v) for v in inputs):
+        return "a recurrent cell's state (a sum of sigmoid-gated terms, as an LSTM's cell or a GRU's hidden state)"
+    return None
+
+
+def _carried_pair(output: str, input: str) -> bool:
+    """Whether ``output`` names the next value of ``input`` (state/stateN, h0/hn, h_in/h_out, in_state/out_state):
+    the two names differ only in a mark (``_STATE_MARKS``, or digits) at their start or end."""
+    a, b = output.lower(), input.lower()
+    if a == b:
+        return False
+    p = len(os.path.commonprefix([a, b]))
+    # the shared start ends where a word does (h_new / h_next share "h_", not "h_ne")
+    while 0 < p < min(len(a), len(b)) and a[p - 1] not in _SEPARATORS:
+        p -= 1
+    if p == 0:
+        p = len(os.path.commonprefix([a, b]))
+    s = len(os.path.commonprefix([a[p:][::-1], b[p:][::-1]]))
+    rest_a, rest_b = a[p : len(a) - s], b[p : len(b) - s]
+    core = a[:p] + a[len(a) - s :]
+    if not any(c.isalpha() for c in core):
+        return False
+    for name, rest in ((output, rest_a), (input, rest_b)):
+        if rest.strip(_SEPARATORS) not in _STATE_MARKS and not rest.strip(_SEPARATORS).isdigit():
+            return False
+        end = p + len(rest)  # where the shared end begins: a mark before it must stand apart (not in/out+put)
+        if s and rest and name[end] not in _SEPARATORS and not name[end].isupper() and rest[-1] not in _SEPARATORS:
+            return False
+    return True
+
+
+def _detector_head(value: Value) -> tuple[int, tuple[int, ...]] | None:
+    """(channel axis, class score indices) where ``value`` is a concat, along a channel axis, of regressions and
+    scores (a sigmoid's or softmax's), as a YOLO head's (boxes, sigmoid(class scores)) -> [batch, 4 + C, anchors];
+    through transposes, identities and casts. None otherwise."""
+    transposes = []
+    maker = value.producer
+    while maker is not None and maker.op in ("transpose", "identity", "cast") and maker.inputs:
+        if maker.op == "transpose":
+            transposes.append(list(maker.attrs["perm"]))
+        maker = maker.inputs[0].producer
+    if maker is None or maker.op != "concat" or len(maker.inputs) < 2:
+        return None
+    rank = maker.outputs[0].type.rank
+    axis = maker.attrs["axis"] % rank
+    scores, at, kinds = [], 0, set()
+    for part in maker.inputs:
+        size = part.type.shape[axis]
+        if not isinstance(size, int):
+            return None
+        made = _maker(part, _LAYOUT_OPS | {"slice", "split"})
+        score = made is not None and made.op in _SCORE_OPS and not part.is_constant
+        kinds.add(score)
+        if score:
+            scores.extend(range(at, at + size))
+        at += size
+    if kinds != {True, False} or rank < 2 or (rank > 2 and axis == 0):
+        return None
+    for perm in reversed(transposes):  # the concat's axis where the output has it
+        axis = perm.index(axis)
+    return axis, tuple(scores)
+
+
+def output_readings(graph: Graph) -> dict[str, Reading]:
+    """How each of the graph's outputs reads, by name, where its maker or its layout says more than its shape:
+    features (a layer norm's, a batch norm's, a tanh's), a recurrent state (an LSTM's or GRU's, or an output fed
+    back: named as an input of the same shape is, plus a mark), a detector's head. Outputs not named read by shape."""
+    readings = {}
+    for value in graph.outputs:
+        shape = list(value.type.shape)
+        state = _recurrent_state(value)
+        if state is None:
+            fed = next(
+                (i for i in graph.inputs if list(i.type.shape) == shape and _carried_pair(value.name, i.name)), None
+            )
+            if fed is not None:
+                state = f"fed back as input {fed.name!r} (the same shape, the name of its next value)"
+        if state is not None:
+            why = f"a carried state (shape {shape}): {state}, not class scores; its error shows in the next step"
+            readings[value.name] = Reading(why, state=True)
+            continue
+        maker = _maker(value)
+        if maker is not None and maker.op in FEATURE_OPS:
+            readings[value.name] = Reading(f"the output of a {maker.op} (shape {shape}): features, not class scores")
+            continue
+        head = _detector_head(value)
+        if head is not None:
+            readings[value.name] = Reading(detector=head)
+            continue
+        made = _maker(value, _LAYOUT_OPS | {"reduce_mean"})  # a mean of probabilities is one
+        if made is not None and made.op in ("sigmoid", "hard_sigmoid"):
+            readings[value.name] = Reading(probability=True)
+    return readings
 
 
 def feature_outputs(graph: Graph) -> dict[str, str]:
-    """The graph's outputs that hold features, not class scores, by name: why, in a few words."""
-    features = {}
-    for value in graph.outputs:
-        maker = value.producer
-        while maker is not None and maker.op in _LAYOUT_OPS and maker.inputs:
-            maker = maker.inputs[0].producer
-        if maker is not None and maker.op in FEATURE_OPS:
-            features[value.name] = (
-                f"the output of a {maker.op} (shape {list(value.type.shape)}): features, not class scores"
-            )
-    return features
+    """The graph's outputs the task metric cannot read by their maker (features, states), by name: why."""
+    return {name: r.unreadable for name, r in output_readings(graph).items() if r.unreadable is not None}
 
 
 def unreadable_reason(array: np.ndarray) -> str | None:
@@ -167,11 +380,36 @@ def reads_as_ctc(float_classes: list[np.ndarray], reading: str) -> tuple[bool, s
     return False, f"class 0 is not the most frequent float argmax ({share * 100:.0f}% of positions): not CTC"
 
 
+def _detector_agreement(floats: list[np.ndarray], quantized: list[np.ndarray], axis: int, scores: tuple[int, ...]
+                        ) -> tuple[int, float, float, int]:  # fmt: skip
+    """(anchors above ``DETECTION_SCORE``, how many keep their best class, box relative L2 on them, channels)."""
+    anchors = agree = 0
+    box_diff = box_norm = 0.0
+    channels = 0
+    for f, q in zip(floats, quantized):
+        f = np.moveaxis(np.asarray(f, np.float64), axis, -1)
+        q = np.moveaxis(np.asarray(q, np.float64), axis, -1)
+        channels = f.shape[-1]
+        f, q = f.reshape(-1, channels), q.reshape(-1, channels)
+        idx = np.asarray(scores)
+        boxes = np.setdiff1d(np.arange(channels), idx)
+        confident = f[:, idx].max(1) > DETECTION_SCORE
+        anchors += int(confident.sum())
+        agree += int((f[confident][:, idx].argmax(1) == q[confident][:, idx].argmax(1)).sum())
+        box_diff += float(np.square(q[confident][:, boxes] - f[confident][:, boxes]).sum())
+        box_norm += float(np.square(f[confident][:, boxes]).sum())
+    box_l2 = math.sqrt(box_diff / box_norm) if box_norm > 0 else math.sqrt(box_diff)
+    return anchors, agree, box_l2, channels
+
+
 def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.ndarray],
-            sequence: str = "auto", feature: str | None = None) -> OutputAccuracy:  # fmt: skip
+            sequence: str = "auto", reading: Reading | str | None = None) -> OutputAccuracy:  # fmt: skip
     """One output over one split; ``floats[i]`` and ``quantized[i]`` are sample i's arrays; ``sequence`` says how
-    a sequence output's task agreement reads it (``SEQUENCE_READINGS``); ``feature``: why the output holds
-    features (``feature_outputs``), or None."""
+    a sequence output's task agreement reads it (``SEQUENCE_READINGS``); ``reading``: what the graph says about
+    the output (``output_readings``; a string: why it holds features), or None."""
+    if isinstance(reading, str):
+        reading = Reading(reading)
+    reading = reading or Reading()
     f = np.concatenate([np.asarray(a, np.float64).ravel() for a in floats])
     q = np.concatenate([np.asarray(a, np.float64).ravel() for a in quantized])
     norm = np.linalg.norm(f)
@@ -179,11 +417,29 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
     rel = float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
     max_abs = float(np.abs(diff).max(initial=0.0))
     nonfinite = (int(f.size - np.count_nonzero(np.isfinite(f))), int(q.size - np.count_nonzero(np.isfinite(q))))
-    why = feature or unreadable_reason(np.asarray(floats[0]))
+    why = reading.unreadable or unreadable_reason(np.asarray(floats[0]))
     if why is None and not f.size:  # every sample's output is empty (a batch of 0): no position to agree on
         why = f"an empty output (shape {list(np.shape(floats[0]))} in every sample): no position to agree on"
+    if reading.detector is not None and reading.unreadable is None and f.size:
+        axis, scores = reading.detector
+        anchors, agree, box_l2, channels = _detector_agreement(floats, quantized, axis, scores)
+        shape = list(np.shape(floats[0]))
+        layout = f"{channels - len(scores)} box and {len(scores)} class score channels along axis {axis} of {shape}"
+        if len(scores) < 2:
+            why = f"a detector's head with one class score ({layout}): no class to take the best of"
+        elif not anchors:
+            why = f"a detector's head ({layout}) with no anchor whose float best score is above {DETECTION_SCORE:g}"
+        else:
+            return OutputAccuracy(name, split, len(floats), rel, max_abs, agree / anchors, None, anchors,
+                                  nonfinite=nonfinite, detector=layout, box_l2=box_l2)  # fmt: skip
+    single = np.asarray(floats[0]).ndim < 2 or np.asarray(floats[0]).shape[-1] == 1
+    if reading.probability and reading.unreadable is None and single and f.size:
+        agree = float(np.mean((f > DECISION) == (q > DECISION)))
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, agree, None, f.size, nonfinite=nonfinite,
+                              decision=True)  # fmt: skip
     if why is not None:
-        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite)
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite,
+                              state=reading.state)  # fmt: skip
     float_classes = [np.argmax(a, -1) for a in floats]
     quantized_classes = [np.argmax(b, -1) for b in quantized]
     agree = [a == b for a, b in zip(float_classes, quantized_classes)]
@@ -201,11 +457,11 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
 
 def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized: list[list[np.ndarray]],
                     calibrated: int, sequence: str = "auto", split: str | None = None,
-                    features: dict[str, str] | None = None) -> list[OutputAccuracy]:  # fmt: skip
+                    readings: dict[str, Reading] | None = None) -> list[OutputAccuracy]:  # fmt: skip
     """``floats[i][j]``: sample i's output j; the first ``calibrated`` samples were used for calibration.
-    ``split``: one set of rows over every sample, labelled so, instead of one per split. ``features``: the
-    outputs that hold features (``feature_outputs``)."""
-    features = features or {}
+    ``split``: one set of rows over every sample, labelled so, instead of one per split. ``readings``: what the
+    graph says about how outputs read (``output_readings``)."""
+    readings = readings or {}
     report = []
     parts = (
         [(split, slice(None))]
@@ -217,7 +473,7 @@ def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized:
         if not f:
             continue
         for j, name in enumerate(names):
-            report.append(compare(name, split, [s[j] for s in f], [s[j] for s in q], sequence, features.get(name)))
+            report.append(compare(name, split, [s[j] for s in f], [s[j] for s in q], sequence, readings.get(name)))
     return report
 
 
@@ -248,7 +504,9 @@ class Score:
 
 
 def score(accuracy: list[OutputAccuracy]) -> Score:
-    """The score of one split's rows (every output of one split)."""
+    """The score of one split's rows (every output of one split); a carried state counts only where every output
+    is one (its error shows in the next step's outputs, which the task reads)."""
+    accuracy = [a for a in accuracy if not a.state] or accuracy
     tasks = [a.task_agreement for a in accuracy if a.task_agreement is not None]
     tops = [a.top1_agreement for a in accuracy if a.top1_agreement is not None]
     return Score(
@@ -297,11 +555,14 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
         )
     result = score(rows)
     if result.loss is None:
+        judged = [a.output for a in rows if not a.state] or [a.output for a in rows]
+        within = result.relative_l2 <= RELATIVE_L2_THRESHOLD
         return (
-            f"int8 verdict: no output the task metric reads; relative L2 {result.relative_l2:.4f} on {split} "
-            f"(the {points(budget)} budget cannot be checked)"
+            f"int8 verdict: no output the task metric reads, judged by relative L2 against "
+            f"{RELATIVE_L2_THRESHOLD:g}: {'within' if within else 'OVER'}, relative L2 {result.relative_l2:.4f} "
+            f"({', '.join(judged)}) on {split} (the {points(budget)} budget reads task agreement and cannot be checked)"
         )
-    word = "agreement" if len(rows) == 1 else "mean task agreement"
+    word = "agreement" if sum(a.task_agreement is not None for a in rows) == 1 else "mean task agreement"
     within = result.loss <= budget + 1e-12
     coarsest = min((a.samples if a.exact_agreement is not None else a.positions) for a in rows if a.unreadable is None)
     unresolved = not within and result.loss <= 1.0 / coarsest + 1e-12  # one disagreement: the samples cannot tell
@@ -315,6 +576,12 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
     if not within and not unresolved:
         line += "; --accuracy-budget keeps the costliest layers float"
     return line
+
+
+def judgement(accuracy: list[OutputAccuracy]) -> str:
+    """One line: which outputs the verdict judged how, and why."""
+    rows = judged_split(accuracy)
+    return "int8 judged: " + "; ".join(a.judged_as() for a in rows)
 
 
 def budget_text(fraction: float) -> str:

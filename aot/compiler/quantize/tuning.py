@@ -27,6 +27,7 @@ from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, QuantizationPlan, QuantizedOp, insert_qdq
 from aot.compiler.quantize.report import (
     OutputAccuracy,
+    Reading,
     Score,
     budget_text,
     ceil_points,
@@ -82,7 +83,7 @@ class Judge:
     like: GraphRunner | None = None  # a runner whose batching the variants reuse
     scheme: Int8Scheme = SYMMETRIC  # how the build writes its Q/DQ: the variants judged must be written the same
     sequence: str = "auto"  # how a sequence output's task agreement reads it (report.SEQUENCE_READINGS)
-    features: dict[str, str] = field(default_factory=dict)  # outputs holding features (report.feature_outputs)
+    readings: dict[str, Reading] = field(default_factory=dict)  # how outputs read (report.output_readings)
 
     def variant(self, table: CalibrationTable, keep_float: Iterable[str] = ()) -> Graph:
         copy, mapping = clone(self.graph)
@@ -109,7 +110,7 @@ class Judge:
                 [s[j] for s in self.floats],
                 [s[j] for s in quantized],
                 self.sequence,
-                self.features.get(name),
+                self.readings.get(name),
             )
             for j, name in enumerate(self.names)
         ]
