@@ -57,7 +57,12 @@ def summarize(result: BuildResult, source: str, output: str, size: int, seconds:
         f"{memory.inplace_count} in place, peak activations {_peak(memory.peak_bytes, regions)}",
         f"  bundle   {format_size(size)} ({counted(len(result.plan.constants), 'constant')} in "
         f"{counted(len(result.blobs.payloads), 'blob')})",
-        "  inputs   " + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs),
+        "  inputs   " + (", ".join(f"{v.name}: {v.type}" for v in graph.inputs) or "none"),
+        *(
+            [f"  bound    {meta['bound_inputs']} (constants at build time, no longer inputs)"]
+            if meta.get("bound_inputs")
+            else []
+        ),
         "  outputs  " + ", ".join(f"{v.name}: {v.type}" for v in graph.outputs),
         *(f"  dim      {line}" for line in describe_dims(result.header["signature"].get("dims", {}))),
         *(f"  worst    {line}" for line in describe_worst_case(result.header["signature"])),
@@ -139,6 +144,44 @@ def _check_input_dims(spec: str, shape: tuple) -> None:
     extent = math.prod(d for d in shape if isinstance(d, int))
     if extent > fmt.MAX_ELEMENTS:
         raise BuildError(f"--input {spec!r}: {extent} elements, more than a tensor may hold ({fmt.MAX_ELEMENTS})")
+
+
+#: the most values one --bind takes: it binds scalars and short lists (aot.build(input_values=) takes arrays)
+MAX_BOUND_VALUES = 4096
+
+
+def bound_values(specs: tuple[str, ...]) -> dict[str, object]:
+    """``--bind NAME=VALUE`` options as ``build(input_values=...)``: a number, true/false, or a short list
+    (``1,2,3`` or ``[1,2,3]``); the build converts each to its input's dtype and checks its shape."""
+    values: dict[str, object] = {}
+    for spec in specs:
+        name, sep, text = spec.rpartition("=")
+        if not sep or not name or not text.strip():
+            raise BuildError(f"--bind must look like NAME=VALUE (sr=16000, or a list: ids=1,2,3), got {spec!r}")
+        if name in values:
+            raise BuildError(f"--bind {spec!r}: input {name!r} was given a value already")
+        text = text.strip()
+        listed = text.startswith("[") or "," in text
+        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+        parts = inner.split(",") if listed else [text]
+        if listed and len(parts) > MAX_BOUND_VALUES:
+            raise BuildError(f"--bind {spec!r}: {len(parts)} values, more than --bind takes ({MAX_BOUND_VALUES})")
+        try:
+            numbers = [] if listed and not inner.strip() else [_number(p) for p in parts]
+        except ValueError:
+            raise BuildError(f"--bind {spec!r}: {text!r} is not a number, true/false, or a list of them") from None
+        values[name] = numbers if listed else numbers[0]
+    return values
+
+
+def _number(text: str) -> int | float | bool:
+    text = text.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)  # "0.5", "1e-3", "inf", "nan"; anything else raises ValueError
 
 
 def _installed_backends() -> list[CompilerBackend]:
@@ -250,9 +293,7 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 @click.command(cls=_BuildCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option(
-    "-o", "--output", type=click.Path(), help="Bundle to write (default: MODEL's name with .aotb)."
-)
+@click.option("-o", "--output", type=click.Path(), help="Bundle to write (default: MODEL's name with .aotb).")
 @click.option(
     "--target",
     "targets",
@@ -263,6 +304,14 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option(
     "--input", "inputs", multiple=True, metavar="NAME:SHAPE", help="Fix an input's shape, e.g. images:1x3x224x224."
+)
+@click.option(
+    "--bind",
+    "binds",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Bind an input to a value at build time, e.g. sr=16000 (a number or a short list 1,2,3, in the input's "
+    "dtype): it becomes a constant, so an If on it folds, and leaves the bundle's inputs; repeatable.",
 )
 @click.option(
     "--min-region-size",
@@ -321,7 +370,7 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
               "(hidden by default; aot/quiet.py lists them).")  # fmt: skip
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
-    model, output, targets, inputs, min_region_size, backend_assignments, calibration, calibration_table,
+    model, output, targets, inputs, binds, min_region_size, backend_assignments, calibration, calibration_table,
     calibration_method, accuracy_budget, holdout, print_graph, quiet, debug, verbose, **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
@@ -337,6 +386,7 @@ def main(
         _check_model(model)
         _check_output(model, output)
         shapes = input_shapes(inputs)
+        values = bound_values(binds)
         quantize = None
         if calibration or calibration_table:
             off = accuracy_budget is not None and accuracy_budget.lower() == "off"
@@ -349,6 +399,7 @@ def main(
             model,
             targets=targets or ("host",),
             input_shapes=shapes,
+            input_values=values,
             min_region_size=min_region_size,
             backend_options=backend_options_from(backend_assignments, aliases_given, targets),
             progress=progress,

@@ -25,7 +25,7 @@ from aot.compiler.targets import check_targets
 from aot.compiler.worst_case import shapes_at_bounds, worst_case_activation_bytes
 from aot.errors import BuildError
 from aot.frontend.onnx import from_onnx
-from aot.frontend.onnx.importer import InputShapes, ModelSource
+from aot.frontend.onnx.importer import InputShapes, InputValues, ModelSource
 from aot.frontend.torch import from_exported_program, load_exported_program
 from aot.ir import contrib
 from aot.ir.graph import Graph
@@ -85,6 +85,7 @@ def build(
     *,
     targets: Sequence[str] = ("host",),
     input_shapes: InputShapes | None = None,
+    input_values: InputValues | None = None,
     name: str | None = None,
     min_region_size: int | None = None,
     partitioner: Callable[[Graph], PartitionedGraph] | None = None,
@@ -96,6 +97,9 @@ def build(
     """Compile an ONNX model (path, bytes, ModelProto) or an IR graph into a bundle-ready result.
 
     ``targets`` name backends in priority order; the host runs whatever they do not take.
+    ``input_shapes`` fixes inputs' dims (``{"x": (1, 3, 224, 224)}``); ``input_values`` binds ONNX inputs to
+    values (``{"sr": 16000}``, scalars or lists in the input's declared dtype): each becomes a constant and
+    leaves the bundle's signature, so an ``If`` on it folds (docs/inputs.md, "Inputs bound at build time").
     ``min_region_size`` overrides each backend's smallest region worth offloading.
     ``partitioner`` replaces the default partitioning (your own patterns or
     passes over ``fuse_ops_by_pattern`` / ``merge_composite_functions``); its
@@ -124,9 +128,11 @@ def build(
         return result
 
     if isinstance(model, Graph):
+        if input_values:
+            raise BuildError("input_values (--bind) applies to an ONNX model, not to an IR graph")
         graph = model
     else:
-        graph = stage("import", lambda: _import(model, input_shapes, name or _default_name(model)))
+        graph = stage("import", lambda: _import(model, input_shapes, name or _default_name(model), input_values))
     stats = stage("optimize", lambda: optimize(graph))
     quantization = None
     if quantize is not None:
@@ -278,13 +284,18 @@ def _configure(offload: list[str], given: Mapping[str, Any], log: TextIO | None)
     return {name: get_compiler_backend(name).configure(given.get(name), log) for name in offload}
 
 
-def _import(model: Any, input_shapes: InputShapes | None, name: str) -> Graph:
+def _import(model: Any, input_shapes: InputShapes | None, name: str, input_values: InputValues | None = None) -> Graph:
     """The frontend for what was given: a torch.export program (or .pt2 file), else ONNX."""
+    torch_program = hasattr(model, "graph_signature") or (
+        isinstance(model, (str, os.PathLike)) and os.fspath(model).endswith(".pt2")
+    )
+    if torch_program and input_values:
+        raise BuildError("input_values (--bind) applies to ONNX models; a torch.export program takes no bound inputs")
     if hasattr(model, "graph_signature"):
         return from_exported_program(model, input_shapes=input_shapes, name=name)
     if isinstance(model, (str, os.PathLike)) and os.fspath(model).endswith(".pt2"):
         return from_exported_program(load_exported_program(model), input_shapes=input_shapes, name=name)
-    return from_onnx(model, input_shapes=input_shapes, name=name)
+    return from_onnx(model, input_shapes=input_shapes, name=name, input_values=input_values)
 
 
 def _codegen(

@@ -2,15 +2,18 @@
 
 The importer reports every problem it can before converting anything: all
 unsupported op types at once (with a node name for each), undefined tensor
-names, unknown input names given to ``input_shapes``. Conversion then walks
-the nodes in topological order, folding constant subgraphs as it goes.
+names, unknown input names given to ``input_shapes`` or ``input_values``.
+Conversion then walks the nodes in topological order, folding constant
+subgraphs as it goes. An ``If`` whose condition has folded to a constant by
+the time it is reached is inlined: the chosen branch's nodes are converted in
+its place, in a scope of their own (control_flow.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections import Counter, OrderedDict
+from collections import ChainMap, Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Union
 
@@ -19,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedOpsError
+from aot.frontend.onnx import control_flow
 from aot.frontend.onnx.context import NodeContext
 from aot.frontend.onnx.converters import CONVERTERS
 from aot.frontend.onnx.dtypes import onnx_dtype_name
@@ -34,6 +38,7 @@ MIN_OPSET = 9
 TESTED_MAX_OPSET = 21
 ModelSource = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
 InputShapes = Mapping[str, Sequence[GivenDim]]
+InputValues = Mapping[str, object]
 
 
 def load_model(source: ModelSource) -> onnx.ModelProto:
@@ -149,21 +154,29 @@ def _check_supported(nodes: Sequence[onnx.NodeProto]) -> None:
     missing: OrderedDict[str, list[str]] = OrderedDict()
     for node in nodes:
         key = _op_key(node)
-        if key not in CONVERTERS:
+        if key not in CONVERTERS and key not in control_flow.INLINED:
             missing.setdefault(key, []).append(node.name or (node.output[0] if node.output else "?"))
     if missing:
         parts = [
             f"{op} (node '{names[0]}'" + (f", {len(names)} nodes)" if len(names) > 1 else ")")
             for op, names in missing.items()
         ]
-        raise UnsupportedOpsError(f"unsupported ops ({counted(len(missing), 'type')}): " + ", ".join(parts))
+        loops = [op for op in missing if op in control_flow.BY_DESIGN]
+        why = (
+            f"; {' and '.join(loops)} {'is' if len(loops) == 1 else 'are'} run-time control flow, which aot does not "
+            "compile by design (one static dataflow graph)"
+            if loops
+            else ""
+        )
+        raise UnsupportedOpsError(f"unsupported ops ({counted(len(missing), 'type')}): " + ", ".join(parts) + why)
 
 
 def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
     """Topological order (exporters do not always write one); undefined names are a ModelError."""
     producers = {out: i for i, n in enumerate(graph.node) for out in n.output if out}
-    for n in graph.node:
-        for name in n.input:
+    reads = [control_flow.reads(n) for n in graph.node]
+    for n, names in zip(graph.node, reads):
+        for name in names:
             if name and name not in known and name not in producers:
                 label = n.name or (n.output[0] if n.output else n.op_type)
                 raise ModelError(
@@ -186,7 +199,7 @@ def _sorted_nodes(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProt
                 continue
             state[i] = 1
             stack.append((i, True))
-            for name in graph.node[i].input:
+            for name in reads[i]:
                 j = producers.get(name)
                 if j is not None and state[j] != 2:
                     if state[j] == 1:
@@ -296,24 +309,40 @@ def _initializer(tensor: onnx.TensorProto, graph: Graph) -> Value:
     return Value(tensor.name, TensorType(array.shape, array.dtype.name), data=np.asarray(array, order="C"))
 
 
-def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name: str | None = None) -> Graph:
+def from_onnx(
+    source: ModelSource,
+    input_shapes: InputShapes | None = None,
+    name: str | None = None,
+    input_values: InputValues | None = None,
+) -> Graph:
     """Convert an ONNX model (path, bytes or ModelProto) to an IR graph.
 
     ``input_shapes`` fixes symbolic dims: ``{"images": (1, 3, 224, 224)}``.
+    ``input_values`` binds inputs to values (``{"sr": 16000}``): each becomes a constant of the
+    input's declared dtype and leaves the signature, so what it decides (an ``If``) folds.
     Graph inputs that also have an initializer (as older exporters write weights) are constants.
     """
     model = _upgrade_if_old(load_model(source))
     opset = _default_opset(model)
     onnx_graph = model.graph
     input_shapes = dict(input_shapes or {})
+    input_values = dict(input_values or {})
     if onnx_graph.sparse_initializer:
         raise UnsupportedOpsError("sparse initializers are not supported")
     initializer_names = {t.name for t in onnx_graph.initializer}
     real_inputs = [v for v in onnx_graph.input if v.name not in initializer_names]
-    unknown = sorted(set(input_shapes) - {v.name for v in real_inputs})
-    if unknown:
+    for option, given in (("--input", input_shapes), ("--bind", input_values)):
+        unknown = sorted(set(given) - {v.name for v in real_inputs})
+        if unknown:
+            raise ShapeError(
+                f"{option} names unknown input {unknown[0]!r}; "
+                f"the model's inputs are: {', '.join(v.name for v in real_inputs)}"
+            )
+    both = sorted(set(input_shapes) & set(input_values))
+    if both:
         raise ShapeError(
-            f"--input names unknown input {unknown[0]!r}; the model's inputs are: {', '.join(v.name for v in real_inputs)}"
+            f"input {both[0]!r} is given both a shape (--input) and a value (--bind); the value fixes its shape: "
+            "drop the --input"
         )
     _check_supported(onnx_graph.node)
     known = initializer_names | {v.name for v in onnx_graph.input}
@@ -322,9 +351,14 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
     graph = Graph(name or onnx_graph.name or "main")
     for v in list(onnx_graph.input) + list(onnx_graph.output):
         graph.unique_name(v.name)  # reserve the model's own names for its signature
-    env: dict[str, Value] = {}
+    env: ChainMap[str, Value] = ChainMap()
     namer = DimNamer(_user_dim_names(input_shapes) | _model_dim_names(real_inputs))
+    bound = []
     for v in real_inputs:
+        if v.name in input_values:
+            env[v.name] = control_flow.bound_input(v, input_values[v.name])
+            bound.append(f"{v.name}={control_flow.shown(env[v.name].data)}")
+            continue
         value = Value(v.name, _input_type(v, input_shapes.get(v.name), namer))
         graph.inputs.append(value)
         env[v.name] = value
@@ -332,11 +366,30 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
     for tensor in onnx_graph.initializer:
         env[tensor.name] = _initializer(tensor, graph)
 
-    used_names = {name for n in onnx_graph.node for name in n.input} | {o.name for o in onnx_graph.output}
+    used_names = control_flow.names_read(onnx_graph)
+    convert_nodes(graph, nodes, env, opset, used_names)
+
+    _set_outputs(graph, onnx_graph, env)
+    graph.metadata.update(frontend="onnx", opset=opset, source_nodes=len(onnx_graph.node), producer=model.producer_name)
+    if bound:
+        graph.metadata["bound_inputs"] = ", ".join(bound)
+    return graph
+
+
+def convert_nodes(
+    graph: Graph, nodes: Sequence[onnx.NodeProto], env: ChainMap[str, Value], opset: int, used_names: set[str]
+) -> None:
+    """Convert ``nodes`` (in topological order) into ``graph``, binding their outputs in ``env``.
+
+    An ``If`` is inlined here (its branch needs this loop); every other op goes through its converter.
+    """
     for node in nodes:
         ctx = NodeContext(graph, node, [env[n] if n else None for n in node.input], opset, used_names)
         try:
-            outputs = CONVERTERS[_op_key(node)](ctx)
+            if _op_key(node) in control_flow.INLINED:
+                outputs = control_flow.inline_if(ctx, env, convert_branch)
+            else:
+                outputs = CONVERTERS[_op_key(node)](ctx)
         except AotError:
             raise
         except Exception as e:  # a converter bug must still name the node
@@ -345,9 +398,23 @@ def from_onnx(source: ModelSource, input_shapes: InputShapes | None = None, name
             if out_name:
                 env[out_name] = value
 
-    _set_outputs(graph, onnx_graph, env)
-    graph.metadata.update(frontend="onnx", opset=opset, source_nodes=len(onnx_graph.node), producer=model.producer_name)
-    return graph
+
+def convert_branch(ctx: NodeContext, branch: onnx.GraphProto, env: ChainMap[str, Value]) -> list[Value]:
+    """Convert an ``If`` branch in a scope of its own, over ``env``; its outputs.
+
+    The branch reads outer values by name; what it defines (nodes' outputs, its initializers) lives in
+    the new scope only, so a branch-local name that repeats an outer one never replaces the outer value.
+    """
+    _check_supported(branch.node)
+    scope = env.new_child()
+    for tensor in branch.initializer:
+        scope[tensor.name] = _initializer(tensor, ctx.graph)
+    nodes = _sorted_nodes(branch, set(scope))
+    convert_nodes(ctx.graph, nodes, scope, ctx.opset, ctx.used_names)
+    missing = [out.name for out in branch.output if out.name not in scope]
+    if missing:
+        raise ModelError(f"If node '{ctx.name}': branch '{branch.name}' output '{missing[0]}' is never produced")
+    return [scope[out.name] for out in branch.output]
 
 
 def _set_outputs(graph: Graph, onnx_graph: onnx.GraphProto, env: dict[str, Value]) -> None:
