@@ -222,6 +222,9 @@ ARITHMETIC: dict[str, Callable[[int, int], int | None]] = {
 }
 
 
+#: Recurrent ops onnxruntime (1.32) aborts the whole process on ("terminate called without an active exception")
+#: when their batch is 0: a run that would reach one is refused before onnxruntime sees it.
+ENDS_THE_PROCESS_ON_AN_EMPTY_BATCH = frozenset({"LSTM", "GRU", "com.microsoft.DynamicQuantizeLSTM"})
 #: ONNX's float32 element type: shape values cast to it are followed as float32 computes them.
 FLOAT_TYPE = 1
 #: Float arithmetic on shape values, in float32 as onnxruntime computes it.
@@ -349,6 +352,8 @@ def _infer(node: Node, ins: list, ints: Mapping[str, list]) -> list:
         hidden, dirs = a["hidden_size"], 2 if a.get("direction") == "bidirectional" else 1
         if len(x) != 3 or not isinstance(hidden, int) or not 1 <= hidden <= MAX_KERNEL or a.get("layout", 0):
             raise BadGeometry(f"{node.where}: {op} over {list(x)} with hidden_size {hidden}")
+        if x[1] == 0 and op in ENDS_THE_PROCESS_ON_AN_EMPTY_BATCH:
+            raise BadGeometry(f"{node.where}: onnxruntime ends the process on {op} over an empty batch (X {list(x)})")
         state = (dirs, x[1], hidden)
         return [(x[0], dirs, x[1], hidden), state, state][: 3 if op.endswith("LSTM") else 2]
 
