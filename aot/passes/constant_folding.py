@@ -7,10 +7,24 @@ import numpy as np
 from aot.ir.graph import Graph, Node, Value
 from runtime_lite.kernels import KERNELS, get_kernel
 
+#: Integer types a ``dequantize`` of a constant keeps: the weight stays stored in it (see ``keeps_integer_weight``).
+QUANTIZED_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32"})
+
+
+def keeps_integer_weight(node: Node) -> bool:
+    """A ``dequantize`` of a constant integer tensor (a quantized model's weight or int32 bias): it stays a node.
+
+    Folded, it would store the weight as float32 (4x the bytes) and hide from every backend that the model
+    computes it in int8; kept, the bundle stores the integer weight, onnxruntime's QDQ fusions see
+    ``DequantizeLinear(int8 initializer)`` and the host plan dequantizes it once, at its first run (plan.py).
+    """
+    return node.op == "dequantize" and node.inputs[0].is_constant and node.inputs[0].type.dtype in QUANTIZED_DTYPES
+
 
 def is_foldable(node: Node) -> bool:
-    """All inputs constant, and a host kernel to compute it (an onnxruntime contrib op has none)."""
-    return node.op in KERNELS and all(v.is_constant for v in node.inputs)
+    """All inputs constant, and a host kernel to compute it (an onnxruntime contrib op has none); a
+    dequantized integer weight is not folded (``keeps_integer_weight``)."""
+    return node.op in KERNELS and all(v.is_constant for v in node.inputs) and not keeps_integer_weight(node)
 
 
 def fold_node(node: Node) -> list[Value]:

@@ -9,8 +9,10 @@ is what makes one loaded plan safe to run from many threads at once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -394,6 +396,7 @@ class HostPlan:
         # instruction index -> (backend call, backend name), for traced runs
         self._calls: dict[int, tuple[Callable, str]] = {}
         modules = list(modules)
+        bound: list[Callable] = []  # each instruction's kernel or backend call, bound
         origins = _Origins(num_slots, self.input_slots, [pair[0] for pair in plan.constants])
         where = field
         for i, raw in enumerate(raw_instructions):
@@ -421,25 +424,41 @@ class HostPlan:
             for slot in ins.outputs:
                 holding_constants.pop(slot, None)
             self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost))
+            bound.append(fn)
+        for i, slot in enumerate(self.output_slots):
+            if slot not in defined:
+                raise BundleError(
+                    f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
+                )
+        # Shape arithmetic kept for run-time dims: replayed per input signature once computed
+        derived = shape_derived(self.instructions, [pair[0] for pair in plan.constants])
+        # Instructions of constants alone (a quantized weight's dequantize): each writes a slot of its own, and is
+        # computed once, at the first run (_settle)
+        once = constant_instructions(self.instructions, self._constant_slots, self.output_slots, num_slots, derived)
+        self._precompute = once.chosen
+        if once.chosen:
+            self.num_slots, self.output_slots = once.num_slots, once.outputs
+            self._template += [None] * (once.num_slots - num_slots)
+            for index, ins in enumerate(once.instructions):
+                if ins is not self.instructions[index]:
+                    self.instructions[index] = ins
+                    self._program[index] = _entry(bound[index], ins, self._program[index].cost is not None)
+        self._settled = not self._precompute
+        self._settle_lock = threading.Lock()
+        #: Bytes of the results computed once from constants and kept as constants (after the first run).
+        self.precomputed_bytes = 0
         # What the run loop unpacks per instruction: (step, its cost or None for a backend call,
         # the single non-view output or -1, free, entry)
         self._steps = [
             (e.step, e.cost, e.outs[0] if len(e.outs) == 1 and e.view_source < 0 else -1, e.free, e)
             for e in self._program
         ]
-        # Shape arithmetic kept for run-time dims: replayed per input signature once computed
-        derived = shape_derived(self.instructions, [pair[0] for pair in plan.constants])
         self._signatures = SignatureCache(self._steps, derived) if derived else None
         # Instructions that must see numpy where a run holds GPU arrays: host kernels and host-only backends
         self._host_only = [
             ins.op != CALL_MODULE or not getattr(modules[ins.attrs["module"]].backend, "accepts_device_arrays", False)
             for ins in self.instructions
         ]
-        for i, slot in enumerate(self.output_slots):
-            if slot not in defined:
-                raise BundleError(
-                    f"bundle field '{where}.outputs[{i}]': slot {slot} holds no value at the end (never written, or freed)"
-                )
         #: A plan that is one backend call from its inputs to its outputs (a one-region delegate bundle): the
         #: call, the inputs in its order and which of its results each output is. ``execute`` then calls it
         #: without the instruction loop (the same budgets, the same errors); None for any other plan.
@@ -488,6 +507,8 @@ class HostPlan:
     ) -> list[np.ndarray]:
         if self._single_call is not None and trace is None and not device:
             return self._execute_single_call(inputs, budget)
+        if not self._settled:
+            self._settle()
         slots = self._template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
@@ -539,6 +560,36 @@ class HostPlan:
             keep()
         return [slots[s] for s in self.output_slots]
 
+    def _settle(self) -> None:
+        """Compute the instructions of constants alone (``constant_instructions``) once and keep their results as
+        constants: read-only, in every run's starting slots, not charged to a run's budget (as the bundle's
+        constants are not), their instructions left as steps that do nothing (indices, frees and traces stay).
+
+        At the first run rather than at load: a plan bound and never run (the fallback of a region its engine
+        runs) keeps no float copies of its weights. A result larger than ``PRECOMPUTE_GROWTH`` times its operands
+        (an expand of a scalar to a whole activation) or a kernel that fails is left to run where it stood (its
+        failure then names it as before), and so are the instructions that read it.
+        """
+        with self._settle_lock:
+            if self._settled:
+                return
+            kept: dict[int, Any] = {}
+            with np.errstate(all="ignore"):
+                for index in self._precompute:
+                    ins = self.instructions[index]
+                    operands = [kept[slot] if slot in kept else self._template[slot] for slot in ins.inputs]
+                    results = _constant_results(ins, operands)
+                    if results is not None:
+                        kept.update(zip(ins.outputs, results))
+                        entry = self._program[index]
+                        done = _Entry(_nothing, entry.free, (), -1, entry.ins, _no_cost)
+                        self._program[index] = done
+                        self._steps[index] = (done.step, done.cost, -1, done.free, done)
+            for slot, value in kept.items():
+                self._template[slot] = value
+            self.precomputed_bytes = sum(v.nbytes for v in kept.values() if v.base is None)
+            self._settled = True
+
     def _execute_single_call(self, inputs: list[np.ndarray], budget: ActiveBudget) -> list[np.ndarray]:
         """``_execute`` of a plan that is one backend call: its results counted against the budget as the loop
         counts them (nothing else is live), its failures named as the loop names them."""
@@ -565,6 +616,128 @@ class HostPlan:
     def _failure(self, index: int, error: Exception) -> ExecutionError:
         ins = self.instructions[index]
         return ExecutionError(f"instruction {index} {ins.name!r} ({ins.op}) failed: {type(error).__name__}: {error}")
+
+
+#: A result computed once from constants is kept when it holds at most this many times its operands' bytes (a
+#: dequantized int8 weight holds 4x; an int32 bias 1x) plus ``PRECOMPUTE_SLACK``; larger ones run at each run.
+PRECOMPUTE_GROWTH = 4
+PRECOMPUTE_SLACK = 1 << 16
+
+
+@dataclass(frozen=True)
+class ConstantInstructions:
+    """What ``constant_instructions`` found: which to compute once, and the plan with their results in slots of
+    their own (``num_slots`` in all, the plan's ``outputs`` renamed where one is such a result)."""
+
+    chosen: list[int]
+    instructions: list[Instruction]
+    num_slots: int
+    outputs: tuple[int, ...]
+
+
+def constant_instructions(
+    instructions: list[Instruction],
+    constant_slots: list[int],
+    output_slots: tuple[int, ...],
+    num_slots: int,
+    skip: frozenset[int] = frozenset(),
+) -> ConstantInstructions:
+    """The host instructions whose operands are all constants, or results of such instructions, which can run
+    once instead of at every run, and the plan rewritten so each writes a slot of its own (past ``num_slots``,
+    read where the original was, until it is freed or written again): the memory plan reuses one slot for every
+    weight's dequantized copy, which a kept result cannot share.
+
+    A build folds constants except a quantized weight's ``dequantize`` (aot/passes/constant_folding.py), kept so
+    that the bundle stores the integer weight: this finds those, so the host dequantizes each weight once. Left
+    out: backend calls, ``skip`` (shape arithmetic the signature cache replays), and any instruction whose
+    result (or what may alias it: a later result computed from it as operand 0) a later instruction writes in
+    place, since a kept result is read-only and shared by every run.
+    """
+    excluded = set(skip)
+    while True:
+        plan = list(instructions)
+        known = set(constant_slots)  # slots that hold a constant value here
+        rename: dict[int, int] = {}  # a slot of the memory plan -> the slot of its own its value is in now
+        root: dict[int, int] = {}  # slot -> the chosen instruction whose result it holds, or may alias
+        chosen: list[int] = []
+        blocked: set[int] = set()
+        fresh = num_slots
+        for index, ins in enumerate(instructions):
+            inputs = tuple(rename.get(slot, slot) for slot in ins.inputs)
+            free = tuple(rename.get(slot, slot) for slot in ins.free)
+            if ins.inplace is not None and inputs[ins.inplace] in root:
+                blocked.add(root[inputs[ins.inplace]])
+            for slot in ins.free:
+                rename.pop(slot, None)
+            outputs = ins.outputs
+            if (
+                index not in excluded
+                and ins.op != CALL_MODULE
+                and inputs
+                and all(slot in known for slot in inputs)
+                and len(set(outputs)) == len(outputs)
+            ):
+                chosen.append(index)
+                outputs = tuple(range(fresh, fresh + len(ins.outputs)))
+                fresh += len(outputs)
+                rename.update(zip(ins.outputs, outputs))
+                known.update(outputs)
+                root.update(dict.fromkeys(outputs, index))
+            else:
+                source = root.get(inputs[0]) if inputs else None
+                for slot in outputs:
+                    rename.pop(slot, None)
+                    known.discard(slot)
+                    if source is None:
+                        root.pop(slot, None)
+                    else:
+                        root[slot] = source
+            for slot in free:
+                known.discard(slot)
+                root.pop(slot, None)
+            if (inputs, outputs, free) != (ins.inputs, ins.outputs, ins.free):
+                plan[index] = dataclasses.replace(ins, inputs=inputs, outputs=outputs, free=free)
+        if not blocked:
+            outputs = tuple(rename.get(slot, slot) for slot in output_slots)
+            return ConstantInstructions(chosen, plan, fresh, outputs)
+        excluded |= blocked
+
+
+def _entry(fn: Callable, ins: Instruction, kernel: bool) -> _Entry:
+    """The run loop's entry of a bound instruction (``kernel``: a host kernel, else a backend call)."""
+    view_source = ins.inputs[0] if kernel and host_kernels.KERNELS[ins.op].view and ins.inputs else -1
+    cost = _make_cost(bind_cost(ins.op, ins.attrs), ins) if kernel else None
+    return _Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost)
+
+
+def _constant_results(ins: Instruction, operands: list[Any]) -> list[np.ndarray] | None:
+    """The instruction's results over constant operands, read-only; None where an operand was not kept, the
+    result would be too large to keep (``PRECOMPUTE_GROWTH``) or the kernel fails (the run then meets it)."""
+    if any(type(v) is not np.ndarray for v in operands):
+        return None
+    size = sum(v.nbytes for v in operands)
+    allowed = PRECOMPUTE_GROWTH * size + PRECOMPUTE_SLACK
+    try:
+        if bind_cost(ins.op, ins.attrs)(*operands) > 8 * allowed:
+            return None
+        fn = bind_kernel(ins.op, len(ins.inputs), ins.attrs, "plan", ins.name)
+        result = fn(*operands)
+    except Exception:
+        return None
+    results = [np.asarray(v) for v in (result if len(ins.outputs) > 1 else (result,))]
+    if len(results) != len(ins.outputs) or sum(v.nbytes for v in results) > allowed:
+        return None
+    for v in results:
+        v.flags.writeable = False
+    return results
+
+
+def _nothing(slots: list) -> None:
+    """The step of an instruction computed once from constants: its results are already in their slots."""
+
+
+def _no_cost(slots: list) -> int:
+    return 0
 
 
 def _call_within(step: Step, slots: list, budget: ActiveBudget) -> None:

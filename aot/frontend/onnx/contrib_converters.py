@@ -17,7 +17,7 @@ from onnx import AttributeProto, helper
 
 from aot.frontend.onnx.context import NodeContext
 from aot.frontend.onnx.converters import _rank_op, _spatial_attrs, converter, single
-from aot.frontend.onnx.more_converters import _centered, _requantized
+from aot.frontend.onnx.more_converters import _single, dequantized, dequantized_bias, requantized
 from aot.ir.contrib import CONTRIB_OPS, DOMAIN, OP, encode_attributes
 from aot.ir.graph import Value
 
@@ -173,27 +173,37 @@ def _qlinear_concat(ctx: NodeContext) -> Value:
 @converter(f"{DOMAIN}.QGemm")
 @single
 def _qgemm(ctx: NodeContext) -> Value:
-    """onnxruntime's quantized Gemm (what QOperator quantization writes for a Gemm): the exact integer
-    product (per-column zero points and scales for B allowed) plus the int32 bias C, times alpha * a_scale *
-    b_scale, then either divided by y_scale and requantized (rounded half to even, saturated) or, without
-    y_scale, the float32 result."""
+    """onnxruntime's quantized Gemm (what QOperator quantization writes for a Gemm) as the QDQ form of the same
+    function: ``dense(dequantize(a), dequantize(b) (per column where its scale is), dequantize(c))``, c's scale
+    being ``alpha * a_scale * b_scale``, then quantized to y's parameters or, without y_scale, the float32 result.
+    A constant b is transposed as stored (int8), so a dense reads it without a transpose at run time; the
+    integer weight and bias stay in the bundle and onnxruntime regions fuse the chain back into its QGemm."""
     a, a_scale, a_zero, b, b_scale, b_zero = (ctx.input(i) for i in range(6))
     c, y_scale, y_zero = ctx.input(6), ctx.input(7), ctx.input(8)
     if a.type.rank != 2 or b.type.rank != 2:
         raise ctx.unsupported(f"operands {a.type} and {b.type} (QGemm takes matrices)")
+    if y_scale is None and y_zero is not None:
+        raise ctx.unsupported("y_zero_point without y_scale")
+    if y_scale is not None and y_zero is None:
+        raise ctx.unsupported("y_scale without y_zero_point (the output type is y_zero_point's)")
+    if not _single(a_scale) or not _single(a_zero):
+        raise ctx.unsupported(f"a per-row scale or zero point of A {a_scale.type} (one per tensor is)")
     if ctx.attr("transA", 0):
         a = ctx.emit("transpose", a, perm=[1, 0])
-    if ctx.attr("transB", 0):
-        b = ctx.emit("transpose", b, perm=[1, 0])
-    acc = ctx.emit("matmul", _centered(ctx, a, a_zero), _centered(ctx, b, b_zero))
-    if c is not None:
-        acc = ctx.emit("add", acc, ctx.emit("cast", c, to="int32"))
-    alpha = ctx.constant(np.float32(ctx.attr("alpha", 1.0)))
-    scale = ctx.emit("multiply", ctx.emit("multiply", alpha, a_scale), b_scale)
+    if not ctx.attr("transB", 0):
+        b = ctx.emit("transpose", b, perm=[1, 0])  # dense wants (units, in): folded where b is a constant
+    alpha = float(ctx.attr("alpha", 1.0))
+    if alpha != 1.0:  # alpha * (a_scale * b_scale): the weight's scale carries it, and so the bias's
+        b_scale = ctx.emit("multiply", b_scale, ctx.constant(np.float32(alpha)))
+    inputs = [dequantized(ctx, a, a_scale, a_zero, 1), dequantized(ctx, b, b_scale, b_zero, 0)]
+    step = ctx.emit("multiply", a_scale, b_scale)
+    if c is not None and c.type.rank <= 1:
+        inputs.append(dequantized_bias(ctx, c, step))
+    y = ctx.emit("dense", *inputs)
+    if c is not None and c.type.rank > 1:  # a (M, N) bias: added after, per column where the scales are
+        c = ctx.emit("cast", c, to="int32") if c.type.dtype != "int32" else c
+        zero = ctx.constant(np.zeros([d if isinstance(d, int) else 1 for d in step.type.shape], np.int32))
+        y = ctx.emit("add", y, dequantized(ctx, c, step, zero, c.type.rank - 1))
     if y_scale is None:
-        if y_zero is not None:
-            raise ctx.unsupported("y_zero_point without y_scale")
-        return ctx.emit("multiply", ctx.emit("cast", acc, to="float32"), scale)
-    if y_zero is None:
-        raise ctx.unsupported("y_scale without y_zero_point (the output type is y_zero_point's)")
-    return _requantized(ctx, acc, ctx.emit("divide", scale, y_scale), y_zero, y_zero.type.dtype)
+        return y
+    return requantized(ctx, y, y_scale, y_zero, y_zero.type.dtype)

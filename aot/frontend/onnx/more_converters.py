@@ -486,13 +486,6 @@ def _requantized(ctx: NodeContext, acc: Value, scale: Value, y_zero: Value | Non
     return ctx.emit("cast", y, to=dtype)
 
 
-def _per_channel(ctx: NodeContext, v: Value, rank: int, axis: int) -> Value:
-    """A per-channel (1-d, more than one value) scale or zero point shaped to broadcast along ``axis``."""
-    if v.type.rank == 1 and v.type.shape[0] != 1:
-        return ctx.emit("reshape", v, shape=[-1] + [1] * (rank - axis - 1))
-    return v
-
-
 @converter("ConvInteger")
 @single
 def _conv_integer(ctx):
@@ -501,34 +494,66 @@ def _conv_integer(ctx):
     return _integer_conv(ctx, x, ctx.input(2), w, ctx.input(3))
 
 
+def _single(v: Value | None) -> bool:
+    """A scale or zero point that holds one value (per tensor)."""
+    return v is None or not v.type.rank or math.prod(d if isinstance(d, int) else 2 for d in v.type.shape) == 1
+
+
+def dequantized(ctx: NodeContext, x: Value, scale: Value, zero: Value | None, axis: int) -> Value:
+    """``dequantize(x, scale, zero)``, per ``axis`` where the scale or zero point has one value per channel."""
+    return ctx.emit("dequantize", *[v for v in (x, scale, zero) if v is not None], axis=axis % max(x.type.rank, 1))
+
+
+def dequantized_bias(ctx: NodeContext, bias: Value, scale: Value) -> Value:
+    """The int32 bias of a quantized conv or matrix product as ``dequantize(bias, x_scale * w_scale)``: the form
+    onnxruntime's QDQ fusions take back into the integer kernel's bias (a float bias keeps the op float)."""
+    bias = ctx.emit("cast", bias, to="int32") if bias.type.dtype != "int32" else bias
+    zero = ctx.constant(np.zeros([d if isinstance(d, int) else 1 for d in scale.type.shape], np.int32))
+    return ctx.emit("dequantize", bias, scale, zero, axis=0)
+
+
+def requantized(ctx: NodeContext, y: Value, scale: Value, zero: Value | None, dtype: str) -> Value:
+    """``quantize(y, scale, zero)`` to ``dtype``: round half to even, saturate (per tensor)."""
+    if not (_single(scale) and _single(zero)):
+        raise ctx.unsupported(f"a per-channel output scale or zero point {scale.type} (one per tensor is)")
+    return ctx.emit("quantize", *[v for v in (y, scale, zero) if v is not None], axis=0, dtype=dtype)
+
+
 @converter("QLinearConv")
 @single
 def _qlinear_conv(ctx):
-    """onnxruntime's QOperator convolution (the model zoo's *-int8 models): the integer convolution plus
-    the int32 bias, times x_scale * w_scale / y_scale (per output channel where w_scale is), plus y's zero
-    point, rounded half to even and saturated, as onnx's reference computes it."""
+    """onnxruntime's QOperator convolution (the model zoo's *-int8 models), as the QDQ form of the same
+    function: ``quantize(conv(dequantize(x), dequantize(w), dequantize(bias)))``. The weight and the int32 bias
+    stay integer constants (the bundle stores them so), onnxruntime regions fuse the chain back into its
+    QLinearConv, and the host computes it in float32: the sums in float instead of int32, so a result near a
+    rounding boundary can land one step away from the integer kernel's (tests/test_qoperator.py)."""
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (ctx.input(i) for i in range(8))
     bias = ctx.input(8)
-    acc = _integer_conv(ctx, x, x_zero, w, w_zero)
-    rank = acc.type.rank
+    nd = w.type.rank - 2
+    kernel_shape = ctx.attr("kernel_shape", list(w.type.shape[2:]))
+    attrs = _spatial_attrs(ctx, nd, kernel_shape)
+    inputs = [dequantized(ctx, x, x_scale, x_zero, 1), dequantized(ctx, w, w_scale, w_zero, 0)]
     if bias is not None:
-        acc = ctx.emit(
-            "add", acc, ctx.emit("reshape", ctx.emit("cast", bias, to="int32"), shape=[-1] + [1] * (rank - 2))
-        )
-    scale = ctx.emit("divide", ctx.emit("multiply", x_scale, _per_channel(ctx, w_scale, rank, 1)), y_scale)
+        inputs.append(dequantized_bias(ctx, bias, ctx.emit("multiply", x_scale, w_scale)))
+    y = ctx.emit(_rank_op(ctx, "conv", nd), *inputs, groups=ctx.attr("group", 1), **attrs)
     dtype = y_zero.type.dtype if y_zero is not None else x.type.dtype
-    return _requantized(ctx, acc, scale, y_zero, dtype)
+    return requantized(ctx, y, y_scale, y_zero, dtype)
 
 
 @converter("QLinearMatMul")
 @single
 def _qlinear_matmul(ctx):
-    """Integer product, times a_scale * b_scale / y_scale (in the scales' dtype), plus y's zero point, rounded
-    half to even and saturated: onnx's definition, the product exact in int32, the rest in float64."""
+    """``quantize(matmul(dequantize(a), dequantize(b)))``: onnx's definition with the product in float32 (b per
+    column where its scale is), the QDQ form onnxruntime fuses into QLinearMatMul; a per-row scale of a
+    takes the exact integer product instead."""
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = ctx.inputs[:8]
+    dtype = y_zero.type.dtype if y_zero is not None else a.type.dtype
+    if _single(a_scale) and _single(a_zero) and b.type.rank >= 2:
+        a_f = dequantized(ctx, a, a_scale, a_zero, 1)
+        y = ctx.emit("matmul", a_f, dequantized(ctx, b, b_scale, b_zero, b.type.rank - 1))
+        return requantized(ctx, y, y_scale, y_zero, dtype)
     product = ctx.emit("matmul", _centered(ctx, a, a_zero), _centered(ctx, b, b_zero))
     scale = ctx.emit("divide", ctx.emit("multiply", a_scale, b_scale), y_scale)
-    dtype = y_zero.type.dtype if y_zero is not None else a.type.dtype
     return _requantized(ctx, product, scale, y_zero, dtype)
 
 
