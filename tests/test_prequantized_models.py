@@ -82,6 +82,10 @@ def quantized(tmp_path_factory) -> dict[str, onnx.ModelProto]:
         quantize_static(folder / "float.onnx", out, Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
         models[fmt] = onnx.load(out)
+    # uint8 activations (onnxruntime's older default, and the model zoo's QDQ files)
+    quantize_static(folder / "float.onnx", folder / "u8.onnx", Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)  # fmt: skip
+    models["QDQ-uint8"] = onnx.load(folder / "u8.onnx")
     return models
 
 
@@ -211,3 +215,18 @@ def test_first_runs_from_many_threads_at_once_agree(quantized):
     assert module._plan.precomputed_bytes > 0
     for result in results[1:]:
         np.testing.assert_array_equal(result, results[0])
+
+
+def test_uint8_activations_stay_in_one_onnxruntime_region_with_the_files_outputs(quantized):
+    """Q/DQ of uint8 with a zero point: onnxruntime fuses them as it does int8, so they join the region (they
+    were refused, and each split the model: SqueezeNet made 38 regions with 76 host ops between)."""
+    model = quantized["QDQ-uint8"]
+    result = aot.build(model, targets=["onnxruntime"], log=None)
+    assert [r["backend"] for r in result.header["modules"]] == ["onnxruntime"]
+    kinds = {n.op_type: n for n in _recipe(result).graph.node}
+    assert "QuantizeLinear" in kinds and "DequantizeLinear" in kinds
+    module = runtime_lite.load(result.to_bytes(), backend_options={"onnxruntime": {"int8": "integer"}})
+    assert [p["runs_on"] for p in module.placement.values()] == ["onnxruntime"], module.placement
+    feeds = {"x": _x(22)}
+    (expected,) = onnxruntime_outputs(model, feeds)
+    np.testing.assert_array_equal(module.run(feeds)[0], expected)  # the file's graph, the file's fusions

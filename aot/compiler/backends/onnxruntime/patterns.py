@@ -61,14 +61,17 @@ def _static_kernel(ctx: PatternCheckContext) -> bool | Rejected:
 
 
 def _int8(ctx: PatternCheckContext) -> bool | Rejected:
-    """Q/DQ in int8 with a float scale: the form the recipe writes (a missing zero point becomes int8 0);
-    a constant int32 dequantized is a bias (int8 builds for onnxruntime write them so)."""
+    """Q/DQ in 8 bits with a float scale: int8 (a missing zero point becomes int8 0, the form the recipe
+    writes), or uint8 with its zero point given (a model quantized with ``activation_type=QUInt8``, which
+    onnxruntime fuses as it does int8); a constant int32 dequantized is a bias."""
     node = ctx.root.producer
     quantized = node.outputs[0] if node.op == "quantize" else node.inputs[0]
-    bias = node.op == "dequantize" and quantized.is_constant and quantized.type.dtype == "int32"
-    if (quantized.type.dtype != "int8" and not bias) or node.inputs[1].type.dtype != "float32":
-        return reject(f"{node.op} is {quantized.type.dtype} with a {node.inputs[1].type.dtype} scale; "
-                      "onnxruntime regions quantize to int8 with a float32 scale")  # fmt: skip
+    dtype = quantized.type.dtype
+    bias = node.op == "dequantize" and quantized.is_constant and dtype == "int32"
+    eight_bit = dtype == "int8" or (dtype == "uint8" and len(node.inputs) > 2)
+    if (not eight_bit and not bias) or node.inputs[1].type.dtype != "float32":
+        return reject(f"{node.op} is {dtype} with a {node.inputs[1].type.dtype} scale; onnxruntime regions "
+                      "quantize to int8, or uint8 with a zero point, with a float32 scale")  # fmt: skip
     return _tensors(ctx)
 
 
