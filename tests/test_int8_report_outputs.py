@@ -18,10 +18,12 @@ from aot.compiler.quantize import QuantizeConfig
 from aot.compiler.quantize.report import (
     RELATIVE_L2_THRESHOLD,
     Reading,
+    Score,
     _carried_pair,
     compare,
     judgement,
     output_readings,
+    score,
     verdict,
 )
 from aot.frontend.onnx import from_onnx
@@ -249,3 +251,150 @@ def test_without_a_task_metric_the_verdict_holds_relative_l2_to_a_stated_thresho
         "int8 judged: map by relative L2 alone (a rank-4 output); hn by relative L2 alone, left out of the verdict "
         "(a carried state)"
     )
+
+
+# -- a multi-label map: element-wise sigmoids over [N, T, C] (basic-pitch's note / onset / contour maps) -------
+
+
+FRAMES, PITCHES, FEATURES = 12, 10, 16
+
+
+def _multilabel_model(tmp_path, rng, layout: str):
+    """x [1, T, F] -> a head ending in Sigmoid -> [1, T, C], each element its own sigmoid (several notes at once, or
+    none). ``layout``: ``matmul`` (MatMul + Add, Sigmoid), ``conv`` (Conv1d over [1, F, T], Sigmoid, Transpose to
+    [1, T, C], then a Reshape), ``concat`` (two slices of one sigmoid map concatenated along C)."""
+    weights = [
+        ("w", (rng.standard_normal((FEATURES, PITCHES)) * 0.8).astype(np.float32)),
+        ("b", np.full(PITCHES, -1.5, np.float32)),
+    ]
+    if layout == "matmul":
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["mm"]),
+            helper.make_node("Add", ["mm", "b"], ["logit"]),
+            helper.make_node("Sigmoid", ["logit"], ["note"]),
+        ]
+    elif layout == "conv":
+        weights = [
+            ("wc", (rng.standard_normal((PITCHES, FEATURES, 3)) * 0.5).astype(np.float32)),
+            ("bc", np.full(PITCHES, -1.5, np.float32)),
+            ("shape", np.array([1, FRAMES, PITCHES], np.int64)),
+        ]
+        nodes = [
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),  # [1, F, T]
+            helper.make_node("Conv", ["xt", "wc", "bc"], ["logit"], pads=[1, 1]),  # [1, C, T]
+            helper.make_node("Sigmoid", ["logit"], ["prob"]),
+            helper.make_node("Transpose", ["prob"], ["pt"], perm=[0, 2, 1]),  # [1, T, C]
+            helper.make_node("Reshape", ["pt", "shape"], ["note"]),
+        ]
+    else:
+        weights += [
+            ("lo", np.array([0], np.int64)), ("mid", np.array([PITCHES // 2], np.int64)),
+            ("hi", np.array([PITCHES], np.int64)), ("ax", np.array([2], np.int64)),
+        ]  # fmt: skip
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["mm"]),
+            helper.make_node("Add", ["mm", "b"], ["logit"]),
+            helper.make_node("Sigmoid", ["logit"], ["prob"]),
+            helper.make_node("Slice", ["prob", "lo", "mid", "ax"], ["low"]),
+            helper.make_node("Slice", ["prob", "mid", "hi", "ax"], ["high"]),
+            helper.make_node("Concat", ["high", "low"], ["note"], axis=2),
+        ]
+    path = _save(
+        tmp_path, f"multilabel_{layout}", nodes, [helper.make_tensor_value_info("x", F, [1, FRAMES, FEATURES])],
+        [helper.make_tensor_value_info("note", F, [1, FRAMES, PITCHES])], weights,
+    )  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("layout", ["matmul", "conv", "concat"])
+def test_a_sigmoid_map_reads_as_multi_label_decisions_not_a_ctc_sequence(tmp_path, layout):
+    """Read by shape, [1, T, C] of element-wise sigmoids was a CTC sequence (argmax over pitches per frame; "class 0
+    ... as a CTC blank's"): basic-pitch's maps scored 0% agreement for every method."""
+    rng = np.random.default_rng(4)
+    path = _multilabel_model(tmp_path, rng, layout)
+    (reading,) = output_readings(from_onnx(path)).values()
+    assert reading.multilabel and reading.unreadable is None and reading.detector is None
+    samples = [{"x": rng.standard_normal((1, FRAMES, FEATURES)).astype(np.float32)} for _ in range(40)]
+    result = _build(path, samples)
+    rows = [n for n in result.notes if n.startswith("accuracy note (")]
+    assert rows and all(
+        "read as multi-label decisions at 0.5 (element-wise sigmoids, several per row): F1 of int8's positives "
+        "against float's" in r
+        for r in rows
+    )
+    assert not any("CTC" in r or "top-1" in r for r in rows)
+    (judged,) = [n for n in result.notes if n.startswith("int8 judged")]
+    assert "note as multi-label decisions at 0.5 (F1 of int8's positives against float's)" in judged
+    (every,) = result.quantization.overall
+    assert every.positives_f1 is not None and every.positives[0] > 0
+    (line,) = [n for n in result.notes if n.startswith("int8 verdict")]
+    assert f"agreement {every.positives_f1 * 100:.1f}% on 40 calibration and held-back samples" in line
+    assert every.positives_f1 > 0.9  # a small head in int8 keeps nearly every float positive
+
+
+def test_a_single_sigmoid_per_row_stays_a_decision():
+    rows = [np.array([[0.7]], np.float32), np.array([[0.2]], np.float32)]
+    row = compare("p", "held-back", rows, [rows[0] * 0.5, rows[1]], reading=Reading(probability=True, multilabel=True))
+    assert row.decision and row.positives_f1 is None and row.task_agreement == 0.5
+
+
+def test_the_multi_label_metric_is_the_f1_of_positives_not_the_share_of_agreeing_elements():
+    floats = np.full((1, 20, 10), 0.01, np.float32)
+    floats[0, :4, 0] = 0.9  # 4 float positives of 200 elements
+    quantized = floats.copy()
+    quantized[0, 0, 0] = 0.4  # one missed
+    quantized[0, 5, 3] = 0.6  # one extra
+    multilabel = Reading(probability=True, multilabel=True)
+    row = compare("note", "held-back", [floats], [quantized], reading=multilabel)
+    # TP 3, float 4, int8 4: F1 = 2 * 3 / 8, where 198 of 200 elements (99%) agree
+    assert row.task_agreement == pytest.approx(0.75) and row.top1_agreement == pytest.approx(0.99)
+    assert row.positives == (4, 4) and row.elements == 200 and row.positions == 4
+    assert (
+        "F1 of int8's positives against float's 75.0% (the task agreement; 4 float and 4 int8 positives" in row.line()
+    )
+    # one missed positive of 4 costs 1/7 of the F1: two (25 points) are more than one disagreement resolves
+    assert verdict([row]).startswith("int8 verdict: OVER the 1 point budget: agreement 75.0% on 1 held-back samples")
+    assert "one disagreement in 7 is 14.3 points: more samples resolve it" in verdict([row])
+    assert (
+        judgement([row]) == "int8 judged: note as multi-label decisions at 0.5 (F1 of int8's positives against float's)"
+    )
+    same = compare("note", "held-back", [floats], [floats.copy()], reading=multilabel)
+    assert same.task_agreement == 1.0 and score([same]).key() > score([row]).key()
+    # every int8 negative: nearly every element still agrees (98%), and the F1 says the task is lost
+    silent = compare("note", "held-back", [floats], [np.zeros_like(floats)], reading=multilabel)
+    assert silent.task_agreement == 0.0 and silent.top1_agreement == pytest.approx(0.98)
+
+
+def test_a_multi_label_map_without_float_positives_falls_back_to_relative_l2():
+    floats = np.full((1, 20, 10), 0.1, np.float32)
+    quantized = floats * 1.02
+    quantized[0, 0, 0] = 0.7  # an int8 positive where float has none: no F1 to take
+    row = compare("note", "held-back", [floats], [quantized], reading=Reading(probability=True, multilabel=True))
+    assert row.task_agreement is None and row.positives_f1 is None
+    assert "judged by relative L2 alone: the task metric cannot read a multi-label map (element-wise sigmoids, " in (
+        row.line()
+    )
+    assert "no float positive above 0.5 in these 1 samples (1 int8 positives of 200 elements)" in row.line()
+    assert verdict([row]).startswith("int8 verdict: no output the task metric reads, judged by relative L2 against")
+
+
+def test_the_per_layer_costs_read_the_outputs_as_the_build_does(monkeypatch):
+    """The budget's sensitivity samples were judged without the readings, by shape: basic-pitch's maps as CTC, so
+    every convolution alone in int8 "lost 100 points" and the budget kept 31 of its 32 float (now 24)."""
+    from types import SimpleNamespace
+
+    from aot.compiler.quantize import tuning
+
+    seen = []
+
+    def measure(self, table, keep_float=()):
+        seen.append((len(self.samples), self.readings))
+        return [], Score(1.0, 1.0, 0.0, len(self.samples))
+
+    monkeypatch.setattr(tuning.Judge, "measure", measure)
+    readings = {"note": Reading(probability=True, multilabel=True)}
+    plan = SimpleNamespace(ops=[SimpleNamespace(node=SimpleNamespace(name="conv", op="conv2d"))])
+    floats = [[np.zeros((1, 4, 3), np.float32)] for _ in range(4)]
+    judge = tuning.Judge(None, plan, ["note"], [{}] * 4, floats, "held-back", readings=readings)
+    (cost,) = tuning.layer_costs(judge, None, None)
+    assert cost.name == "conv" and seen == [(tuning.SENSITIVITY_SAMPLES, readings)]

@@ -23,8 +23,13 @@ regressions and sigmoid scores along a channel axis (a YOLO head) reads as a det
 class agreement on the anchors scoring above ``DETECTION_SCORE``, box relative L2 beside);
 a recurrent state (an LSTM's or GRU's, or an output fed back as an input of the same shape)
 is judged by relative L2 alone and left out of the score while another output is there; a
-single sigmoid probability per row reads as a binary decision at 0.5. Where no output has a
-task metric, the verdict holds relative L2 to ``RELATIVE_L2_THRESHOLD``.
+single sigmoid probability per row reads as a binary decision at 0.5; element-wise sigmoids
+(through layout ops, slices and concats of them) with more than one value per row are a
+multi-label map (basic-pitch's note / onset / contour maps [batch, frames, pitches]), read as
+per-element decisions at 0.5 and judged by the F1 of int8's positives against float's (the
+negatives dominate such a map: any build agrees on nearly every element), by relative L2
+where float has no positive in the samples. Where no output has a task metric, the verdict
+holds relative L2 to ``RELATIVE_L2_THRESHOLD``.
 
 The verdict, the method ``auto`` keeps and the layers the budget keeps float are judged on
 every sample, calibration and held-back together: a budget of one point needs a hundred
@@ -33,6 +38,7 @@ none, while the ranges of a few hundred tensors hardly fit the samples they were
 from (the report's two splits show it where they do).
 
 The **task agreement** of an output is its top-1 agreement for a classifier; for a
+multi-label map, the F1 of its positives; for a
 sequence, its CTC reading where the output reads as CTC (``sequence="auto"``: class 0,
 the blank, is the float model's argmax at more positions than any other class, as it is
 in a CTC recognizer's output; ``"ctc"`` always), else its exact-sequence agreement
@@ -88,12 +94,27 @@ class OutputAccuracy:
     box_l2: float | None = None
     #: For a single probability per row: the top-1 agreement is then the decision's (above 0.5 or not).
     decision: bool = False
+    #: For a multi-label map (element-wise sigmoids, more than one per row): the F1 of int8's positives (above 0.5)
+    #: against float's, the task agreement; the top-1 agreement is then the share of elements whose decision agrees,
+    #: ``positions`` the float positives (the F1's resolution), ``positives`` (float's, int8's) and ``elements``.
+    positives_f1: float | None = None
+    positives: tuple[int, int] = (0, 0)
+    elements: int = 0
 
     @property
     def task_agreement(self) -> float | None:
+        if self.positives_f1 is not None:
+            return self.positives_f1
         if self.ctc:
             return self.ctc_agreement
         return self.exact_agreement if self.exact_agreement is not None else self.top1_agreement
+
+    def resolution(self) -> int:
+        """N where one disagreement costs 1/N of the task agreement: the samples of a sequence (one string), the
+        positions otherwise; for a multi-label map, 2P - 1 of P float positives (one missed: F1 2(P-1)/(2P-1))."""
+        if self.positives_f1 is not None:
+            return max(1, 2 * self.positions - 1)
+        return self.samples if self.exact_agreement is not None else self.positions
 
     def judged_as(self) -> str:
         """How this output was judged, and why, in a few words (the report's ``judgement`` line)."""
@@ -105,6 +126,8 @@ class OutputAccuracy:
             return f"{self.output} as a detector's head (best class on anchors scoring above {DETECTION_SCORE:g})"
         if self.decision:
             return f"{self.output} as a binary decision (a sigmoid's probability above {DECISION:g} or not)"
+        if self.positives_f1 is not None:
+            return f"{self.output} as multi-label decisions at {DECISION:g} (F1 of int8's positives against float's)"
         if self.exact_agreement is not None:
             reading = "CTC reading" if self.ctc else "exact-sequence agreement"
             return f"{self.output} as a sequence ({reading})"
@@ -130,6 +153,13 @@ class OutputAccuracy:
             return (
                 f"{head}; read as a binary decision (a sigmoid's probability, one per row): decision agreement "
                 f"{self.top1_agreement * 100:.1f}% of {self.positions} rows at {DECISION:g} (the task agreement)"
+            )
+        if self.positives_f1 is not None:
+            return (
+                f"{head}; read as multi-label decisions at {DECISION:g} (element-wise sigmoids, several per row): F1 "
+                f"of int8's positives against float's {self.positives_f1 * 100:.1f}% (the task agreement; "
+                f"{self.positives[0]} float and {self.positives[1]} int8 positives of {self.elements} elements), "
+                f"decision agreement {self.top1_agreement * 100:.3f}% of elements (negatives dominate it)"
             )
         if self.exact_agreement is not None:
             line = (
@@ -181,6 +211,9 @@ class Reading:
     detector: tuple[int, tuple[int, ...]] | None = None
     #: A probability (a sigmoid's, or a mean of them): a single one per row reads as a binary decision at 0.5.
     probability: bool = False
+    #: Element-wise sigmoids (through layout ops, slices and concats of them): more than one per row read as
+    #: multi-label decisions at 0.5, judged by the F1 of int8's positives against float's.
+    multilabel: bool = False
 
 
 def _maker(value: Value, through: frozenset[str] = _LAYOUT_OPS) -> Node | None:
@@ -265,6 +298,22 @@ def _carried_pair(output: str, input: str) -> bool:
     return True
 
 
+def _sigmoid_map(value: Value) -> bool:
+    """Whether every element of ``value`` is its own sigmoid's: a sigmoid's output through layout ops, slices and
+    splits, or a concat of such (not a mean or any op that mixes elements)."""
+    maker = value.producer
+    if maker is None or not maker.inputs:
+        return False
+    if maker.op in ("sigmoid", "hard_sigmoid"):
+        return True
+    if maker.op in _LAYOUT_OPS or maker.op in ("slice", "split"):
+        return _sigmoid_map(maker.inputs[0])
+    if maker.op == "concat":
+        parts = [v for v in maker.inputs if not v.is_constant]
+        return bool(parts) and all(_sigmoid_map(v) for v in parts)
+    return False
+
+
 def _detector_head(value: Value) -> tuple[int, tuple[int, ...]] | None:
     """(channel axis, class score indices) where ``value`` is a concat, along a channel axis, of regressions and
     scores (a sigmoid's or softmax's), as a YOLO head's (boxes, sigmoid(class scores)) -> [batch, 4 + C, anchors];
@@ -322,6 +371,9 @@ def output_readings(graph: Graph) -> dict[str, Reading]:
         head = _detector_head(value)
         if head is not None:
             readings[value.name] = Reading(detector=head)
+            continue
+        if _sigmoid_map(value):  # one probability per row a decision, several a multi-label map (``compare``)
+            readings[value.name] = Reading(probability=True, multilabel=True)
             continue
         made = _maker(value, _LAYOUT_OPS | {"reduce_mean"})  # a mean of probabilities is one
         if made is not None and made.op in ("sigmoid", "hard_sigmoid"):
@@ -437,6 +489,18 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
         agree = float(np.mean((f > DECISION) == (q > DECISION)))
         return OutputAccuracy(name, split, len(floats), rel, max_abs, agree, None, f.size, nonfinite=nonfinite,
                               decision=True)  # fmt: skip
+    if reading.multilabel and reading.unreadable is None and not single and f.size:
+        f1, agree, positives = multilabel_f1(f, q)
+        shape = list(np.shape(floats[0]))
+        if f1 is None:
+            why = (
+                f"a multi-label map (element-wise sigmoids, shape {shape}) with no float positive above {DECISION:g} "
+                f"in these {len(floats)} samples ({positives[1]} int8 positives of {f.size} elements): no positive "
+                "set to match"
+            )
+            return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite)
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, agree, None, positives[0], nonfinite=nonfinite,
+                              positives_f1=f1, positives=positives, elements=f.size)  # fmt: skip
     if why is not None:
         return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite,
                               state=reading.state)  # fmt: skip
@@ -453,6 +517,20 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
     return OutputAccuracy(
         name, split, len(floats), rel, max_abs, top1, exact, positions, None, ctc, applies, why, nonfinite
     )
+
+
+def multilabel_f1(floats: np.ndarray, quantized: np.ndarray) -> tuple[float | None, float, tuple[int, int]]:
+    """Multi-label decisions at ``DECISION``: (F1 of int8's positives against float's, or None where float has none;
+    the share of elements whose decision agrees; (float positives, int8 positives)). The F1 and not the share:
+    negatives dominate a multi-label map (a few notes of 88 sound at once), and would make any build look perfect."""
+    f = np.asarray(floats).ravel() > DECISION
+    q = np.asarray(quantized).ravel() > DECISION
+    agree = float(np.mean(f == q)) if f.size else 1.0
+    positives = (int(f.sum()), int(q.sum()))
+    if not positives[0]:
+        return None, agree, positives
+    both = int(np.count_nonzero(f & q))
+    return 2.0 * both / (positives[0] + positives[1]), agree, positives
 
 
 def accuracy_report(names: list[str], floats: list[list[np.ndarray]], quantized: list[list[np.ndarray]],
@@ -564,7 +642,7 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
         )
     word = "agreement" if sum(a.task_agreement is not None for a in rows) == 1 else "mean task agreement"
     within = result.loss <= budget + 1e-12
-    coarsest = min((a.samples if a.exact_agreement is not None else a.positions) for a in rows if a.unreadable is None)
+    coarsest = min(a.resolution() for a in rows if a.unreadable is None)
     unresolved = not within and result.loss <= 1.0 / coarsest + 1e-12  # one disagreement: the samples cannot tell
     state = "within" if within else "UNRESOLVED against" if unresolved else "OVER"
     line = (

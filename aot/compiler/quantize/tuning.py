@@ -158,9 +158,10 @@ def layer_costs(judge: Judge, table: CalibrationTable, stream: TextIO | None) ->
     Alone in int8 rather than alone in float: the damage of one layer is then measured against the
     float model (exact zero where it does none), not as a small difference between two damaged builds.
     """
+    # the outputs read as the build reads them (readings): by shape, a multi-label map read as CTC
     few = Judge(judge.graph, judge.plan, judge.names, judge.samples[:SENSITIVITY_SAMPLES],
                 judge.floats[:SENSITIVITY_SAMPLES], judge.split, judge.engine, judge.like, judge.scheme,
-                judge.sequence)  # fmt: skip
+                judge.sequence, judge.readings)  # fmt: skip
     names = [op.node.name for op in judge.plan.ops]
     tick = progress_bar(stream, "layers", len(names))
     tick(0)
