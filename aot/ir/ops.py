@@ -708,7 +708,10 @@ def _pad(ctx: InferContext) -> list[TensorType]:
         raise ctx.fail("pad", f"pads needs {2 * x.rank} values for {x}, got {list(pads)}")
     if ctx.attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
         raise ctx.fail("pad", f"unsupported mode {ctx.attrs['mode']!r}")
-    shape = [dim_math(ctx, lambda d, i=i: d + pads[i] + pads[i + x.rank], d) for i, d in enumerate(x.shape)]
+    shape = [
+        d if pads[i] == pads[i + x.rank] == 0 else dim_math(ctx, lambda d, i=i: d + pads[i] + pads[i + x.rank], d)
+        for i, d in enumerate(x.shape)
+    ]  # an axis padded by nothing keeps its dim (a symbolic batch stays the batch)
     return [TensorType(shape, x.dtype)]
 
 
@@ -810,9 +813,16 @@ def _shape(ctx: InferContext) -> list[TensorType]:
 
 
 def _constant_of_shape(ctx: InferContext) -> list[TensorType]:
+    """A run-time shape keeps what its elements say (an LSTM's zero state over the input's batch: Shape -> Gather
+    -> Concat), as a reshape's target does; an unknown element is a fresh dim."""
     n = ctx.types[0].shape[0] if ctx.types[0].rank else 0
     values = ctx.values[0].data if ctx.values and getattr(ctx.values[0], "data", None) is not None else None
-    dims = [int(d) for d in values] if values is not None else [ctx.fresh_dim() for _ in range(n)]
+    if values is not None:
+        return [TensorType([int(d) for d in values], ctx.attrs["dtype"])]
+    if not isinstance(n, int):
+        raise ctx.fail("constant_of_shape", "the shape has unknown length")
+    dims = [d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else ctx.fresh_dim()
+            for d in _run_time_target(ctx, 0)]  # fmt: skip
     return [TensorType(dims, ctx.attrs["dtype"])]
 
 
