@@ -129,3 +129,70 @@ def test_a_reloaded_pt2_gets_readable_names_for_torchs_symbols_and_keeps_the_bou
         expected = program.module()(torch.from_numpy(x))[0].numpy()
     actual = module.run([x])[0]
     assert actual.shape == expected.shape and rel_l2(actual, expected) <= 1e-5
+
+
+# -- outputs keep the dims torch knows they have ------------------------------------------------------------------
+
+
+class _CrepeTail(torch.nn.Module):
+    """torchcrepe's tail: a pad over the symbolic batch, conv, pool, then ``permute(0, 2, 1, 3).reshape(-1, 8)``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.fc = torch.nn.Conv2d(1, 4, (3, 1)), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv(F.pad(x[:, None, :, None], (0, 0, 1, 1)))), (2, 1), (2, 1))
+        return self.fc(x.permute(0, 2, 1, 3).reshape(-1, 8))
+
+
+class _LstmHidden(torch.nn.Module):
+    """resemblyzer's embedding: the last layer's final hidden state of an LSTM, ``hidden[-1]``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm, self.fc = torch.nn.LSTM(4, 8, 2, batch_first=True), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        _, (hidden, _) = self.lstm(x)
+        return self.fc(hidden[-1])
+
+
+class _Doubled(torch.nn.Module):  # a concat along a derived dim: torch knows it is x's 2*h
+    def forward(self, x, y):
+        return torch.cat([y, y], 1) * x.mean()
+
+
+@pytest.mark.parametrize("route", ["program", "pt2"])
+@pytest.mark.parametrize(
+    ("model", "example", "dims", "expected"),
+    [(_CrepeTail, [(5, 4)], [{0: "b"}], ("batch", 3)), (_LstmHidden, [(5, 6, 4)], [{0: "b"}], ("batch", 3)),
+     (_Doubled, [(3, 8), (3, 4)], [{0: "b", 1: "2h"}, {0: "b", 1: "h"}], ("batch", "x_1"))],
+    ids=["crepe-tail", "lstm-hidden", "derived"],
+)  # fmt: skip
+def test_outputs_keep_the_batch_dim_torch_knows_they_have(tmp_path, route, model, example, dims, expected):
+    """torch.export records these outputs as [s77, 3], but the bundle said [?1, 3]: shape inference lost the batch
+    to a fresh dim (at a pad over it, at zeros of a run-time shape), so ``serve`` would not batch. The values are
+    anchored to torch's shapes: the outputs keep the inputs' dims, and match PyTorch at every batch size."""
+    from runtime_lite.serving.batching import batch_axis
+
+    batch, h = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("h", min=2, max=32)
+    named = {"b": batch, "h": h, "2h": 2 * h}
+    shapes = tuple({axis: named[d] for axis, d in spec.items()} for spec in dims)
+    net = model().eval()
+    program = torch.export.export(net, tuple(torch.randn(*s) for s in example), dynamic_shapes=shapes)
+    if route == "pt2":
+        torch.export.save(program, str(tmp_path / "m.pt2"))
+        program = str(tmp_path / "m.pt2")
+    module = runtime_lite.load(aot.build(program, log=None).to_bytes())
+    names = {"batch": module.inputs[0].shape[0], "x_1": module.inputs[0].shape[1]}
+    assert module.outputs[0].shape == tuple(names.get(d, d) for d in expected), module.outputs
+    assert batch_axis(module.inputs, module.outputs, module.dims).symbol == names["batch"]
+    for b in (1, 3, 17, 64):
+        arrays = [rand(b, *s[1:], seed=b) for s in example]
+        with torch.no_grad():
+            expected_out = net(*(torch.from_numpy(a) for a in arrays)).numpy()
+        got = module.run(arrays)[0]
+        assert got.shape == expected_out.shape and rel_l2(got, expected_out) < 1e-5, (b, rel_l2(got, expected_out))

@@ -153,6 +153,29 @@ def test_a_reloaded_pt2_keeps_a_minimum_above_torchs_default(tmp_path):
     _refused(module, [_rand(2, 3)], "input 'x'", "dim 0", "below its minimum 3")
 
 
+@pytest.mark.parametrize("route", ["program", "loaded", "path"])
+@pytest.mark.parametrize(
+    ("dim", "recorded", "smallest"),
+    [(Dim("batch", min=1, max=4096), (1, 4096), 1), (Dim("batch", min=0, max=64), (0, 64), 0),
+     (Dim("batch"), None, 0), (Dim.AUTO, None, 0)],
+    ids=["min1", "min0", "unbounded", "auto"],
+)  # fmt: skip
+def test_a_reloaded_pt2_keeps_a_minimum_below_torchs_default(tmp_path, route, dim, recorded, smallest):
+    """``Dim("batch", min=1)`` was recorded as 0..4096 from a .pt2 (only torch's own default of 2, ``Dim.AUTO``,
+    is to be reset to 0, yet every unnamed minimum up to 2 was): batch 0 ran although torch reloads VR[1, 4096]."""
+    program = torch.export.export(_Doubled(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: dim}})
+    if route != "program":
+        torch.export.save(program, str(tmp_path / "m.pt2"))
+        program = str(tmp_path / "m.pt2") if route == "path" else torch.export.load(str(tmp_path / "m.pt2"))
+    module = _load(program)
+    info = module.dims.get(module.inputs[0].shape[0])
+    assert (None if info is None or (info.min, info.max) == (None, None) else (info.min, info.max)) == recorded
+    x = _rand(smallest, 3)
+    np.testing.assert_array_equal(module.run([x])[0], x * 2)
+    if smallest > 0:
+        _refused(module, [_rand(smallest - 1, 3)], "input 'x'", "dim 0", f"below its minimum {smallest}")
+
+
 # -- input_shapes never widens what the program was exported for --------------------------------------------------
 
 

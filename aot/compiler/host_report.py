@@ -56,12 +56,13 @@ def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[
 def _fix_symbolic_dims(pg: PartitionedGraph, backend: str) -> str:
     """How to give ``backend`` static shapes: each symbolic input dim fixed (to 1 for the example)."""
     fixes = [
-        f"{v.name}:" + "x".join(str(d) if isinstance(d, int) else "1" for d in v.type.shape)
+        (v.name, [str(d) if isinstance(d, int) else "1" for d in v.type.shape])
         for v in pg.inputs
         if not v.type.is_static
     ]
-    flags = " ".join(f"--input {fix}" for fix in fixes)
-    api = ", ".join(f"{fix.split(':')[0]!r}: ({', '.join(fix.rsplit(':', 1)[1].split('x'))})" for fix in fixes)
+    # The name may itself hold ':' (TF's 'serving_default_input_2:0'): the CLI splits NAME:SHAPE at the last one.
+    flags = " ".join(f"--input {name}:{'x'.join(dims)}" for name, dims in fixes)
+    api = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in fixes)
     return (
         f"{backend} plans static shapes: fix the symbolic dims to offload, e.g. {flags} "
         f"(aot.build(..., input_shapes={{{api}}}))"

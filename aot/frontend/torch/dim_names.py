@@ -94,9 +94,11 @@ def _value_range(symbolic: Any, range_constraints: Mapping[Any, Any]) -> Any:
 def symbol_bounds(placeholders: list[Any], range_constraints: Mapping[Any, Any]) -> dict[str, Bounds]:
     """Torch's symbol or expression -> (min, max) the program holds for, as far as it bounds the dim.
 
-    torch starts every range it makes up itself at 2 (it specializes sizes 0 and 1 while tracing, and its own
-    guards do not refuse them): a minimum of 2 counts only where the user wrote it, on a named ``Dim``. Without
-    the name (``Dim.AUTO``, a reloaded .pt2) it is torch's default, and the dim starts at 0."""
+    torch starts every range it makes up itself at 2 (``Dim.AUTO``, ``Dim.DYNAMIC``: it specializes sizes 0 and 1
+    while tracing, and its own guards do not refuse them): a minimum of exactly 2 counts only where the user wrote
+    it, on a named ``Dim``. Without the name (``Dim.AUTO``, a reloaded .pt2) it is torch's default, and the dim
+    starts at 0. Any other minimum is the user's (``Dim("batch", min=1)``, kept in a .pt2 as ``VR[1, ...]``; an
+    unbounded named ``Dim`` is ``VR[0, ...]``), and is kept."""
     named = _debug_names(placeholders).keys()
     bounds: dict[str, Bounds] = {}
     for symbolic in _symbolic_dims(placeholders):
@@ -106,7 +108,7 @@ def symbol_bounds(placeholders: list[Any], range_constraints: Mapping[Any, Any])
         high = None if str(value_range.upper) in ("int_oo", "oo") else int(value_range.upper)
         low = max(int(value_range.lower), 0) if str(value_range.lower) not in ("-int_oo", "-oo") else 0
         key = str(symbolic.expr)
-        if low <= 2 and key.isidentifier() and key not in named:
+        if low == 2 and key.isidentifier() and key not in named:
             low = 0
         if low > 0 or high is not None:
             bounds[key] = (low, high)

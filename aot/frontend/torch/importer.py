@@ -274,8 +274,9 @@ def from_exported_program(program: Any, input_shapes: InputShapes | None = None,
             )
             env[node] = value
     fixed = _fixed_symbols(user_inputs, input_shapes)
+    anchors = _Anchors(graph, {n.name: env[n] for n in user_inputs}, user_inputs, fixed)
     for node in _calls(program):
-        env[node] = _convert(graph, node, env)
+        env[node] = anchors.adopt(_convert(graph, node, env), node)
         _refine(env[node], node.meta.get("val"), fixed, graph)
     (results,) = [n.args[0] for n in program.graph.nodes if n.op == "output"]
     outputs = [env[r] for r, spec in zip(results, program.graph_signature.output_specs) if _is_user_output(spec)]
@@ -327,6 +328,69 @@ def _fixed_symbols(user_inputs: list[Any], input_shapes: InputShapes) -> dict[st
             if str(d).isidentifier() and isinstance(given, int):
                 fixed[str(d)] = given
     return fixed
+
+
+class _Anchors:
+    """Torch's own shapes, kept where ours lose a dim to a fresh symbol (``?11``) that torch knows is an input's dim.
+
+    torch.export gives every node its shape in the inputs' symbols (``[s77, 360]`` after
+    ``reshape(-1, 256)`` or an LSTM's ``hidden[-1]``), where shape inference of the IR ops can only invent a fresh
+    dim (a pad over a symbolic batch, zeros of a run-time shape, a reshape's -1 over a concat). Such a value is
+    followed by a reshape to its own shape, spelled from the inputs' dims (``shape(x)[0:1]``, the sizes torch
+    knows, 0 where ours already agree): the IR reads that target element by element, so every later shape
+    inference (the passes re-infer the whole graph) gives the value, and all that follows from it, torch's dims.
+    Sound: torch's guards hold those dims equal for every input the program accepts, and at run time the reshape
+    is a view of what the op computed. A batch dim then reaches the outputs, so ``serve`` can batch the bundle.
+    """
+
+    def __init__(self, graph: Graph, values: dict[str, Value], user_inputs: list[Any], fixed: dict[str, int]):
+        self.graph = graph
+        self.fixed = fixed
+        self.sources: dict[str, tuple[Value, int]] = {}  # torch's dim (s77, 2*s94) -> the input and axis holding it
+        for node in user_inputs:
+            value = values[node.name]
+            for axis, d in enumerate(getattr(node.meta.get("val"), "shape", ())):
+                ours = value.type.shape[axis] if axis < value.type.rank else None
+                if isinstance(ours, str) and not str(d).lstrip("-").isdigit():
+                    self.sources.setdefault(str(d), (value, axis))
+        self.dims: dict[tuple[str, int], Value] = {}
+
+    def adopt(self, result: Any, node: Any) -> Any:
+        """``result``, or each value of a list of them, re-anchored where torch knows dims ours lost."""
+        meta = node.meta.get("val")
+        if isinstance(result, list) and isinstance(meta, (list, tuple)) and len(meta) == len(result):
+            return [self._adopt(r, m, node.name) for r, m in zip(result, meta)]
+        return self._adopt(result, meta, node.name)
+
+    def _adopt(self, result: Any, meta: Any, name: str) -> Any:
+        if not isinstance(result, Value) or result.producer is None or not hasattr(meta, "shape"):
+            return result
+        if len(meta.shape) != result.type.rank or not self.sources:
+            return result
+        target: list[Any] = []
+        recovered = False
+        for ours, theirs in zip(result.type.shape, meta.shape):
+            text = str(theirs)
+            fresh = isinstance(ours, str) and ours.startswith("?")
+            if fresh and text in self.sources and text not in self.fixed:
+                target.append(self._dim(*self.sources[text]))
+                recovered = True
+            elif fresh and isinstance(_torch_dim(theirs, self.fixed), int):  # torch knows its size
+                target.append(_torch_dim(theirs, self.fixed))
+            else:
+                target.append(0)  # ours is right already, or torch knows no better: the value's own dim
+        if not recovered:
+            return result
+        parts = [t if isinstance(t, Value) else self.graph.constant(np.array([t], np.int64), name) for t in target]
+        shape = parts[0] if len(parts) == 1 else self.graph.op("concat", *parts, axis=0, name=f"{name}_dims")
+        return self.graph.op("reshape", result, shape, name=f"{name}_as_torch")
+
+    def _dim(self, value: Value, axis: int) -> Value:
+        """``value.size(axis)`` as an int64 [1], once per input dim."""
+        key = (value.name, axis)
+        if key not in self.dims:
+            self.dims[key] = self.graph.op("shape", value, start=axis, end=axis + 1, name=f"{value.name}_size{axis}")
+        return self.dims[key]
 
 
 def _refine(result: Any, meta: Any, fixed: dict[str, int], graph: Graph) -> None:
