@@ -574,12 +574,24 @@ class HostPlan:
             if self._settled:
                 return
             kept: dict[int, Any] = {}
+            # All results together hold at most PRECOMPUTE_GROWTH times the plan's constants (each result's own
+            # bound alone lets a chain of tiles from a scalar grow 4x per instruction), and none is larger than
+            # the first run's max_memory: past either, instructions run (and are charged) at each run.
+            unique = {id(v): v for v in (self._template[slot] for slot in self._constant_slots)}
+            room = PRECOMPUTE_GROWTH * sum(getattr(v, "nbytes", 0) for v in unique.values()) + PRECOMPUTE_SLACK
+            added = 0
+            limit, deadline = current_budget().max_memory, current_budget().deadline
             with np.errstate(all="ignore"):
                 for index in self._precompute:
+                    if deadline is not None and time.monotonic() > deadline:
+                        break  # the first run's max_run_seconds: the rest run where they stand, and it stops them
                     ins = self.instructions[index]
                     operands = [kept[slot] if slot in kept else self._template[slot] for slot in ins.inputs]
-                    results = _constant_results(ins, operands)
+                    results = _constant_results(ins, operands, room, limit)
                     if results is not None:
+                        roots = {id(_root(v)) for v in operands}
+                        new = sum(v.nbytes for v in results if id(_root(v)) not in roots)  # not a view of one
+                        room, added = room - new, added + new
                         kept.update(zip(ins.outputs, results))
                         entry = self._program[index]
                         done = _Entry(_nothing, entry.free, (), -1, entry.ins, _no_cost)
@@ -587,7 +599,7 @@ class HostPlan:
                         self._steps[index] = (done.step, done.cost, -1, done.free, done)
             for slot, value in kept.items():
                 self._template[slot] = value
-            self.precomputed_bytes = sum(v.nbytes for v in kept.values() if v.base is None)
+            self.precomputed_bytes = added
             self._settled = True
 
     def _execute_single_call(self, inputs: list[np.ndarray], budget: ActiveBudget) -> list[np.ndarray]:
@@ -710,15 +722,16 @@ def _entry(fn: Callable, ins: Instruction, kernel: bool) -> _Entry:
     return _Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost)
 
 
-def _constant_results(ins: Instruction, operands: list[Any]) -> list[np.ndarray] | None:
+def _constant_results(ins: Instruction, operands: list[Any], room: int, limit: int) -> list[np.ndarray] | None:
     """The instruction's results over constant operands, read-only; None where an operand was not kept, the
-    result would be too large to keep (``PRECOMPUTE_GROWTH``) or the kernel fails (the run then meets it)."""
+    result would be too large to keep (``PRECOMPUTE_GROWTH``, or more than ``room`` bytes), computing it would
+    allocate more than ``limit`` (max_memory) or the kernel fails (the run then meets it)."""
     if any(type(v) is not np.ndarray for v in operands):
         return None
     size = sum(v.nbytes for v in operands)
-    allowed = PRECOMPUTE_GROWTH * size + PRECOMPUTE_SLACK
+    allowed = min(PRECOMPUTE_GROWTH * size + PRECOMPUTE_SLACK, room)
     try:
-        if bind_cost(ins.op, ins.attrs)(*operands) > 8 * allowed:
+        if bind_cost(ins.op, ins.attrs)(*operands) > min(8 * allowed, limit):
             return None
         fn = bind_kernel(ins.op, len(ins.inputs), ins.attrs, "plan", ins.name)
         result = fn(*operands)

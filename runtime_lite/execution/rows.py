@@ -29,11 +29,13 @@ COUPLING_OPS = {
 def row_coupling(plans: Iterable[tuple[str, Iterable[tuple[Any, Any]]]]) -> str | None:
     """Why rows of a batch are not independent, naming the op and where it runs; None where they are.
 
-    ``plans``: (where, each instruction's (op, name)) for the host plan and each region's.
+    ``plans``: (where, each instruction's (op, name)) for the host plan and each region's. A region's plan is
+    read from its payload as the bundle wrote it (a backend that runs its engine may never bind it), so an op
+    may be any msgpack value: only a string names an op.
     """
     for where, instructions in plans:
         for op, name in instructions:
-            if op in COUPLING_OPS:
+            if type(op) is str and op in COUPLING_OPS:
                 return f"{where} {COUPLING_OPS[op]} ({op} {name!r})"
     return None
 

@@ -10,11 +10,12 @@ torch's CPU kernel, so float32 results agree to rounding.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from runtime_lite.errors import describe
-from runtime_lite.execution.limits import check_allocation
+from runtime_lite.execution.limits import check_allocation, current_budget
 from runtime_lite.kernels.cost import nbytes
 from runtime_lite.kernels.registry import kernel
 
@@ -147,6 +148,12 @@ def _roi_axis(start: float, bin_size: float, bins: int, grid: int, size: int):
     return low, high, (1.0 - frac) * inside, frac * inside
 
 
+def _within(deadline: float | None, r: int, count: int) -> None:
+    """A Python loop over ROIs and sample points is not one numpy call: under ``max_run_seconds`` it stops."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError(f"the run passed its max_run_seconds in roi_align, at ROI {r} of {count}")
+
+
 @kernel("roi_align", check=_check_roi_align, cost=_roi_align_cost)
 def roi_align(x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio, spatial_scale,
               coordinate_transformation_mode):  # fmt: skip
@@ -165,7 +172,9 @@ def roi_align(x, rois, batch_indices, *, mode, output_height, output_width, samp
     out = np.zeros((count, c, output_height, output_width), x.dtype)
     offset = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
     boxes = rois.astype(np.float64) * float(spatial_scale) - offset
+    deadline = current_budget().deadline
     for r in range(count):
+        _within(deadline, r, count)
         b = int(batch_indices[r])
         if not 0 <= b < n:
             raise ValueError(f"roi_align: batch index {b} of ROI {r} is outside the batch of {n}")
@@ -197,7 +206,8 @@ def roi_align(x, rois, batch_indices, *, mode, output_height, output_width, samp
             out[r] = (rows.astype(x.dtype) @ plane) @ cols.T.astype(x.dtype)
             continue
         best = None
-        for iy in range(grid_h):
+        for iy in range(grid_h):  # up to 1024 x 1024 points per ROI: the deadline is checked per row of them
+            _within(deadline, r, count)
             for ix in range(grid_w):
                 corners = [
                     plane[:, ylo[:, iy]][:, :, xlo[:, ix]] * np.outer(yl[:, iy], xl[:, ix]).astype(x.dtype),
