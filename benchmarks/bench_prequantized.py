@@ -86,9 +86,9 @@ def measure(model: str, fmt: str, rounds: int, folder: Path) -> list:
     times = timed_rounds({"bundle": lambda: module.run([x]), "host": lambda: host.run([x]),
                           "onnxruntime": lambda: peer.run(None, {name: x})}, rounds)  # fmt: skip
     row = [f"{model} {fmt}", len(bundle) / path.stat().st_size, len(module.placement),
-           times["bundle"] / times["onnxruntime"], times["host"] / times["onnxruntime"], relative]  # fmt: skip
+           times["bundle"] / times["onnxruntime"], times["host"] / times["onnxruntime"], f"{relative:.1e}"]  # fmt: skip
     print(f"{row[0]:28s} size {row[1]:.2f}x  regions {row[2]}  bundle {row[3]:.2f}x  host plan {row[4]:.2f}x  "
-          f"rel L2 {row[5]:.1e}  (onnxruntime {times['onnxruntime'] * 1e3:.1f} ms)", flush=True)  # fmt: skip
+          f"rel L2 {row[5]}  (onnxruntime {times['onnxruntime'] * 1e3:.1f} ms)", flush=True)  # fmt: skip
     return row
 
 
