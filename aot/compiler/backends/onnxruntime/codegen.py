@@ -80,6 +80,46 @@ class _SharedWeights:
                 self.refs.append(WeightRef(name, "fallback_weights", index))
 
 
+def quantized_before(graph) -> bool:
+    """Whether a region of a float build computes in int8 all the same: a model quantized before aot (its
+    quantize / dequantize kept, docs/quantization.md). Its recipe is then an int8 recipe like one the build
+    quantized: activations as uint8 pairs where onnxruntime fuses more of them that way, and the CPU choosing
+    integer or float kernels at load (a CPU without VNNI saturates u8 x s8)."""
+    return any(node.op == "quantize" for node in graph.nodes)
+
+
+def clamps_kept_explicit(model: onnx.ModelProto) -> None:
+    """A Relu before each QuantizeLinear whose range starts at zero (its zero point the type's minimum) and whose
+    input no Relu or Clip made (in place): the clamp the quantize does, spelled out.
+
+    onnxruntime's ``quantize_static`` drops a convolution's Relu where the quantize after it clamps at zero
+    anyway; the integer kernels keep that clamp, but the float kernels a CPU without VNNI runs drop the
+    activations' Q/DQ pairs, and the Relu with them (a small CNN ended 0.9 relative L2 from its own quantized
+    file). The Relu costs the integer kernels nothing: onnxruntime removes it again (``ReluQuantRewrite``),
+    which the float kernels keep off (``FLOAT_KERNELS_KEEP``).
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    producers = {out: node for node in graph.node for out in node.output}
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.op_type == "QuantizeLinear" and len(node.input) > 2 and node.input[2] in initializers:
+            zero_point = numpy_helper.to_array(initializers[node.input[2]])
+            made_by = producers.get(node.input[0])
+            clamped = made_by is not None and made_by.op_type in ("Relu", "Clip")
+            if (
+                zero_point.size == 1
+                and int(zero_point.reshape(-1)[0]) == np.iinfo(zero_point.dtype).min
+                and not clamped
+            ):
+                relu = f"{node.input[0]}_clamped_at_zero"
+                nodes.append(helper.make_node("Relu", [node.input[0]], [relu], name=f"{node.name}_clamp"))
+                node.input[0] = relu
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
 def activations_as_uint8(model: onnx.ModelProto) -> None:
     """Write each activation's int8 Q/DQ pair as uint8 with the zero point moved up by 128 (in place): the same
     numbers.
@@ -212,11 +252,14 @@ def onnxruntime_codegen(region: Region, options: dict | None = None) -> ModuleAr
     """``options``: the backend's build options (``precision``: fp32, or int8 for a graph the build quantized)."""
     precision = (options or {}).get("precision", "fp32")
     graph = region.as_graph()
+    if precision == "fp32" and quantized_before(graph):
+        precision = "int8"
     weights = _SharedWeights()
     model = write_recipe(graph, precision, exports=ONNXRUNTIME_EXPORTS, store=weights, label="onnxruntime")
     float_forms = {}
     if precision == "int8":
         activations_as_uint8(model)
+        clamps_kept_explicit(model)
         before = model.SerializeToString()
         # MatMulInteger runs on integer kernels whatever the session says: a CPU without VNNI (where they saturate
         # and lose to float) gets a float form, whose weights onnxruntime's float kernels dequantize once; the
