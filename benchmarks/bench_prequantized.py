@@ -10,10 +10,9 @@ once by benchmarks/modern_models.py) is quantized per channel on 4 random sample
 format; then, 2 threads each (``BENCH_THREADS``), batch 1, each timed run after 0.2 s of its own
 side (``timed_rounds``), medians over the rounds:
 
-* bundle / file: the bundle's size over the quantized file's;
-* bundle / onnxruntime: the ``--target onnxruntime`` bundle's latency over onnxruntime's on the
-  quantized file (the same kernels where the recipe keeps the file's graph);
-* host plan / onnxruntime: the bundle's host plan (``onnxruntime.enabled=false``) likewise;
+* size / file: the bundle's size over the quantized file's;
+* time / onnxruntime on the file: the ``--target onnxruntime`` bundle's latency over onnxruntime's on
+  the quantized file (printed beside it: its host plan's, ``onnxruntime.enabled=false``, and the regions);
 * rel L2: the bundle's output against onnxruntime's on the file.
 """
 
@@ -85,11 +84,11 @@ def measure(model: str, fmt: str, rounds: int, folder: Path) -> list:
     relative = float(np.linalg.norm(ours - expected) / np.linalg.norm(expected))
     times = timed_rounds({"bundle": lambda: module.run([x]), "host": lambda: host.run([x]),
                           "onnxruntime": lambda: peer.run(None, {name: x})}, rounds)  # fmt: skip
-    row = [f"{model} {fmt}", len(bundle) / path.stat().st_size, len(module.placement),
-           times["bundle"] / times["onnxruntime"], times["host"] / times["onnxruntime"], f"{relative:.1e}"]  # fmt: skip
-    print(f"{row[0]:28s} size {row[1]:.2f}x  regions {row[2]}  bundle {row[3]:.2f}x  host plan {row[4]:.2f}x  "
-          f"rel L2 {row[5]}  (onnxruntime {times['onnxruntime'] * 1e3:.1f} ms)", flush=True)  # fmt: skip
-    return row
+    print(f"{model} {fmt:10s} size {len(bundle) / path.stat().st_size:.2f}x  regions {len(module.placement)}  "
+          f"bundle {times['bundle'] / times['onnxruntime']:.2f}x  host plan {times['host'] / times['onnxruntime']:.2f}x"
+          f"  rel L2 {relative:.1e}  (onnxruntime {times['onnxruntime'] * 1e3:.1f} ms)", flush=True)  # fmt: skip
+    return [f"{model} {fmt}", len(bundle) / path.stat().st_size, times["bundle"] / times["onnxruntime"],
+            f"{relative:.1e}"]  # fmt: skip
 
 
 def main() -> None:
@@ -103,11 +102,10 @@ def main() -> None:
         rows = [measure(m, fmt, args.rounds, Path(folder)) for m in args.models for fmt in FORMATS]
     publish_figures(
         "prequantized",
-        ["bundle / file size", "onnxruntime regions", "bundle / onnxruntime", "host plan / onnxruntime", "rel L2"],
+        ["size / file", "time / onnxruntime on the file", "rel L2"],
         rows,
         command_line("bench_prequantized.py"),
-        "onnxruntime on the same quantized file is the peer; before this round a QDQ file's bundle was 3.7-4x "
-        "the file (weights folded to float32) and a QOperator file's made 27-51 regions.",
+        'docs/quantization.md, "Models quantized before aot".',
         no_write=args.no_write,
     )
 
