@@ -115,8 +115,13 @@ def test_an_if_on_a_bound_input_takes_the_branch_its_value_picks(rate):
     module = runtime_lite.load(result.to_bytes())
     assert [s.name for s in module.inputs] == ["x"]
     _same(module.run({"x": x}), onnxruntime_outputs(model, {"x": x, "sr": np.array(rate, np.int64)}))
-    with pytest.raises(runtime_lite.InputError, match="unknown input 'sr'"):  # it left the signature
+    # it left the signature, and the refusal says why rather than reading as a typo
+    with pytest.raises(
+        runtime_lite.InputError, match=rf"unknown input 'sr'.*'sr' was bound at build time \(sr={rate}\)"
+    ):
         module.run({"x": x, "sr": np.array(rate, np.int64)})
+    with pytest.raises(runtime_lite.InputError, match=r"unknown input 'rate'; the model's inputs are: x: \S+$"):
+        module.run({"x": x, "rate": np.array(rate, np.int64)})  # another name: no hint
 
 
 def test_nested_ifs_fold_level_by_level():

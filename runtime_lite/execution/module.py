@@ -111,6 +111,8 @@ class Module:
         self.worst_case_budget_bytes: int | None = header.worst_case[1]
         self.producer: dict[str, str] = header.producer
         self.model_name: str = header.model_name
+        #: Inputs the build bound to constants (``aot-build --bind``), as the header's model record says them.
+        self._bound: str = header.bound_inputs
         self.format_version: tuple[int, int] = bundle.version
         self.path = bundle.source
         #: The bundle's identity (sha256 of its header, which holds every blob's sha256): a version to report.
@@ -183,7 +185,10 @@ class Module:
         if self._closed:
             raise ExecutionError("this Module was closed; load the bundle again to run it")
         self._buffer.check_unchanged()
-        values = ordered_values(self.inputs, inputs)
+        try:
+            values = ordered_values(self.inputs, inputs)
+        except InputError as e:
+            raise InputError(f"{e}{bound_input_hint(self._bound, inputs)}") from None
         run = None
         if outputs_on != "host" or stream is not None or _any_on_device(values):
             if outputs_on not in OUTPUTS_ON:
@@ -253,6 +258,22 @@ class Module:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"<runtime_lite.Module {self.model_name or '?'} ({ins}) -> ({outs})>"
+
+
+def _bound_inputs(model: Any) -> str:
+    """``model.bound_inputs`` (informational: ``"sr=16000"``), or "" where it is absent or not text."""
+    bound = model.get("bound_inputs", "") if isinstance(model, dict) else ""
+    return bound if isinstance(bound, str) else ""
+
+
+def bound_input_hint(bound: str, inputs: Any) -> str:
+    """Where a caller passes an input the build bound to a constant (``--bind sr=16000``), say so: the generic
+    "unknown input" alone reads as a typo."""
+    if not bound or not isinstance(inputs, Mapping):
+        return ""
+    names = {part.split("=", 1)[0].strip() for part in bound.split(",")}
+    given = [name for name in inputs if name in names]
+    return f"; {given[0]!r} was bound at build time ({bound}): drop it" if given else ""
 
 
 def _any_on_device(values: list[Any]) -> bool:
@@ -325,6 +346,7 @@ class _Header:
     worst_case: tuple[int | None, int | None]
     producer: dict[str, str]
     model_name: str
+    bound_inputs: str
     modules: list[_ModuleRecord]
     plan: dict
 
@@ -342,6 +364,7 @@ class _Header:
             model_name=expect(
                 expect(header.get("model", {}), dict, "header.model").get("name", ""), str, "header.model.name"
             ),
+            bound_inputs=_bound_inputs(header.get("model", {})),
             modules=_unique_ids(
                 [
                     _module_record(bundle, i, record)
