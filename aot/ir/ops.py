@@ -460,6 +460,11 @@ def _run_time_reshape(x: TensorType, target: list[Dim | None], ctx: InferContext
     rest = [d for d in dims if d != -1]
     if dims.count(-1) == 1 and all(isinstance(d, str) or (isinstance(d, int) and d > 0) for d in rest):
         dims[dims.index(-1)] = _symbolic_quotient(x.shape, rest, ctx)
+    return _known_or_fresh(dims, ctx)
+
+
+def _known_or_fresh(dims: Sequence[Dim | None], ctx: InferContext) -> list[Dim]:
+    """Each element of a run-time shape that is a symbol or a size as it is; anything else a fresh dim."""
     return [d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else ctx.fresh_dim() for d in dims]
 
 
@@ -821,9 +826,7 @@ def _constant_of_shape(ctx: InferContext) -> list[TensorType]:
         return [TensorType([int(d) for d in values], ctx.attrs["dtype"])]
     if not isinstance(n, int):
         raise ctx.fail("constant_of_shape", "the shape has unknown length")
-    dims = [d if isinstance(d, str) or (isinstance(d, int) and d >= 0) else ctx.fresh_dim()
-            for d in _run_time_target(ctx, 0)]  # fmt: skip
-    return [TensorType(dims, ctx.attrs["dtype"])]
+    return [TensorType(_known_or_fresh(_run_time_target(ctx, 0), ctx), ctx.attrs["dtype"])]
 
 
 def _range(ctx: InferContext) -> list[TensorType]:

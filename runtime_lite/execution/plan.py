@@ -410,20 +410,16 @@ class HostPlan:
             defined.update(ins.outputs)
             defined.difference_update(ins.free)
             self.instructions.append(ins)
-            view_source = -1
-            cost = None
             if ins.op == CALL_MODULE:
                 fn = _bind_module_call(ins, field, modules, holding_constants)
                 self._calls[i] = (fn, modules[ins.attrs["module"]].backend.name)
             else:
                 fn = _bind_kernel(ins, field)
-                cost = _make_cost(bind_cost(ins.op, ins.attrs), ins)
-                if host_kernels.KERNELS[ins.op].view and ins.inputs:
-                    view_source = ins.inputs[0]
-            origins.record(ins, view_source, field)
+            entry = _entry(fn, ins, ins.op != CALL_MODULE)
+            origins.record(ins, entry.view_source, field)
             for slot in ins.outputs:
                 holding_constants.pop(slot, None)
-            self._program.append(_Entry(_make_step(fn, ins), ins.free, ins.outputs, view_source, ins.inputs, cost))
+            self._program.append(entry)
             bound.append(fn)
         for i, slot in enumerate(self.output_slots):
             if slot not in defined:
