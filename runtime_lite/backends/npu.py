@@ -40,6 +40,8 @@ logger = logging.getLogger("runtime_lite.npu")
 
 @dataclass(frozen=True)
 class _Kernel:
+    """One NPU graph node compiled for the emulation: its fused body and what a run frees after it."""
+
     index: int  # JSON node index
     name: str
     inputs: tuple[int, ...]
@@ -53,6 +55,8 @@ class _Kernel:
 
 @dataclass(frozen=True)
 class _Arg:
+    """One input of the NPU graph, as its dispatch checks it."""
+
     index: int
     name: str
     shape: tuple[int, ...]

@@ -329,6 +329,8 @@ def _producer(record: Any) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class _ModuleRecord:
+    """One module of the header: its backend (None where none is registered) and what it hands that backend."""
+
     id: str
     backend_name: str
     backend: Backend | None

@@ -778,6 +778,8 @@ def _root(array: Any) -> Any:
 
 @dataclass(frozen=True)
 class _Entry:
+    """One instruction as the run loop executes it: the bound step, and the slots it reads, writes and frees."""
+
     step: Step
     free: tuple[int, ...]
     outs: tuple[int, ...]

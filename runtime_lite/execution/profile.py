@@ -68,6 +68,8 @@ def _step_name(event: dict[str, Any]) -> str:
 
 @dataclass
 class Profile:
+    """A profiled run: its outputs, and one event per plan instruction and backend call."""
+
     outputs: list[np.ndarray]
     events: list[dict[str, Any]]
 

@@ -205,6 +205,8 @@ _ABSENT: Any = object()
 
 @dataclasses.dataclass(frozen=True)
 class _Field:
+    """One declared field as the reader and writer walk it (``Record.schema``)."""
+
     name: str
     key: str
     kind: Kind

@@ -19,6 +19,8 @@ def _no_cost(*operands, **attrs) -> int:
 
 @dataclass(frozen=True)
 class Kernel:
+    """A host kernel and what the plan must know of it before it runs: aliasing, attribute checks, memory."""
+
     name: str
     fn: Callable[..., np.ndarray | tuple[np.ndarray, ...]]
     inplace: tuple[int, ...] = ()

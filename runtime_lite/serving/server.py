@@ -76,6 +76,8 @@ GRPC_ENVELOPE_BYTES = 1 << 20
 
 @dataclass
 class ModelSource:
+    """A model the server is told to serve: its name in the protocol's URLs and the bundle it loads."""
+
     name: str
     path: Path
     #: More JSON fields for the replica's loader (the default loader needs none).

@@ -245,6 +245,8 @@ async def read_body(
 
 @dataclass
 class Response:
+    """An HTTP answer before it is written: status, body, headers (JSON unless said otherwise)."""
+
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})

@@ -76,6 +76,8 @@ class BadGeometry(Exception):
 
 @dataclass
 class Node:
+    """One recipe node as the shape walk reads it (attributes already decoded)."""
+
     op_type: str
     inputs: list[str]
     outputs: list[str]

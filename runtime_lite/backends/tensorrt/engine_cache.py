@@ -414,6 +414,8 @@ def _parse_record(data: bytes) -> dict[str, Any] | None:
 
 @dataclass
 class CacheStats:
+    """What this cache did since it was opened: ``runtime-lite cache`` and the logs report it."""
+
     hits: int = 0
     misses: int = 0
     builds: int = 0
@@ -425,6 +427,8 @@ class CacheStats:
 
 @dataclass(frozen=True)
 class CacheEntry:
+    """One entry as ``EngineCache.entries`` lists it: its key, size, last use and what it was built from."""
+
     key: str
     size: int
     last_used: float
