@@ -11,6 +11,12 @@ median over the rounds of the per-round ratio is reported. Before the rounds, on
 each warms the page cache (and, with ``--graph-cache``, fills the cache of optimized graphs,
 runtime_lite/backends/onnxruntime/optimized.py, as the first start on a host does).
 
+``--phases`` also splits each start where the time goes, from the moments each child notes
+(wall clock, against the parent's spawn): Python with numpy, the runtime's own import, the
+engine's import (onnxruntime's, which both sides pay), the load or session, the first run;
+and reports the first result apart from the exit (the issue's cold start ends at the first
+result; a process's teardown is counted in the spawn-to-exit ratio).
+
 Both sides read the byte code of their packages from ``__pycache__``, as an installed wheel
 does: runtime_lite's is compiled first here (an environment with ``PYTHONDONTWRITEBYTECODE``
 would otherwise compile every module of the working tree at every start).
@@ -19,6 +25,7 @@ would otherwise compile every module of the working tree at every start).
 from __future__ import annotations
 
 import argparse
+import ast
 import compileall
 import os
 import statistics
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,24 +43,75 @@ from report import machine  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("resnet50", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "bert_base")
 
-RUNTIME_LITE = """
-import sys, numpy as np, runtime_lite
-m = runtime_lite.load(sys.argv[1], backend_options={"onnxruntime": {"threads": int(sys.argv[2])}})
-m.run([np.zeros([1 if isinstance(d, str) else d for d in s.shape], s.dtype) for s in m.inputs])
+#: Each child notes the wall clock after each phase (``note``), on one line of stdout at its exit.
+NOTES = """
+import sys, time
+_notes = []
+def note(name):
+    _notes.append((name, time.time()))
 """
-ONNXRUNTIME = """
-import sys, numpy as np, onnxruntime as ort
+RUNTIME_LITE = (
+    NOTES
+    + """
+import numpy as np
+note("python + numpy")
+import runtime_lite
+note("runtime import")
+import onnxruntime
+note("onnxruntime import")
+m = runtime_lite.load(sys.argv[1], backend_options={"onnxruntime": {"threads": int(sys.argv[2])}})
+note("load / session")
+m.run([np.zeros([1 if isinstance(d, str) else d for d in s.shape], s.dtype) for s in m.inputs])
+note("first run")
+print(repr(_notes))
+"""
+)
+ONNXRUNTIME = (
+    NOTES
+    + """
+import numpy as np
+note("python + numpy")
+note("runtime import")
+import onnxruntime as ort
+note("onnxruntime import")
 o = ort.SessionOptions(); o.intra_op_num_threads = int(sys.argv[2]); o.inter_op_num_threads = 1
 s = ort.InferenceSession(sys.argv[1], o, providers=["CPUExecutionProvider"])
+note("load / session")
 types = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
 s.run(None, {i.name: np.zeros([1 if isinstance(d, str) else d for d in i.shape], types[i.type]) for i in s.get_inputs()})
+note("first run")
+print(repr(_notes))
 """
+)
+PHASES = ("python + numpy", "runtime import", "onnxruntime import", "load / session", "first run")
+
+
+@dataclass
+class Start:
+    """One fresh process: spawn to exit, and how long each phase took up to its first result (seconds)."""
+
+    total: float
+    phases: dict[str, float]
+
+    @property
+    def first_result(self) -> float:
+        return sum(self.phases.values())
+
+
+def start(code: str, path: Path, threads: int, env: dict[str, str]) -> Start:
+    spawned, begin = time.time(), time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, str(path), str(threads)], check=True, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    total = time.perf_counter() - begin
+    notes = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    phases, previous = {}, spawned
+    for name, moment in notes:
+        phases[name], previous = moment - previous, moment
+    return Start(total, phases)
 
 
 def seconds(code: str, path: Path, threads: int, env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, str(path), str(threads)], check=True, env=env)
-    return time.perf_counter() - start
+    return start(code, path, threads, env).total
 
 
 def bench(name: str, workdir: Path, rounds: int, threads: int, env: dict[str, str]) -> dict:
@@ -66,11 +125,24 @@ def bench(name: str, workdir: Path, rounds: int, threads: int, env: dict[str, st
     seconds(ONNXRUNTIME, model, threads, env)  # and the page cache, for both files
     ours, theirs = [], []
     for _ in range(rounds):
-        ours.append(seconds(RUNTIME_LITE, bundle, threads, env))
-        theirs.append(seconds(ONNXRUNTIME, model, threads, env))
-    ratios = [a / b for a, b in zip(ours, theirs)]
-    return {"model": name, "runtime_lite": statistics.median(ours), "onnxruntime": statistics.median(theirs),
-            "ratio": statistics.median(ratios), "spread": (min(ratios), max(ratios))}  # fmt: skip
+        ours.append(start(RUNTIME_LITE, bundle, threads, env))
+        theirs.append(start(ONNXRUNTIME, model, threads, env))
+    ratios = [a.total / b.total for a, b in zip(ours, theirs)]
+    firsts = [a.first_result / b.first_result for a, b in zip(ours, theirs)]
+    median = statistics.median
+    return {"model": name, "runtime_lite": median(a.total for a in ours), "onnxruntime": median(b.total for b in theirs),
+            "ratio": median(ratios), "spread": (min(ratios), max(ratios)), "first_result_ratio": median(firsts),
+            "phases": {side: {phase: median(s.phases[phase] for s in starts) for phase in PHASES}
+                       for side, starts in (("runtime_lite", ours), ("onnxruntime", theirs))}}  # fmt: skip
+
+
+def print_phases(row: dict) -> None:
+    """Where each side's start went, phase by phase (medians, ms): what is left to take out, and what is not ours."""
+    print(f"  {row['model']}: spawn to first result {row['first_result_ratio']:.2f}x onnxruntime; phases, ms "
+          "(runtime_lite / onnxruntime):")  # fmt: skip
+    for phase in PHASES:
+        mine, theirs = row["phases"]["runtime_lite"][phase], row["phases"]["onnxruntime"][phase]
+        print(f"    {phase:<20}{mine * 1e3:8.1f} /{theirs * 1e3:8.1f}")
 
 
 def main() -> None:
@@ -80,6 +152,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", "2")))
     parser.add_argument("--graph-cache", action="store_true", help="onnxruntime.graph_cache=true (off by default)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the bundles here (default: a temp dir)")
+    parser.add_argument("--phases", action="store_true", help="also where each start's time went, phase by phase")
     args = parser.parse_args()
     compileall.compile_dir(str(ROOT / "runtime_lite"), quiet=1)
     print(machine(args.threads), flush=True)
@@ -95,6 +168,8 @@ def main() -> None:
             low, high = row["spread"]
             print(f"| {name} | {row['runtime_lite']:.3f} | {row['onnxruntime']:.3f} | {row['ratio']:.2f} | "
                   f"{low:.2f}-{high:.2f} |", flush=True)  # fmt: skip
+            if args.phases:
+                print_phases(row)
 
 
 if __name__ == "__main__":
