@@ -196,3 +196,16 @@ def test_a_table_rebuilt_on_its_own_data_counts_its_samples_as_calibration(outli
     assert any(n.startswith("int8 verdict: ") and "on 80 calibration and held-back samples" in n for n in same.notes)
     other = aot.build(path, targets=["npu"], quantize=QuantizeConfig(samples[::-1], table=table), log=None)
     assert [(a.split, a.samples) for a in other.quantization.accuracy] == [("held-back", 80)]
+
+
+def test_one_sample_of_a_batch_says_why_nothing_is_held_back_not_that_holdout_was_zero():
+    """A single file of 16 rows is one sample (batch 16): nothing can be held back at the default --holdout, and the
+    notes say that, not "--holdout 0", which was never given; the verdict counts "1 ... sample"."""
+    result = _quantize(_conv_gemm(), calibration=[{"x": rand(16, 3, 8, 8, seed=9)}])
+    assert "int8: no samples held back (one sample: none to spare): methods judged on the samples they calibrated " \
+           "on" in result.notes  # fmt: skip
+    assert any(n.startswith("int8: one calibration sample: a file holding a batch is one sample") for n in result.notes)
+    (line,) = [n for n in result.notes if n.startswith("int8 verdict")]
+    assert " on 1 calibration sample " in line and "--holdout 0" not in " ".join(result.notes), line
+    zero = _quantize(_conv_gemm(), calibration=_samples(4), holdout=0.0)
+    assert any("no samples held back (--holdout 0)" in n for n in zero.notes)

@@ -398,3 +398,118 @@ def test_the_per_layer_costs_read_the_outputs_as_the_build_does(monkeypatch):
     judge = tuning.Judge(None, plan, ["note"], [{}] * 4, floats, "held-back", readings=readings)
     (cost,) = tuning.layer_costs(judge, None, None)
     assert cost.name == "conv" and seen == [(tuning.SENSITIVITY_SAMPLES, readings)]
+
+
+# -- regression heads and the user's word on an output ------------------------------------------------------
+
+
+def _face_head(tmp_path):
+    """MTCNN ONet's layout: one trunk, three heads: prob (a softmax over 2), reg [N, 4] and landmarks [N, 10]
+    (Gemm, no activation): boxes and points, whose argmax no task reads."""
+    rng = np.random.default_rng(5)
+    weights = [
+        ("w", (rng.standard_normal((24, 32)) * 0.3).astype(np.float32)),
+        ("wp", (rng.standard_normal((32, 2)) * 0.5).astype(np.float32)),
+        ("wr", (rng.standard_normal((32, 4)) * 0.5).astype(np.float32)),
+        ("wl", (rng.standard_normal((32, 10)) * 0.5).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h0"]),
+        helper.make_node("Relu", ["h0"], ["h"]),
+        helper.make_node("MatMul", ["h", "wp"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["prob"], axis=1),
+        helper.make_node("MatMul", ["h", "wr"], ["reg"]),
+        helper.make_node("MatMul", ["h", "wl"], ["landmarks"]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, F, ["N", k]) for n, k in (("prob", 2), ("reg", 4), ("landmarks", 10))]
+    return _save(tmp_path, "onet", nodes, [helper.make_tensor_value_info("x", F, ["N", 24])], outputs, weights)
+
+
+def test_dense_outputs_beside_a_softmax_head_read_as_regressions(tmp_path):
+    readings = output_readings(from_onnx(_face_head(tmp_path)))
+    assert "prob" not in readings  # the softmax's scores read by their shape: top-1
+    for name in ("reg", "landmarks"):
+        assert readings[name].unreadable.startswith("a regression head (shape ['N', ")
+        assert "beside 'prob', the scores of a softmax" in readings[name].unreadable
+
+
+def test_without_a_scores_head_a_dense_output_still_reads_as_class_scores(tmp_path):
+    """A plain classifier's logits (a Gemm, no softmax) stay a classifier: the rule needs a sibling of scores."""
+    rng = np.random.default_rng(6)
+    path = _save(
+        tmp_path, "logits", [helper.make_node("MatMul", ["x", "w"], ["logits"])],
+        [helper.make_tensor_value_info("x", F, ["N", 8])], [helper.make_tensor_value_info("logits", F, ["N", 5])],
+        [("w", rng.standard_normal((8, 5)).astype(np.float32))],
+    )  # fmt: skip
+    assert output_readings(from_onnx(path)) == {}
+
+
+def test_an_output_the_user_reads_as_values_is_judged_by_relative_l2(tmp_path):
+    """A speech-quality model's three MOS values [N, 3] look like class scores; --output-reading says otherwise."""
+    rng = np.random.default_rng(7)
+    path = _save(
+        tmp_path, "mos", [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["mos"])],
+        [helper.make_tensor_value_info("x", F, ["N", 16])], [helper.make_tensor_value_info("mos", F, ["N", 3])],
+        [("w", (rng.standard_normal((16, 3)) * 0.01).astype(np.float32)), ("b", np.array([3.1, 3.0, 2.9], np.float32))],
+    )  # fmt: skip
+    samples = [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(40)]
+    result = _build(path, samples, output_readings={"mos": "values"}, accuracy_budget=None, mixed_precision=False)
+    (judged,) = [n for n in result.notes if n.startswith("int8 judged")]
+    assert "mos by relative L2 alone (values, as --output-reading mos=values says)" in judged
+    (line,) = [n for n in result.notes if n.startswith("int8 verdict")]
+    assert line.startswith("int8 verdict: no output the task metric reads")
+
+
+def test_a_classifier_whose_values_hardly_moved_but_whose_argmax_did_is_told_how_to_read_it_as_values():
+    """Three close values per row (MOS scores near 3): int8's small error swaps their order, the top-1 reading
+    loses points a relative L2 of 0.3% says were never lost; the verdict names the way out."""
+    rng = np.random.default_rng(8)
+    f = [(3.0 + rng.standard_normal((64, 3)) * 0.01).astype(np.float32)]
+    q = [f[0] + (rng.standard_normal((64, 3)) * 0.01).astype(np.float32)]
+    row = compare("mos", "held-back", f, q)
+    line = verdict([row])
+    assert "OVER" in line and "--output-reading mos=values judges it by relative L2" in line
+    far = compare("mos", "held-back", f, [q[0] * 1.5])  # values that moved: no such hint
+    assert "--output-reading" not in verdict([far])
+
+
+@pytest.mark.parametrize(
+    "readings, message",
+    [
+        ({"nope": "values"}, "the model has no output 'nope' (its outputs: prob, reg, landmarks)"),
+        ({"reg": "regression"}, "--output-reading reg=regression: the reading must be one of classes, values"),
+    ],
+)
+def test_a_bad_output_reading_is_one_line_naming_it(tmp_path, readings, message):
+    path = _face_head(tmp_path)
+    samples = [{"x": np.ones((1, 24), np.float32)}] * 8
+    with pytest.raises(aot.BuildError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _build(path, samples, output_readings=readings)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--output-reading", "reg=values"], "--output-reading applies to an int8 build: add --calibration DIR"),
+        (["--calibration", "{cal}", "--output-reading", "reg"], "--output-reading must look like NAME=values"),
+        (["--calibration", "{cal}", "--output-reading", "reg=values", "--output-reading", "reg=classes"],
+         "output 'reg' was given a reading already"),
+        (["--calibration", "{cal}", "--output-reading", "reg=values"], None),
+    ],
+)  # fmt: skip
+def test_the_output_reading_option_on_the_command_line(tmp_path, extra, message):
+    from click.testing import CliRunner
+
+    from aot.cli import build as cli
+
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for i in range(8):
+        np.save(cal / f"{i}.npy", np.random.default_rng(i).standard_normal((1, 24)).astype(np.float32))
+    args = [_face_head(tmp_path), "-o", str(tmp_path / "m.aotb"), "--target", "onnxruntime"]
+    result = CliRunner().invoke(cli.main, args + [a.format(cal=cal) for a in extra])
+    if message is None:
+        assert result.exit_code == 0, result.output
+        assert "reg by relative L2 alone (values, as --output-reading reg=values says)" in result.output
+    else:
+        assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output

@@ -291,6 +291,19 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
+def reading_options(specs: tuple[str, ...]) -> dict[str, str]:
+    """``--output-reading NAME=KIND`` options as ``QuantizeConfig.output_readings`` (its checks name a bad KIND)."""
+    readings: dict[str, str] = {}
+    for spec in specs:
+        name, sep, kind = spec.rpartition("=")
+        if not sep or not name:
+            raise BuildError(f"--output-reading must look like NAME=values or NAME=classes, got {spec!r}")
+        if name in readings:
+            raise BuildError(f"--output-reading {spec!r}: output {name!r} was given a reading already")
+        readings[name] = kind
+    return readings
+
+
 @click.command(cls=_BuildCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(), help="Bundle to write (default: MODEL's name with .aotb).")
@@ -360,6 +373,14 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     show_default=True,
     help="Share of the calibration samples kept out of calibration, for the accuracy report.",
 )
+@click.option(
+    "--output-reading",
+    "output_readings",
+    multiple=True,
+    metavar="NAME=KIND",
+    help="How the int8 report reads an output the graph cannot tell: values (relative L2 alone: a regression, a "
+    "quality score) or classes (top-1 agreement); repeatable.",
+)
 @click.option("--print-graph", is_flag=True, help="Print the optimised graph, partitioned into regions, with why "
               "each op a target could take stayed on the host.")  # fmt: skip
 @click.option("--list-backends", is_flag=True, expose_value=False, is_eager=True, callback=_list_backends,
@@ -371,7 +392,8 @@ def _list_backends(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.version_option(package_name="aot", prog_name="aot-build")
 def main(
     model, output, targets, inputs, binds, min_region_size, backend_assignments, calibration, calibration_table,
-    calibration_method, accuracy_budget, holdout, print_graph, quiet, debug, verbose, **aliases_given,
+    calibration_method, accuracy_budget, holdout, output_readings, print_graph, quiet, debug, verbose,
+    **aliases_given,
 ):  # fmt: skip
     """Compile MODEL (an ONNX file or a torch.export .pt2) into one runtime_lite bundle."""
     output = output or os.path.splitext(os.path.basename(model))[0] + ".aotb"
@@ -392,9 +414,10 @@ def main(
             off = accuracy_budget is not None and accuracy_budget.lower() == "off"
             quantize = QuantizeConfig(calibration, calibration_method, table=calibration_table, holdout=holdout,
                                       accuracy_budget=None if off else parse_budget(accuracy_budget),
-                                      mixed_precision=not off)  # fmt: skip
-        elif accuracy_budget is not None:
-            raise BuildError("--accuracy-budget applies to an int8 build: add --calibration DIR")
+                                      mixed_precision=not off, output_readings=reading_options(output_readings))  # fmt: skip
+        elif accuracy_budget is not None or output_readings:
+            given = "--accuracy-budget" if accuracy_budget is not None else "--output-reading"
+            raise BuildError(f"{given} applies to an int8 build: add --calibration DIR")
         result = build(
             model,
             targets=targets or ("host",),

@@ -42,6 +42,7 @@ from aot.compiler.quantize.report import (
     judgement,
     output_readings,
     verdict,
+    with_user_readings,
 )
 from aot.compiler.quantize.samples import constant_inputs, data_digest, load_samples
 from aot.compiler.quantize.table import CalibrationTable
@@ -178,7 +179,7 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
     samples = [] if config.calibration is None else load_samples(config.calibration, graph.inputs, config.max_samples)
     calibrated = held_back_split(len(samples), config.holdout)
     names = [v.name for v in graph.outputs]
-    readings = output_readings(graph)
+    readings = with_user_readings(graph, output_readings(graph), config.output_readings)
     floats: list[list[np.ndarray]] = []
     runner = None
     if config.table is not None:
@@ -199,7 +200,11 @@ def quantize_graph(graph: Graph, config: QuantizeConfig, rules: dict[str, Rule],
             graph, plan, names, samples, floats, split, config.engine, runner, scheme, config.sequence, readings
         )
         if calibrated == len(samples) and len(tables) > 1:
-            lines.append("int8: no samples held back (--holdout 0): methods judged on the samples they calibrated on")
+            why = "--holdout 0" if not config.holdout else "one sample: none to spare"
+            lines.append(f"int8: no samples held back ({why}): methods judged on the samples they calibrated on")
+            if len(samples) == 1:  # a file of N rows is one sample of batch N (docs/quantization.md)
+                lines.append("int8: one calibration sample: a file holding a batch is one sample; several samples "
+                             "(files, or a stack [S, ...] of the model's shape) let the build hold some back")  # fmt: skip
     if len(tables) > 1:
         table, chose = choose_method(judge, tables, log)
         lines.extend(chose)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aot.compiler.quantize.methods import HISTOGRAM_METHODS
-from aot.compiler.quantize.report import SEQUENCE_READINGS
+from aot.compiler.quantize.report import OUTPUT_READINGS, SEQUENCE_READINGS
 from aot.errors import BuildError
 
 #: ``auto`` tries every histogram method on the held-back samples and keeps the best.
@@ -72,7 +72,9 @@ class QuantizeConfig:
     host plan. ``sequence``: how a (batch, time, classes) output's task agreement reads
     it: ``"auto"`` (its greedy CTC reading where class 0, the blank, is the float
     model's most frequent argmax), ``"ctc"`` or ``"positions"`` (every position must
-    agree, as a tagger's).
+    agree, as a tagger's). ``output_readings``: ``{output name: "values" | "classes"}``, the user's word where
+    the graph does not tell how an output reads: ``values`` (relative L2 alone: a regression, a quality score, an
+    embedding) or ``classes`` (top-1 agreement).
     """
 
     calibration: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | None = None
@@ -89,6 +91,7 @@ class QuantizeConfig:
     mixed_precision: bool = True
     engine: str = "auto"
     sequence: str = "auto"
+    output_readings: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -104,5 +107,12 @@ class QuantizeConfig:
             raise BuildError(f"calibration engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.sequence not in SEQUENCE_READINGS:
             raise BuildError(f"sequence reading {self.sequence!r} is not one of {', '.join(SEQUENCE_READINGS)}")
+        if not isinstance(self.output_readings, Mapping):
+            raise BuildError(f"output_readings must map output names to readings, got {self.output_readings!r}")
+        for name, kind in self.output_readings.items():
+            if not isinstance(name, str) or kind not in OUTPUT_READINGS:
+                raise BuildError(f"--output-reading {name}={kind}: the reading must be one of "
+                                 f"{', '.join(OUTPUT_READINGS)}")  # fmt: skip
+        self.output_readings = dict(self.output_readings)
         if self.max_samples is not None and (type(self.max_samples) is not int or self.max_samples < 1):
             raise BuildError(f"max_samples must be positive, got {self.max_samples}")

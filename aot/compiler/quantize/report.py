@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aot.errors import BuildError
 from aot.ir.graph import Graph, Node, Value
 
 #: The budget a verdict is given against when the build sets none: one point of agreement.
@@ -378,6 +379,54 @@ def output_readings(graph: Graph) -> dict[str, Reading]:
         made = _maker(value, _LAYOUT_OPS | {"reduce_mean"})  # a mean of probabilities is one
         if made is not None and made.op in ("sigmoid", "hard_sigmoid"):
             readings[value.name] = Reading(probability=True)
+    _regression_heads(graph, readings)
+    return readings
+
+
+#: Ops whose output is scores a task thresholds or takes the argmax of (not logits: those come from a dense op).
+_SCORE_MAKERS = _SCORE_OPS | {"log_softmax"}
+
+
+def _regression_heads(graph: Graph, readings: dict[str, Reading]) -> None:
+    """Outputs beside a head of scores (a softmax's or a sigmoid's) that a dense op makes with no activation of
+    their own read as regressions: a face detector's (prob, boxes, landmarks), an SSD's (scores, boxes). Had they
+    been class scores, the model would have given them the activation it gave their sibling; their argmax is
+    noise (ONet's five landmarks read as classes lost 2 points that their cosine of 0.9999 says int8 never lost)."""
+    makers = {v.name: _maker(v) for v in graph.outputs}
+    scores = {name: m.op for name, m in makers.items() if m is not None and m.op in _SCORE_MAKERS}
+    if not scores:
+        return
+    sibling, op = next(iter(scores.items()))
+    for name, maker in makers.items():
+        if name in readings or name in scores or maker is None:
+            continue
+        shape = list(next(v for v in graph.outputs if v.name == name).type.shape)
+        readings[name] = Reading(
+            f"a regression head (shape {shape}): beside {sibling!r}, the scores of a {op}, it holds values, not "
+            "class scores"
+        )
+
+
+#: How ``--output-reading NAME=KIND`` (``QuantizeConfig.output_readings``) says an output reads.
+OUTPUT_READINGS = ("classes", "values")
+
+
+def with_user_readings(graph: Graph, readings: dict[str, Reading], given: dict[str, str]) -> dict[str, Reading]:
+    """``readings`` with the user's word on some outputs: ``values`` (judged by relative L2 alone: regressions,
+    scores, embeddings the graph cannot tell from class scores, as a speech-quality model's three MOS values) or
+    ``classes`` (top-1 agreement, whatever the graph suggested). BuildError naming an output the graph lacks."""
+    shapes = {v.name: list(v.type.shape) for v in graph.outputs}
+    readings = dict(readings)
+    for name, kind in given.items():
+        if name not in shapes:
+            raise BuildError(f"--output-reading {name}={kind}: the model has no output {name!r} "
+                             f"(its outputs: {', '.join(shapes)})")  # fmt: skip
+        if kind == "values":
+            readings[name] = Reading(
+                f"values, as --output-reading {name}=values says (shape {shapes[name]}), not class scores"
+            )
+        else:
+            readings.pop(name, None)
     return readings
 
 
@@ -618,7 +667,7 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
     rows = judged_split(accuracy)
     if not rows:
         return "int8 verdict: no samples to judge by"
-    split = f"{rows[0].samples} {rows[0].split} samples"
+    split = f"{rows[0].samples} {rows[0].split} sample{'s' if rows[0].samples != 1 else ''}"
     broken = next((a for a in rows if any(a.nonfinite)), None)
     if broken is not None:  # a NaN compares as nothing: no agreement or norm over it means anything
         float_bad, int8_bad = broken.nonfinite
@@ -653,7 +702,26 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
         line += f"; one disagreement in {coarsest} is {points(1.0 / coarsest)}: more samples resolve it"
     if not within and not unresolved:
         line += "; --accuracy-budget keeps the costliest layers float"
+        line += _values_hint(rows, budget)
     return line
+
+
+def _values_hint(rows: list[OutputAccuracy], budget: float) -> str:
+    """Where an output read as class scores lost the budget by its argmax while its values hardly moved, it may hold
+    values, not class scores (a regression's, a score's): the way to say so."""
+    moved = [
+        a for a in rows
+        if a.judged_as().endswith("(top-1 agreement)") and a.relative_l2 <= RELATIVE_L2_THRESHOLD
+        and a.task_agreement is not None and 1.0 - a.task_agreement > budget
+    ]  # fmt: skip
+    if not moved:
+        return ""
+    names = ", ".join(f"{a.output} (relative L2 {a.relative_l2:.4f})" for a in moved)
+    flags = " ".join(f"--output-reading {a.output}=values" for a in moved)
+    return (
+        f"; {names} moved little while its argmax changed: if it holds values (a regression, scores), not class "
+        f"scores, {flags} judges it by relative L2"
+    )
 
 
 def judgement(accuracy: list[OutputAccuracy]) -> str:
