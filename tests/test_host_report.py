@@ -34,3 +34,14 @@ def test_symbolic_dims_hint_keeps_an_input_name_with_colons_whole_in_both_forms(
     assert fixed.regions.get("npu", 0) == 1, fixed.regions
     x = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
     np.testing.assert_array_equal(runtime_lite.load(fixed.to_bytes()).run([x])[0], np.maximum(x, 0))
+
+
+def test_symbolic_dims_hint_suggests_sizes_within_the_declared_bounds():
+    """A dim declared 11..64 (as torch.export bounds an MTCNN image side): the hint's example sits at its least size,
+    not at 1, which the build would refuse ("outside 11..64"); following it offloads the graph."""
+    model = _relu("x")
+    bounded = input_shapes(("x:11..64x4",))
+    (hint,) = [n for n in aot.build(model, targets=["npu"], input_shapes=bounded, log=None).notes if "--input" in n]
+    assert "--input x:11x4" in hint and "sizes the model takes" in hint, hint
+    fixed = aot.build(model, targets=["npu"], input_shapes=input_shapes(("x:11x4",)), log=None)
+    assert fixed.regions.get("npu", 0) == 1, fixed.regions

@@ -54,17 +54,22 @@ def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[
 
 
 def _fix_symbolic_dims(pg: PartitionedGraph, backend: str) -> str:
-    """How to give ``backend`` static shapes: each symbolic input dim fixed (to 1 for the example)."""
-    fixes = [
-        (v.name, [str(d) if isinstance(d, int) else "1" for d in v.type.shape])
-        for v in pg.inputs
-        if not v.type.is_static
-    ]
+    """How to give ``backend`` static shapes: each symbolic input dim fixed, in the example to the least size
+    its bounds allow (1 where it has none): an example the build then refuses ("outside 11..") helps no one."""
+    dims = pg.graph.dims
+
+    def example(d) -> str:
+        if isinstance(d, int):
+            return str(d)
+        low = getattr(dims.get(d), "min", None)
+        return str(max(1, low)) if isinstance(low, int) else "1"
+
+    fixes = [(v.name, [example(d) for d in v.type.shape]) for v in pg.inputs if not v.type.is_static]
     # The name may itself hold ':' (TF's 'serving_default_input_2:0'): the CLI splits NAME:SHAPE at the last one.
     flags = " ".join(f"--input {name}:{'x'.join(dims)}" for name, dims in fixes)
     api = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in fixes)
     return (
-        f"{backend} plans static shapes: fix the symbolic dims to offload, e.g. {flags} "
+        f"{backend} plans static shapes: fix the symbolic dims to sizes the model takes to offload, e.g. {flags} "
         f"(aot.build(..., input_shapes={{{api}}}))"
     )
 
