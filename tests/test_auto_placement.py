@@ -233,6 +233,21 @@ def test_symbolic_image_dims_a_kernel_is_wider_than_are_timed_at_a_size_it_takes
 
 
 @needs_openvino
+def test_raw_audio_under_a_wide_window_is_timed_at_a_length_it_takes(cache_dir):
+    """A 512-tap strided Conv1d over raw audio [N, 1, T] (an STFT front end's): no length up to an image's side runs
+    it, so the timing takes 4096 samples; it was left untimed ("kernel extent 512 is wider than the padded input")."""
+    from onnx import helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(1).standard_normal((16, 1, 512)).astype(np.float32), "w")
+    model = _one_node(helper.make_node("Conv", ["x", "w"], ["y"], strides=[128]), {"x": ("float32", ["N", 1, "T"])},
+                      {"y": ("float32", ["N", 16, "F"])}, [weight])  # fmt: skip
+    module = runtime_lite.load(_bundle(model), backend_options={"auto": {"runs": 2}})
+    assert "measured here: " in _detail(module), _detail(module)
+    x = np.random.default_rng(2).standard_normal((1, 1, 1600)).astype(np.float32)
+    assert relative_l2(module.run({"x": x})[0], onnxruntime_outputs(model, {"x": x})[0]) < 1e-5
+
+
+@needs_openvino
 @pytest.mark.parametrize(("bounds", "timed"), [(None, (1, 3, 224, 224)), ((256, 1280), (1, 3, 256, 256)),
                                                ((8, 64), (1, 3, 64, 64))])  # fmt: skip
 def test_engines_are_timed_at_a_working_size_within_the_bundles_bounds(cache_dir, monkeypatch, bounds, timed):

@@ -119,8 +119,9 @@ LOAD_OPTIONS = (
 #: (the leading axis, the others), each moved inside the bounds the bundle declares for that dim. The leading
 #: (batch) axis at 1; the others first at a working size (an image's side, a sequence's length: the engines' speeds
 #: at 1x1 are noise and told apart the wrong one, onnxruntime on a text detector OpenVINO ran 35% faster at
-#: 640x640), then smaller for a region that cannot take it (a Range's length tied to another dim).
-SAMPLE_SIZES = ((1, 224), (1, 32), (1, 1))
+#: 640x640), then smaller for a region that cannot take it (a Range's length tied to another dim), then larger for
+#: one that needs more than an image's side: raw audio under an STFT of 512 taps or a window of a second.
+SAMPLE_SIZES = ((1, 224), (1, 32), (1, 1), (1, 4096), (1, 16384))
 
 
 def sample_inputs(
