@@ -353,7 +353,7 @@ def test_the_multi_label_metric_is_the_f1_of_positives_not_the_share_of_agreeing
         "F1 of int8's positives against float's 75.0% (the task agreement; 4 float and 4 int8 positives" in row.line()
     )
     # one missed positive of 4 costs 1/7 of the F1: two (25 points) are more than one disagreement resolves
-    assert verdict([row]).startswith("int8 verdict: OVER the 1 point budget: agreement 75.0% on 1 held-back samples")
+    assert verdict([row]).startswith("int8 verdict: OVER the 1 point budget: agreement 75.0% on 1 held-back sample ")
     assert "one disagreement in 7 is 14.3 points: more samples resolve it" in verdict([row])
     assert (
         judgement([row]) == "int8 judged: note as multi-label decisions at 0.5 (F1 of int8's positives against float's)"
@@ -513,3 +513,38 @@ def test_the_output_reading_option_on_the_command_line(tmp_path, extra, message)
         assert "reg by relative L2 alone (values, as --output-reading reg=values says)" in result.output
     else:
         assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+
+
+def _log_power(tmp_path):
+    """A log-power front end's arithmetic: MatMul -> Relu -> MatMul -> square -> + 1e-6 -> Log. int8 rounds the small
+    powers to zero, which the log turns into large errors (a log-mel model shipped at relative L2 0.49)."""
+    rng = np.random.default_rng(11)
+    weights = [("w1", (rng.standard_normal((32, 64)) * 0.2).astype(np.float32)),
+               ("w2", (rng.standard_normal((64, 16)) * 0.2).astype(np.float32)), ("eps", np.array(1e-6, np.float32))]  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["p"]),
+        helper.make_node("Mul", ["p", "p"], ["pw"]),
+        helper.make_node("Add", ["pw", "eps"], ["pe"]),
+        helper.make_node("Log", ["pe"], ["y"]),
+    ]
+    path = _save(tmp_path, "logpow", nodes, [helper.make_tensor_value_info("x", F, ["N", 32])],
+                 [helper.make_tensor_value_info("y", F, ["N", 16])], weights)  # fmt: skip
+    return path, [{"x": rng.standard_normal((1, 32)).astype(np.float32)} for _ in range(32)]
+
+
+def test_without_a_task_metric_the_default_budget_holds_relative_l2_to_the_threshold(tmp_path):
+    """Every layer in int8 is far past 0.05 here: the default budget keeps the costliest layers float and ends below
+    int8 everywhere (saying so where no set short of the float model reaches 0.05); --accuracy-budget off keeps every
+    layer int8, as before."""
+    path, samples = _log_power(tmp_path)
+    built = _build(path, samples, output_readings={"y": "values"})
+    (line,) = [n for n in built.notes if "relative L2 held to 0.05: int8 everywhere" in n]
+    everywhere = float(line.split("int8 everywhere ")[1].split()[0])
+    assert everywhere > RELATIVE_L2_THRESHOLD and "the costliest: matmul 'p'" in line, line
+    assert built.quantization.kept_float, built.notes
+    (after,) = [n for n in built.notes if n.startswith("int8: with it float, relative L2 ")]
+    assert float(after.split("relative L2 ")[1].split(";")[0]) < everywhere, after
+    off = _build(path, samples, output_readings={"y": "values"}, mixed_precision=False)
+    assert off.quantization.kept_float == [] and not any("held to 0.05" in n for n in off.notes)

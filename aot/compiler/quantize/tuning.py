@@ -9,7 +9,9 @@ held-back samples, against the float outputs the calibration pass already comput
 - ``fit_budget``: when the chosen build loses more than the budget, each quantized layer
   is kept float alone to measure what its quantization costs (per-layer sensitivity,
   as accuracy-aware tuning does); the costliest are kept float, the fewest that meet
-  the budget (a bisection over the ranking, re-measured as a whole).
+  the budget (a bisection over the ranking, re-measured as a whole). Where no output has a
+  task metric, the default budget holds the relative L2 to ``RELATIVE_L2_THRESHOLD`` the
+  same way (the verdict's measure there): a log-mel front end at 0.49 was shipped in int8.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from aot.compiler.quantize.calibrate import clone, progress_bar
 from aot.compiler.quantize.engine import GraphRunner
 from aot.compiler.quantize.insert import SYMMETRIC, Int8Scheme, QuantizationPlan, QuantizedOp, insert_qdq
 from aot.compiler.quantize.report import (
+    RELATIVE_L2_THRESHOLD,
     OutputAccuracy,
     Reading,
     Score,
@@ -173,17 +176,26 @@ def layer_costs(judge: Judge, table: CalibrationTable, stream: TextIO | None) ->
     return sorted(costs, key=lambda c: c.alone.key())  # the layer whose int8 alone scores worst first
 
 
+def _task_loss(score: Score) -> float:
+    return score.loss
+
+
+def _relative_l2(score: Score) -> float:
+    return score.relative_l2
+
+
 def _fewest_kept(judge: Judge, table: CalibrationTable, order: list[str], limit: float, measured: dict[int, Score],
-                 tick: Callable[[int], None]) -> int:  # fmt: skip
-    """The smallest k whose k costliest layers (``order``) kept float lose at most ``limit``, by bisection; len(order)
-    where none does. ``measured`` (k -> score) holds what earlier searches measured, and gains what this one does."""
+                 tick: Callable[[int], None], loss: Callable[[Score], float] = _task_loss) -> int:  # fmt: skip
+    """The smallest k whose k costliest layers (``order``) kept float lose at most ``limit`` (by ``loss``), by
+    bisection; len(order) where none does. ``measured`` (k -> score) holds what earlier searches measured, and
+    gains what this one does."""
     lo, hi = 1, len(order)
     steps = max(1, (len(order) - 1).bit_length())
     while lo < hi:
         mid = (lo + hi) // 2
         if mid not in measured:
             measured[mid] = judge.measure(table, order[:mid])[1]
-        if measured[mid].loss <= limit + 1e-12:
+        if loss(measured[mid]) <= limit + 1e-12:
             hi = mid
         else:
             lo = mid + 1
@@ -213,7 +225,7 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
     if base.loss is None:
         why = "; ".join(f"{a.output}: {a.unreadable}" for a in rows)
         if not strict:
-            return [], [f"int8: the {asked} ({budget_text(budget)}) is not applied: no output the task metric reads"]
+            return _fit_relative_l2(judge, table, base, f"the {asked} ({budget_text(budget)})", on, stream)
         raise BuildError(f"--accuracy-budget needs an output the task metric reads; {why}")
     if base.loss <= budget + 1e-12:
         return [], [f"int8: {asked} {budget_text(budget)} met with every layer in int8 "
@@ -265,3 +277,43 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
         f"{len(measured)} layer sets in {time.perf_counter() - start:.1f} s",
     ]
     return order[:k], lines
+
+
+def _fit_relative_l2(judge: Judge, table: CalibrationTable, base: Score, asked: str, on: str, stream: TextIO | None
+                     ) -> tuple[list[str], list[str]]:  # fmt: skip
+    """The default budget where no output has a task metric: the fewest layers kept float (the costliest by relative
+    L2) that bring the relative L2 within ``RELATIVE_L2_THRESHOLD``, which the verdict then reads; every layer in
+    int8 where none does short of the float model (the verdict says OVER)."""
+    head = (
+        f"int8: {asked} is not applied: no output the task metric reads; relative L2 held to {RELATIVE_L2_THRESHOLD:g}"
+    )
+    if base.relative_l2 <= RELATIVE_L2_THRESHOLD:
+        return [], [f"{head}: met with every layer in int8 ({base.relative_l2:.4f} on {on})"]
+    start = time.perf_counter()
+    costs = layer_costs(judge, table, stream)  # the worst relative L2 alone in int8 first (Score.key)
+    order = [c.name for c in costs]
+    measured: dict[int, Score] = {0: base}
+    tick = progress_bar(stream, "budget", max(1, (len(order) - 1).bit_length()))
+    tick(0)
+    k = _fewest_kept(judge, table, order, RELATIVE_L2_THRESHOLD, measured, tick, _relative_l2)
+    met = k < len(order) and measured[k].relative_l2 <= RELATIVE_L2_THRESHOLD + 1e-12
+    if not met:
+        k = min((j for j in measured if j < len(order)), key=lambda j: (measured[j].relative_l2, j))
+        if k == 0:
+            return [], [f"{head}: int8 everywhere {base.relative_l2:.4f} on {on}, and no layer set measured short "
+                        "of the float model is within it; every layer kept in int8 (build in float where it "
+                        "matters)"]  # fmt: skip
+    named = ", ".join(f"{c.op} {c.name!r} (alone in int8: relative L2 {c.alone.relative_l2:.4f})"
+                      for c in costs[: min(k, NAMED_LAYERS)])  # fmt: skip
+    if k > NAMED_LAYERS:
+        named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
+    kept = f"{k} of {len(order)} layers kept float" if met else (
+        f"no layer set short of the float model is within it, the least measured keeps {k} of {len(order)} layers "
+        "float"
+    )  # fmt: skip
+    return order[:k], [
+        f"{head}: int8 everywhere {base.relative_l2:.4f} on {on}; {kept}, the costliest: {named}",
+        f"int8: with {'it' if k == 1 else 'them'} float, relative L2 {measured[k].relative_l2:.4f}; measured "
+        f"{len(order)} layers' costs on {min(len(judge.samples), SENSITIVITY_SAMPLES)} samples and {len(measured)} "
+        f"layer sets in {time.perf_counter() - start:.1f} s",
+    ]
