@@ -1,4 +1,5 @@
-"""ONNX ``If`` with a condition known at build time (inlined), inputs bound with --bind, and the refusals."""
+"""ONNX ``If`` with a condition known at build time (inlined), one known at run time (a select of both branches),
+inputs bound with --bind, and the refusals."""
 
 from __future__ import annotations
 
@@ -76,13 +77,15 @@ def test_an_if_on_a_shape_folds_once_input_fixes_it(width):
     _same(runtime_lite.load(result.to_bytes()).run({"x": x}), onnxruntime_outputs(model, {"x": x}))
 
 
-def test_an_if_on_a_symbolic_shape_is_refused_naming_the_input_and_the_fix():
-    with pytest.raises(UnsupportedOpsError) as e:
-        aot.build(_shape_model(), log=None)
-    message = str(e.value)
-    assert "\n" not in message
-    assert message.startswith("If node 'size_check': its condition is computed at run time from the shape of input 'x'")
-    assert "--input x:SHAPE" in message and "--bind" not in message
+def test_an_if_on_a_symbolic_shape_with_pure_branches_is_one_select_for_every_width():
+    model = _shape_model()
+    result = aot.build(model, log=None)
+    ops = [n.op for n in result.graph.nodes]
+    assert "where" in ops and "relu" in ops  # both branches, then a select
+    module = runtime_lite.load(result.to_bytes())
+    for width in (6, 3):
+        x = rand(2, width, seed=width)
+        _same(module.run({"x": x}), onnxruntime_outputs(model, {"x": x}))
 
 
 # -- an If on an input bound at build time ----------------------------------------------------------
@@ -171,27 +174,177 @@ def test_branch_names_that_repeat_outer_names_stay_in_the_branch():
     np.testing.assert_allclose(expected[0], -x + t, rtol=1e-6, atol=1e-6)  # mode 0: else branch, then the outer 'h'
 
 
-def test_a_condition_computed_from_an_input_is_refused_in_one_line_naming_it():
-    then = _branch("then", [helper.make_node("Relu", ["x"], ["r"])], ["r"])
-    other = _branch("else", [helper.make_node("Neg", ["x"], ["n"])], ["n"])
+# -- an If on a run-time condition: a select of both branches where that is safe ---------------------
+
+
+def _gated_model(width_fixed: bool = True) -> onnx.ModelProto:
+    """openwakeword's hey_jarvis in small: ``p1 = sigmoid(gemm(flatten(x)))``; ``if p1 >= 0.5``, a verifier MLP
+    (Flatten, Gemm, a layer norm spelled out as ReduceMean, Sub, Pow, Sqrt, Div, Mul, Add, then Relu, Gemm,
+    Sigmoid) gives the output, else ``p1`` itself (an Identity)."""
+    then = _branch(
+        "verifier",
+        [
+            helper.make_node("Flatten", ["x"], ["flat2"]),
+            helper.make_node("Gemm", ["flat2", "v1", "c1"], ["h1"], transB=1),
+            helper.make_node("ReduceMean", ["h1"], ["mean"], axes=[-1]),
+            helper.make_node("Sub", ["h1", "mean"], ["centred"]),
+            helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", FLOAT, [], [2.0])),
+            helper.make_node("Pow", ["centred", "two"], ["squared"]),
+            helper.make_node("ReduceMean", ["squared"], ["var"], axes=[-1]),
+            helper.make_node("Constant", [], ["eps"], value=helper.make_tensor("eps", FLOAT, [], [1e-5])),
+            helper.make_node("Add", ["var", "eps"], ["var_eps"]),
+            helper.make_node("Sqrt", ["var_eps"], ["std"]),
+            helper.make_node("Div", ["centred", "std"], ["normed"]),
+            helper.make_node("Mul", ["normed", "gamma"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "beta"], ["shifted"]),
+            helper.make_node("Relu", ["shifted"], ["r1"]),
+            helper.make_node("Gemm", ["r1", "v2", "c2"], ["logit2"], transB=1),
+            helper.make_node("Sigmoid", ["logit2"], ["p2"]),
+        ],
+        ["p2"],
+        {"v1": rand(8, 12, seed=11), "c1": rand(8, seed=12), "gamma": rand(8, seed=13, low=0.5, high=1.5),
+         "beta": rand(8, seed=14), "v2": rand(1, 8, seed=15), "c2": rand(1, seed=16)},
+    )  # fmt: skip
+    other = _branch("pass", [helper.make_node("Identity", ["p1"], ["p1_out"])], ["p1_out"])
     nodes = [
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-        helper.make_node("Greater", ["total", "zero"], ["positive"]),
-        helper.make_node("And", ["positive", "flag"], ["c"]),
-        _if("c", ["y"], then, other, name="gate"),
+        helper.make_node("Flatten", ["x"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "w", "b"], ["logit"], transB=1),
+        helper.make_node("Sigmoid", ["logit"], ["p1"]),
+        helper.make_node("GreaterOrEqual", ["p1", "half"], ["ge"]),
+        helper.make_node("Cast", ["ge"], ["cond"], to=TensorProto.BOOL),
+        _if("cond", ["y"], then, other, name="verify"),
     ]
-    model = make_model(nodes, {"x": rand(2, 3), "flag": np.array(True)}, ["y"], {"zero": np.float32(0)})
+    inits = {"w": np.full((1, 12), 0.5, np.float32), "b": np.zeros(1, np.float32), "half": np.float32(0.5)}
+    return make_model(nodes, {"x": rand(1, 3, 4)}, ["y"], inits, opset=13)
+
+
+def _gate_inputs() -> list[np.ndarray]:
+    """Inputs on both sides of the gate: p1 = sigmoid(sum(x) / 2), so a positive offset takes the verifier."""
+    return [rand(1, 3, 4, seed=s) + offset for s, offset in enumerate((-0.6, -0.2, 0.2, 0.6, 1.0))]
+
+
+@pytest.mark.parametrize("target", ["host", "onnxruntime", "npu"])
+def test_a_run_time_condition_with_pure_branches_is_a_select_matching_onnxruntime(target):
+    model = _gated_model()
+    ops = [n.op for n in from_onnx(model).nodes]
+    assert "where" in ops and ops.count("sigmoid") == 2  # both branches computed, one picked
+    module = runtime_lite.load(aot.build(model, targets=[target], log=None).to_bytes())
+    taken = set()
+    for x in _gate_inputs():
+        taken.add(bool(1 / (1 + np.exp(-x.sum() / 2)) >= 0.5))
+        ours, theirs = module.run({"x": x}), onnxruntime_outputs(model, {"x": x})
+        assert ours[0].shape == theirs[0].shape == (1, 1) and ours[0].dtype == theirs[0].dtype
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+    assert taken == {True, False}
+
+
+def test_a_select_is_calibrated_and_runs_in_int8():
+    from aot import QuantizeConfig
+
+    model = _gated_model()
+    calibration = [{"x": x} for x in _gate_inputs() * 2]
+    module = runtime_lite.load(
+        aot.build(model, targets=["npu"], quantize=QuantizeConfig(calibration), log=None).to_bytes()
+    )
+    for x in _gate_inputs():
+        theirs = onnxruntime_outputs(model, {"x": x})[0]
+        np.testing.assert_allclose(module.run({"x": x})[0], theirs, atol=0.01)  # int8: 4e-3 here
+
+
+def test_a_run_time_if_nested_in_a_select_branch_is_a_select_too():
+    """The inner If's condition is data as well: both levels become selects; every branch is pure."""
+    yes = _branch("yes", [helper.make_node("Exp", ["h"], ["e"])], ["e"])
+    no = _branch("no", [helper.make_node("Neg", ["h"], ["n"])], ["n"])
+    then = _branch("then", [helper.make_node("Less", ["s", "zero"], ["c2"]), _if("c2", ["inner"], yes, no, "inner")],
+                   ["inner"])  # fmt: skip
+    other = _branch("else", [helper.make_node("Mul", ["h", "h"], ["sq"])], ["sq"])
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["h"]),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "minus_one"], ["c1"]),
+        _if("c1", ["y"], then, other, name="outer"),
+    ]
+    inits = {"zero": np.float32(0), "minus_one": np.float32(-1)}
+    model = make_model(nodes, {"x": rand(2, 3)}, ["y"], inits)
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    for offset in (-1.0, -0.1, 0.5):  # else; then, inner yes; then, inner no
+        x = rand(2, 3, seed=4) * 0.1 + offset
+        _same(module.run({"x": x}), onnxruntime_outputs(model, {"x": x}))
+
+
+def _unsafe_model(source: str, then_nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """An If whose then_branch gives ``picked`` from ``then_nodes`` and else_branch ``x``'s row means, on a
+    condition computed from ``source``: the value of data ``x``, ``x`` and a scalar ``flag``, or ``x``'s shape."""
+    then = _branch("then", then_nodes, ["picked"])
+    other = _branch("else", [helper.make_node("ReduceMean", ["x"], ["means"], axes=[1], keepdims=0)], ["means"])
+    cond = {
+        "data": [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0), helper.make_node("Greater", ["total", "zero"], ["c"])],
+        "flag": [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0), helper.make_node("Greater", ["total", "zero"], ["positive"]),
+                 helper.make_node("And", ["positive", "flag"], ["c"])],
+        "shape": [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["width"], axis=0),
+                  helper.make_node("Greater", ["width", "four"], ["c"])],
+    }[source]  # fmt: skip
+    inputs = {"x": rand(2, 6), "k": np.array(1, np.int64), "flag": np.array(True)}
+    inits = {"zero": np.float32(0), "one": np.array(1, np.int64), "four": np.array(4, np.int64)}
+    shapes = {"x": [2, "L"]} if source == "shape" else None
+    return make_model([*cond, _if("c", ["y"], then, other, name="gate")], inputs, ["y"], inits, input_shapes=shapes)
+
+
+_GATHER = [helper.make_node("Gather", ["x", "k"], ["picked"], axis=1, name="pick")]
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("data", "the value of input 'x' (float32[2,6]) is run-time data, so no build option makes it a constant"),
+        ("flag", "bind it (--bind flag=VALUE; input_values= in aot.build), though the value of input 'x' (float32[2,6]) stays run-time data"),
+        ("shape", "fix its shape (--input x:SHAPE) so that the condition folds to a constant"),
+    ],
+)  # fmt: skip
+def test_a_run_time_condition_over_a_branch_that_can_fail_is_refused_naming_the_op(source, words):
     with pytest.raises(UnsupportedOpsError) as e:
-        aot.build(model, log=None)
+        aot.build(_unsafe_model(source, _GATHER), log=None)
     message = str(e.value)
     assert "\n" not in message
-    assert "If node 'gate': its condition is computed at run time from the value of input 'x', 'flag'" in message
-    assert "--bind x=VALUE --bind flag=VALUE" in message and "input_values=" in message
-    assert "static dataflow graph" in message
+    origin = (
+        "the shape of input 'x'"
+        if source == "shape"
+        else "the value of input 'x'" + (", 'flag'" if source == "flag" else "")
+    )
+    assert message.startswith(f"If node 'gate': its condition is computed at run time from {origin}; ")
+    assert "static dataflow graph" in message and "Where(condition, then, else)" in message
+    assert (
+        "its then_branch holds Gather node 'pick', which can fail on values it was not meant for (an index out of range)"
+        in message
+    )
+    assert message.endswith(words)
+    assert ("--bind" in message) == (source == "flag")  # never for data or a shape
+
+
+def test_other_unsafe_branches_and_mismatched_outputs_are_refused_naming_why():
+    idiv = [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64), helper.make_node("Div", ["xi", "k"], ["q"], name="quot"),
+            helper.make_node("ReduceMax", ["q"], ["qm"], axes=[1], keepdims=0), helper.make_node("Cast", ["qm"], ["picked"], to=FLOAT)]  # fmt: skip
+    with pytest.raises(
+        UnsupportedOpsError, match=r"its then_branch holds Div node 'quot', .* \(an integer division by zero\)"
+    ):
+        aot.build(_unsafe_model("data", idiv), log=None)
+    ints = [helper.make_node("ArgMax", ["x"], ["picked"], axis=1, keepdims=0)]  # int64[2] against float32[2]
+    with pytest.raises(
+        UnsupportedOpsError,
+        match=r"its output 0 is int64\[2\] from the then_branch but float32\[2\] from the else_branch",
+    ):
+        aot.build(_unsafe_model("data", ints), log=None)
+    safe = [helper.make_node("ReduceMax", ["x"], ["picked"], axes=[1], keepdims=0)]
+    model = _unsafe_model("data", safe)
+    module = runtime_lite.load(aot.build(model, log=None).to_bytes())
+    for sign in (1, -1):
+        feeds = {"x": sign * np.abs(rand(2, 6, seed=8)), "k": np.array(1, np.int64), "flag": np.array(True)}
+        _same(module.run(feeds), onnxruntime_outputs(model, feeds))
     with pytest.raises(UnsupportedOpsError, match="from the value of input 'x';"):  # flag bound: x is left
-        aot.build(model, input_values={"flag": True}, log=None)
-    ours = _ours(model, {}, input_values={"flag": False, "x": rand(2, 3)})  # both bound: it folds to a constant
-    np.testing.assert_allclose(ours[0], -rand(2, 3), rtol=1e-6)
+        aot.build(_unsafe_model("flag", _GATHER), input_values={"flag": True}, log=None)
+    both = {"flag": False, "x": rand(2, 6)}  # both bound: it folds to a constant, the Gather never runs
+    np.testing.assert_allclose(_ours(_unsafe_model("flag", _GATHER), {"k": np.array(9, np.int64)}, input_values=both)[0],
+                               rand(2, 6).mean(axis=1), rtol=1e-6)  # fmt: skip
 
 
 def test_loop_and_scan_stay_refused_by_design():
@@ -304,10 +457,20 @@ def test_the_command_line_binds_and_says_so(tmp_path):
     expected = onnxruntime_outputs(_rate_model(), {"x": x, "sr": np.array(8000, np.int64)})
     _same(runtime_lite.load(bundle).run({"x": x}), expected)
 
-    refused = _cli(str(path), "-o", str(tmp_path / "no.aotb"))
+    unbound = _cli(str(path), "-o", str(tmp_path / "select.aotb"))  # pure branches: a select on sr at run time
+    assert unbound.returncode == 0, unbound.stderr
+    module = runtime_lite.load(tmp_path / "select.aotb")
+    for rate in (16000, 8000):
+        feeds = {"x": x, "sr": np.array(rate, np.int64)}
+        _same(module.run(feeds), onnxruntime_outputs(_rate_model(), feeds))
+
+    gated = tmp_path / "gated.onnx"
+    gated.write_bytes(_unsafe_model("flag", _GATHER).SerializeToString())
+    refused = _cli(str(gated), "-o", str(tmp_path / "no.aotb"))
     errors = [line for line in refused.stderr.splitlines() if line.startswith("Error")]
     assert refused.returncode != 0 and len(errors) == 1 and "Traceback" not in refused.stderr
-    assert "from the value of input 'sr'" in errors[0] and "--bind sr=VALUE" in errors[0]
+    assert "from the value of input 'x', 'flag'" in errors[0] and "Gather node 'pick'" in errors[0]
+    assert "--bind flag=VALUE" in errors[0] and "--bind x" not in errors[0]
     assert not (tmp_path / "no.aotb").exists()
 
     for args, words in [

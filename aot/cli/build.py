@@ -16,6 +16,7 @@ from aot.compiler.build import BuildResult, build, parse_input_shapes
 from aot.compiler.quantize import METHODS, QuantizeConfig
 from aot.compiler.quantize.config import budget_fraction
 from aot.errors import AotError, BuildError
+from aot.frontend.onnx.control_flow import MAX_BOUND_VALUES
 from aot.inspect.summary import describe_dims, describe_worst_case, format_size
 from aot.ir.dims import DimRange
 from aot.quiet import show_third_party_warnings
@@ -144,10 +145,6 @@ def _check_input_dims(spec: str, shape: tuple) -> None:
     extent = math.prod(d for d in shape if isinstance(d, int))
     if extent > fmt.MAX_ELEMENTS:
         raise BuildError(f"--input {spec!r}: {extent} elements, more than a tensor may hold ({fmt.MAX_ELEMENTS})")
-
-
-#: the most values one --bind takes: it binds scalars and short lists (aot.build(input_values=) takes arrays)
-MAX_BOUND_VALUES = 4096
 
 
 def bound_values(specs: tuple[str, ...]) -> dict[str, object]:

@@ -4,11 +4,17 @@ aot compiles one static dataflow graph, so a branch taken at run time has no pla
 bundle. An ``If`` whose condition is a constant when the importer reaches it (folded from
 constants, from shapes that ``--input`` fixed, or from an input bound with ``--bind``) is no
 run-time branch, though: the branch it takes is converted in its place and the other is
-dropped. ``Loop`` and ``Scan`` stay refused by design.
+dropped. An ``If`` whose condition is known only at run time becomes a select where that is
+safe: both branches are converted and each output is ``where(condition, then, else)``, the usual
+lowering of a cheap conditional; safe means a one-element condition, outputs of one dtype and
+shape in both branches, and branches made only of ops that cannot fail or have side effects
+whatever the values (``SELECT_SAFE``), since the branch not taken is computed too, on values it
+was not meant for. ``Loop`` and ``Scan`` stay refused by design.
 """
 
 from __future__ import annotations
 
+import re
 from collections import ChainMap
 from collections.abc import Callable, Iterable
 
@@ -18,8 +24,11 @@ import onnx
 from aot.errors import ModelError, ShapeError, UnsupportedOpsError
 from aot.frontend.onnx.context import NodeContext
 from aot.frontend.onnx.dtypes import onnx_dtype_name
-from aot.ir.graph import Graph, Value
+from aot.ir.graph import Graph, Node, Value
 from aot.ir.types import TensorType
+
+#: the most values one --bind takes: it binds scalars and short lists (aot.build(input_values=) takes arrays)
+MAX_BOUND_VALUES = 4096
 
 #: op types the importer inlines itself (no converter: it needs the importer's conversion loop)
 INLINED = frozenset({"If"})
@@ -72,18 +81,43 @@ def names_read(graph: onnx.GraphProto) -> set[str]:
 
 # -- If ---------------------------------------------------------------------------------------
 
+#: canonical ops that cannot fail or have side effects whatever their operands' values, once shapes are
+#: known: what a select may compute on values the branch was not meant for (inf and NaN propagate, as in
+#: ONNX). A few more pass with a condition (``_unsafe``): divide, mod, reciprocal and power on floats only
+#: (an integer division by zero, a negative integer exponent), reshape and expand to a shape known at build
+#: time, gather with constant indices in range.
+SELECT_SAFE = frozenset(
+    """
+    abs acos acosh asin asinh atan atanh ceil cos cosh erf exp expm1 floor log log10 log1p log2 negative round
+    sigmoid sign sin sinh sqrt tan tanh trunc softplus softsign relu relu6 leaky_relu elu hard_sigmoid hard_swish
+    gelu prelu clip isnan isinf logical_not bitwise_not
+    add subtract multiply maximum minimum atan2 equal greater greater_equal less less_equal
+    logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor where cast copy
+    matmul dense conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d
+    avg_pool1d avg_pool2d avg_pool3d max_pool1d max_pool2d max_pool3d batch_norm layer_norm instance_norm lrn
+    reduce_max reduce_min reduce_mean reduce_sum reduce_prod argmax argmin cumsum softmax log_softmax
+    flatten transpose concat squeeze unsqueeze slice split pad same_pad tile trilu shape
+    quantize dequantize dynamic_quantize recurrent
+    divide mod reciprocal power reshape expand gather
+    """.split()
+)
+
 
 def inline_if(ctx: NodeContext, env: ChainMap, convert_branch: Branch) -> list[Value]:
-    """The outputs of the branch a constant condition takes, converted in place of the ``If``."""
+    """The outputs of the branch a constant condition takes, converted in place of the ``If``; for a condition
+    known only at run time, both branches and a select (``select_if``)."""
     cond = ctx.input(0)
     if cond is None:
         raise ModelError(f"If node '{ctx.name}' has no condition input")
     if not cond.is_constant:
-        raise UnsupportedOpsError(run_time_condition(ctx, cond))
+        return select_if(ctx, cond, env, convert_branch)
     if cond.data.size != 1:
         raise ctx.error(f"the condition holds {cond.data.size} elements (shape {list(cond.data.shape)}), not one")
     taken = bool(cond.data.reshape(-1)[0])
-    key = "then_branch" if taken else "else_branch"
+    return _converted(ctx, "then_branch" if taken else "else_branch", env, convert_branch)
+
+
+def _converted(ctx: NodeContext, key: str, env: ChainMap, convert_branch: Branch) -> list[Value]:
     branch = ctx.attr(key)
     if not isinstance(branch, onnx.GraphProto):
         raise ModelError(f"If node '{ctx.name}' has no {key} graph")
@@ -96,26 +130,148 @@ def inline_if(ctx: NodeContext, env: ChainMap, convert_branch: Branch) -> list[V
     return outputs
 
 
-def run_time_condition(ctx: NodeContext, cond: Value) -> str:
-    """Why an If's condition is not a constant, and what would make it one, in one line."""
+def select_if(ctx: NodeContext, cond: Value, env: ChainMap, convert_branch: Branch) -> list[Value]:
+    """An If on a run-time condition as both branches and, per output, ``where(condition, then, else)``.
+
+    Both branches run on every call, the one not taken on values it was not meant for, so each must be made
+    only of ops in ``SELECT_SAFE`` (checked on the canonical nodes the branch adds: what folded at build time
+    runs nothing); anything else is refused in one line (``run_time_condition``) naming the op and branch.
+    """
+    numel = cond.type.numel
+    if numel != 1:
+        shape = "[" + ",".join(str(d) for d in cond.type.shape) + "]"
+        count = "a number of elements known only at run time" if numel is None else f"{numel} elements"
+        raise UnsupportedOpsError(run_time_condition(ctx, cond, f"its condition {shape} has {count}, not one"))
+    outputs = {}
+    for key in ("then_branch", "else_branch"):
+        first = len(ctx.graph.nodes)
+        try:
+            outputs[key] = _converted(ctx, key, env, convert_branch)
+        except (UnsupportedOpsError, ShapeError) as e:
+            raise UnsupportedOpsError(run_time_condition(ctx, cond, f"its {key} cannot be converted ({e})")) from None
+        for node in ctx.graph.nodes[first:]:
+            why = _unsafe(node)
+            if why:
+                op, label = _source_node(ctx.attr(key), node)
+                raise UnsupportedOpsError(
+                    run_time_condition(
+                        ctx,
+                        cond,
+                        f"its {key} holds {op} node '{label}', which can fail on values it was not meant for ({why})",
+                    )
+                )
+    for i, (then, other) in enumerate(zip(outputs["then_branch"], outputs["else_branch"])):
+        if then.type != other.type:
+            raise UnsupportedOpsError(
+                run_time_condition(
+                    ctx,
+                    cond,
+                    f"its output {i} is {_typed(then)} from the then_branch but {_typed(other)} from the "
+                    "else_branch, and a select needs one type",
+                )
+            )
+    if cond.type.rank:
+        cond = ctx.emit("reshape", cond, shape=[])
+    if cond.type.dtype != "bool":
+        cond = ctx.emit("cast", cond, to="bool")
+    return [ctx.emit("where", cond, then, other) for then, other in zip(outputs["then_branch"], outputs["else_branch"])]
+
+
+_WHY_UNSAFE = {
+    **dict.fromkeys(
+        ("gather_elements", "gather_nd", "scatter_elements", "scatter_nd", "roi_align"), "an index out of range"
+    ),
+    "range": "a length computed from run-time values",
+    "constant_of_shape": "a shape computed from run-time values",
+    "dynamic_slice": "bounds computed from run-time values",
+    "dynamic_resize": "sizes computed from run-time values",
+}
+
+
+def _unsafe(node: Node) -> str | None:
+    """Why ``node`` could fail (or do more than compute) on operand values it was not meant for; None if it cannot."""
+    op = node.op
+    if op not in SELECT_SAFE:
+        return _WHY_UNSAFE.get(op, "not among the ops known to be safe on any values")
+    kind = node.inputs[0].type.dtype
+    if op in ("divide", "mod", "reciprocal") and np.dtype(kind).kind in "iub":
+        return "an integer division by zero"
+    if op == "power" and np.dtype(kind).kind in "iub":
+        return "a negative integer exponent"
+    if op in ("reshape", "expand") and len(node.inputs) > 1 and not node.inputs[1].is_constant:
+        return "a shape computed from run-time values"
+    if op == "gather":
+        data, indices = node.inputs
+        size = data.type.shape[node.attrs["axis"]]
+        inside = indices.is_constant and isinstance(size, int)
+        if inside and indices.data.size:
+            inside = -size <= int(indices.data.min()) and int(indices.data.max()) < size
+        if not inside:
+            return "an index out of range"
+    return None
+
+
+def _source_node(branch: onnx.GraphProto, node: Node) -> tuple[str, str]:
+    """The ONNX op type and node name a canonical node came from (its name is the ONNX node's, made unique)."""
+    labels: dict[str, tuple[str, str]] = {}
+
+    def collect(graph: onnx.GraphProto) -> None:
+        for n in graph.node:
+            label = n.name or (n.output[0] if n.output else n.op_type)
+            labels.setdefault(re.sub(r"[^A-Za-z0-9_./:-]", "_", label) or "v", (n.op_type, label))
+            for g in _subgraphs(n):
+                collect(g)
+
+    collect(branch)
+    matches = [k for k in labels if node.name == k or re.fullmatch(re.escape(k) + r"_\d+", node.name)]
+    return labels[max(matches, key=len)] if matches else (node.op, node.name)
+
+
+def _typed(value: Value) -> str:
+    return value.type.dtype + "[" + ",".join(str(d) for d in value.type.shape) + "]"
+
+
+def _bindable(value: Value) -> bool:
+    """Whether ``--bind`` can give this input a value: a scalar, or a 1-D input no longer than --bind takes."""
+    shape = value.type.shape
+    return len(shape) == 0 or (len(shape) == 1 and (not isinstance(shape[0], int) or shape[0] <= MAX_BOUND_VALUES))
+
+
+def run_time_condition(ctx: NodeContext, cond: Value, why_not_select: str) -> str:
+    """Why an If on a run-time condition is refused, and what would make its condition a constant, in one line."""
     values, shapes, other = _sources(ctx.graph, cond)
     shapes = [name for name in shapes if name not in values]
     where = [f"the value of input {_names(values)}"] if values else []
     where += [f"the shape of input {_names(shapes)}"] if shapes else []
     if not where:
         where = [f"node '{other}', which cannot be computed at build time" if other else "a run-time value"]
+    inputs = {v.name: v for v in ctx.graph.inputs}
+    bindable = [n for n in values if _bindable(inputs[n])]
+    data = [n for n in values if n not in bindable]
     advice = []
-    if values:
-        example = " ".join(f"--bind {n}=VALUE" for n in values)
-        advice.append(f"bind {'it' if len(values) == 1 else 'them'} ({example}; input_values= in aot.build)")
+    if bindable:
+        example = " ".join(f"--bind {n}=VALUE" for n in bindable)
+        advice.append(f"bind {'it' if len(bindable) == 1 else 'them'} ({example}; input_values= in aot.build)")
     if shapes:
         example = " ".join(f"--input {n}:SHAPE" for n in shapes)
         advice.append(f"fix {'its' if len(shapes) == 1 else 'their'} shape ({example})")
-    fix = (" or ".join(advice) + " so that it folds to a constant") if advice else "it must fold to a constant"
+    if advice and not data:
+        fix = " or ".join(advice) + " so that the condition folds to a constant"
+    elif advice:
+        fix = " or ".join(advice) + f", though the value of {_described(data, inputs)} stays run-time data"
+    elif data:
+        fix = f"the value of {_described(data, inputs)} is run-time data, so no build option makes it a constant"
+    else:
+        fix = "it must fold to a constant"
     return (
         f"If node '{ctx.name}': its condition is computed at run time from {' and '.join(where)}; aot compiles one "
-        f"static dataflow graph, so only an If whose condition is known at build time is inlined: {fix}"
+        f"static dataflow graph, so such an If is inlined only as a select of both branches (each output = "
+        f"Where(condition, then, else)), and {why_not_select}, so it cannot be computed as one: {fix}"
     )
+
+
+def _described(names: list[str], inputs: dict[str, Value]) -> str:
+    return "input " + ", ".join(f"{n!r} ({_typed(inputs[n])})" for n in names)
 
 
 def _names(names: list[str]) -> str:
