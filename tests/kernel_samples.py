@@ -136,7 +136,41 @@ def samples() -> dict[str, tuple[list[np.ndarray], dict[str, Any]]]:
     cases["int8_mean"] = ([q], {"axes": [2, 3], "keepdims": 1, "multiplier": 1 << 30, "shift": 40, "act_min": -128,
                                 "act_max": 127})  # fmt: skip
     cases["int8_concat"] = ([q, q[:, :8]], {"axis": 1, "multipliers": [1 << 30, 1 << 30], "shifts": [30, 31]})
+    rows = _f(2000, 16)  # more (row, tree) slots than one block of the tree kernels walks
+    rows[::7, 3] = np.nan
+    for name, classes, attrs in (("", 5, {"mode": "MIXED", "tracks_missing": 1, "post_transform": "SOFTMAX"}),
+                                 ("_binary", 2, {"binary": 1, "positive_weights": 0, "base_values": [0.5]})):  # fmt: skip
+        cases[f"tree_ensemble_classifier{name}"] = (
+            [rows, *_forest(50, 6, 16, classes, 3)],
+            {"depth": 6, "mode": "BRANCH_LEQ", "class_labels": list(range(classes)), **attrs},
+        )
+    for aggregate in ("sum", "max"):
+        cases[f"tree_ensemble_regressor_{aggregate}"] = (
+            [rows, *_forest(40, 5, 16, 3, 1)], {"depth": 5, "mode": "BRANCH_LT", "n_targets": 3,
+                                                "aggregate": aggregate.upper(), "base_values": [1.0, 2.0, 3.0]},
+        )  # fmt: skip
     return cases
+
+
+def _forest(trees: int, depth: int, features: int, outputs: int, slots: int) -> list[np.ndarray]:
+    """Complete trees of ``depth`` laid out as the tree kernels read them (aot/ir/ml_ops.py): leaves first."""
+    inner, leaves = 2**depth - 1, 2**depth
+    count = trees * (inner + leaves)
+    heap = np.arange(inner)
+    roots = trees * leaves + np.arange(trees) * inner
+
+    def child(k: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.where(k < inner, trees * leaves + t * inner + k, t * leaves + k - inner)
+
+    t = np.repeat(np.arange(trees), inner)
+    k = np.tile(heap, trees)
+    true_next = np.concatenate([np.arange(trees * leaves), child(2 * k + 1, t)]).astype(np.int64)
+    false_next = np.concatenate([np.arange(trees * leaves), child(2 * k + 2, t)]).astype(np.int64)
+    modes = np.concatenate([np.full(trees * leaves, 6), _rng.integers(0, 6, trees * inner)]).astype(np.int8)
+    return [
+        _rng.integers(0, features, count), _f(count), modes, _rng.random(count) < 0.5, true_next, false_next,
+        roots.astype(np.int64), _rng.integers(0, outputs, (trees * leaves, slots)), _f(trees * leaves, slots),
+    ]  # fmt: skip
 
 
 def kernel_of(case: str) -> str:

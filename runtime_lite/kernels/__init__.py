@@ -26,7 +26,7 @@ from typing import Any
 
 #: The kernel modules; importing them fills the registry.
 MODULES = (
-    "activation", "conv", "elementwise", "indexing", "integer", "integer_mobile", "linalg", "logic",
+    "activation", "conv", "elementwise", "indexing", "integer", "integer_mobile", "linalg", "logic", "ml",
     "normalization", "pool", "quantize", "recurrent", "reduce", "resize", "sampling", "shape", "transcendental",
 )  # fmt: skip
 

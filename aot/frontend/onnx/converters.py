@@ -1268,6 +1268,6 @@ def _dequantize(ctx):
 
 
 # Compositions of the ops above (windows, Hardmax, OneHot, LpPool, ...) register themselves into CONVERTERS.
-from aot.frontend.onnx import contrib_converters, more_converters  # noqa: E402,F401
+from aot.frontend.onnx import contrib_converters, ml_converters, more_converters  # noqa: E402,F401
 
 SUPPORTED_OP_TYPES = frozenset(CONVERTERS)

@@ -93,6 +93,8 @@ def _default_opset(model: onnx.ModelProto) -> int:
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return entry.version
+    if model.graph.node and all(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+        return TESTED_MAX_OPSET  # only other domains' ops (a lone ai.onnx.ml Scaler): no op reads the default opset
     raise ModelError("the model imports no version of the default ONNX domain")
 
 
@@ -299,6 +301,11 @@ def _model_dim_names(inputs: Sequence[onnx.ValueInfoProto]) -> set[str]:
 
 
 def _initializer(tensor: onnx.TensorProto, graph: Graph) -> Value:
+    if tensor.data_type == onnx.TensorProto.STRING:  # skl2onnx's class names, looked up by ArrayFeatureExtractor
+        raise UnsupportedOpsError(
+            f"initializer '{tensor.name}' holds strings, which are not a tensor of numbers (a classifier's string "
+            "class labels? fit the model on integer labels, sklearn.preprocessing.LabelEncoder)"
+        )
     try:
         onnx_dtype_name(tensor.data_type)
         array = numpy_helper.to_array(tensor)
