@@ -830,6 +830,9 @@ def _constant_of_shape(ctx: InferContext) -> list[TensorType]:
 
 
 def _range(ctx: InferContext) -> list[TensorType]:
+    for name, t in zip(("start", "limit", "delta"), ctx.types):
+        if any(isinstance(d, int) and d != 1 for d in t.shape):
+            raise ctx.fail("range", f"{name} must hold one value, got {t}")
     return [TensorType((ctx.fresh_dim(),), ctx.types[0].dtype)]
 
 

@@ -39,10 +39,12 @@ TRAINING = "training-only: optimisers, losses, gradients and training-mode outpu
 SEQUENCES = "sequence, optional and map values: aot compiles tensor graphs only"
 STRINGS = "string tensors and text processing: outside the numeric op set"
 RANDOM = "random numbers: a bundle computes the same output for the same input"
-CONTROL_FLOW = "control flow (If, Loop, Scan) with subgraphs: aot compiles one static dataflow graph"
+CONTROL_FLOW = "loops (Loop, Scan) with subgraphs: aot compiles one static dataflow graph"
 DATA_DEPENDENT = "output shape depends on the input values: the memory plan is fixed when the bundle is built"
 DTYPES = "element type runtime_lite does not hold (float8, 4-bit and 2-bit ints, bfloat16, strings)"
-ML_DOMAIN = "ai.onnx.ml and preview-training domains: classic-ML and training operators are not compiled"
+PREVIEW = "ai.onnx.preview and preview-training domains: experimental and training operators are not compiled"
+#: Domains whose ops are in scope: ONNX's own and classic ML (``ai.onnx.ml``: aot/frontend/onnx/ml_converters.py).
+IN_SCOPE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 IMAGE = "image file decoding (ImageDecoder): input preprocessing, outside the numeric op set"
 
 _OPS_BY_DESIGN: dict[str, str] = {
@@ -78,7 +80,7 @@ _OPS_BY_DESIGN: dict[str, str] = {
     **dict.fromkeys(
         ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"), RANDOM
     ),
-    **dict.fromkeys(("If", "Loop", "Scan"), CONTROL_FLOW),
+    **dict.fromkeys(("Loop", "Scan"), CONTROL_FLOW),  # an If is inlined or a select (control_flow.py)
     **dict.fromkeys(("NonZero", "Unique", "Compress", "NonMaxSuppression"), DATA_DEPENDENT),
     "ImageDecoder": IMAGE,
 }
@@ -153,18 +155,18 @@ def _element_types(model: onnx.ModelProto) -> set[int]:
 def by_design(case: Any) -> str | None:
     """Why aot does not compile this case, when that is by design; None when it is in scope."""
     model = case.model
-    if any(o.domain not in ("", "ai.onnx") for o in model.opset_import) and not any(
+    if any(o.domain not in IN_SCOPE_DOMAINS for o in model.opset_import) and not any(
         o.domain in ("", "ai.onnx") for o in model.opset_import
     ):
-        return ML_DOMAIN
+        return PREVIEW
     if case.name.startswith("test_training_dropout"):
         return TRAINING  # Dropout with training_mode=True draws a random mask
     for node in model.graph.node:
         reason = _OPS_BY_DESIGN.get(node.op_type)
         if reason:
             return reason
-        if node.domain not in ("", "ai.onnx"):
-            return ML_DOMAIN
+        if node.domain not in IN_SCOPE_DOMAINS:
+            return PREVIEW
         if not _exists_at(node.op_type, node.domain):
             return NEWER_OPSET
         if node.op_type in ("BatchNormalization",) and any(a.name == "training_mode" and a.i for a in node.attribute):

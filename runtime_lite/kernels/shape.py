@@ -107,7 +107,20 @@ def _constant_of_shape_cost(target, *, value, dtype) -> int:
     return nbytes(shape_dims(target, "constant_of_shape"), np.dtype(dtype))
 
 
+def _range_scalars(start, limit, delta, op: str = "range") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Range's bounds as scalars: one element each, as onnxruntime takes them ([] or [1]: an If computed as a
+    select hands one over as [1]); ValueError naming the operand that holds more."""
+    bounds = []
+    for name, value in (("start", start), ("limit", limit), ("delta", delta)):
+        value = np.asarray(value)
+        if value.size != 1:
+            raise ValueError(f"{op}: {name} must hold one value, got shape {list(value.shape)}")
+        bounds.append(value.reshape(()))
+    return bounds[0], bounds[1], bounds[2]
+
+
 def _range_cost(start, limit, delta) -> int:
+    start, limit, delta = _range_scalars(start, limit, delta)
     dtype = np.result_type(start, limit, delta)
     if delta == 0:
         return 0  # refused by the kernel before it allocates
@@ -287,6 +300,7 @@ def constant_of_shape(target, *, value, dtype):
 
 @kernel("range", cost=_range_cost)
 def range_(start, limit, delta):
+    start, limit, delta = _range_scalars(start, limit, delta)
     dtype = np.result_type(start, limit, delta)
     if delta == 0:
         raise ValueError("range: delta is 0")
