@@ -351,7 +351,7 @@ def test_int8_without_data_names_the_ops_that_need_ranges_and_the_option_of_the_
     aot.build(model, targets=[target], log=None, backend_options={target: {"precision": "int8", "int8_scheme": scheme}})
 
 
-def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_told(tmp_path, capsys):
+def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_told(tmp_path, capsys, monkeypatch):
     """Dynamic int8 takes one activation range per batch, so a request's answer would depend on its neighbours:
     ``serve --max-batch-size`` runs such a bundle request by request and says why (docs/serving.md)."""
     from runtime_lite.serving.service import served_model
@@ -373,6 +373,7 @@ def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_to
     assert not served.batching and note.startswith("off: region ") and "--batch-coupled-rows batches it" in note
     path = tmp_path / "dynamic.aotb"
     path.write_bytes(_int8(model, "dynamic").to_bytes())
+    monkeypatch.setenv("AOT_ONNXRUNTIME_INT8", "emulated")  # the CLI's load: the same kernels on every CPU
     assert cli.main(["info", str(path)]) == 0
     assert f"rows   not independent: {dynamic.row_coupling}" in capsys.readouterr().out  # said before serving
     forced = served_model("m", dynamic, max_batch_size=8, batch_coupled_rows=True)
@@ -380,3 +381,8 @@ def test_a_server_does_not_batch_rows_that_change_each_others_rounding_unless_to
     for independent in (_load(_int8(model, "weight-only")), _load(aot.build(model, targets=["onnxruntime"], log=None))):
         assert independent.row_coupling is None
         assert served_model("m", independent, max_batch_size=8).batching
+    # float kernels (what a CPU without VNNI runs) run the recipe's float form: no activation range at run time, so
+    # rows are independent there, measured, and the server batches them
+    floats = _load(_int8(model, "dynamic"), int8="float")
+    assert floats.row_coupling is None and served_model("m", floats, max_batch_size=8).batching
+    assert _relative(floats.run({"ids": rows})[0][:1], floats.run({"ids": rows[:1]})[0]) < 1e-6

@@ -225,7 +225,11 @@ class Module:
         from runtime_lite.execution.rows import row_coupling
 
         plans = [("the host plan", [(i.op, i.name) for i in self._plan.instructions])]
+        # a region whose backend runs a form without the fallback's batch statistic (onnxruntime's float kernels)
+        independent = {m.id for m in self._modules if getattr(m.handle, "rows_independent", False) is True}
         for module_id, payload in self._region_plans.items():
+            if module_id in independent:
+                continue
             try:  # the backend that bound this region already refused a malformed one
                 plan = FallbackRecord.from_record(decode_record(bytes(payload), "fallback"), "fallback").plan
             except BundleError:

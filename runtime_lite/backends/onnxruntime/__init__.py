@@ -283,6 +283,11 @@ class OnnxRuntimeModule:
             self.session, self.placement = None, f"on the host: {e}"
         #: "onnxruntime" with a session, "host" on the fallback plan (the module's load warns or refuses).
         self.runs_on = "onnxruntime" if self.session is not None else "host"
+        #: Whether what runs takes no statistic over the batch at run time though the fallback plan does: a dynamic
+        #: int8 recipe's float form (float kernels, a CPU without VNNI) quantizes no activation, so a server may
+        #: batch its rows (``Module.row_coupling`` reads the fallback plan otherwise, runtime_lite/execution/rows.py).
+        self.rows_independent = self.session is not None and self.int8 is not None and \
+            recipe_form(payloads, self.int8.kernels) == "recipe_float"  # fmt: skip
         #: The host plan, checked and bound only where it runs: a session never needs it (load time).
         if self.session is None:
             _refuse_contrib_ops(plan, self.id, self.placement)
