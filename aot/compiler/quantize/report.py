@@ -110,6 +110,12 @@ class OutputAccuracy:
             return self.ctc_agreement
         return self.exact_agreement if self.exact_agreement is not None else self.top1_agreement
 
+    @property
+    def classifier(self) -> bool:
+        """Read as plain class scores (top-1 agreement): none of the other readings applies."""
+        return self.unreadable is None and self.detector is None and not self.decision and \
+            self.positives_f1 is None and self.exact_agreement is None  # fmt: skip
+
     def resolution(self) -> int:
         """N where one disagreement costs 1/N of the task agreement: the samples of a sequence (one string), the
         positions otherwise; for a multi-label map, 2P - 1 of P float positives (one missed: F1 2(P-1)/(2P-1))."""
@@ -392,18 +398,17 @@ def _regression_heads(graph: Graph, readings: dict[str, Reading]) -> None:
     their own read as regressions: a face detector's (prob, boxes, landmarks), an SSD's (scores, boxes). Had they
     been class scores, the model would have given them the activation it gave their sibling; their argmax is
     noise (ONet's five landmarks read as classes lost 2 points that their cosine of 0.9999 says int8 never lost)."""
-    makers = {v.name: _maker(v) for v in graph.outputs}
-    scores = {name: m.op for name, m in makers.items() if m is not None and m.op in _SCORE_MAKERS}
+    makers = [(v, _maker(v)) for v in graph.outputs]
+    scores = [(v.name, m.op) for v, m in makers if m is not None and m.op in _SCORE_MAKERS]
     if not scores:
         return
-    sibling, op = next(iter(scores.items()))
-    for name, maker in makers.items():
-        if name in readings or name in scores or maker is None:
+    sibling, op = scores[0]
+    for value, maker in makers:
+        if value.name in readings or maker is None or maker.op in _SCORE_MAKERS:
             continue
-        shape = list(next(v for v in graph.outputs if v.name == name).type.shape)
-        readings[name] = Reading(
-            f"a regression head (shape {shape}): beside {sibling!r}, the scores of a {op}, it holds values, not "
-            "class scores"
+        readings[value.name] = Reading(
+            f"a regression head (shape {list(value.type.shape)}): beside {sibling!r}, the scores of a {op}, it holds "
+            "values, not class scores"
         )
 
 
@@ -711,7 +716,7 @@ def _values_hint(rows: list[OutputAccuracy], budget: float) -> str:
     values, not class scores (a regression's, a score's): the way to say so."""
     moved = [
         a for a in rows
-        if a.judged_as().endswith("(top-1 agreement)") and a.relative_l2 <= RELATIVE_L2_THRESHOLD
+        if a.classifier and a.relative_l2 <= RELATIVE_L2_THRESHOLD
         and a.task_agreement is not None and 1.0 - a.task_agreement > budget
     ]  # fmt: skip
     if not moved:

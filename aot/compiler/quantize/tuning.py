@@ -206,6 +206,15 @@ def _fewest_kept(judge: Judge, table: CalibrationTable, order: list[str], limit:
     return lo
 
 
+def _named_layers(costs: list[LayerCost], k: int, alone: Callable[[Score], str]) -> str:
+    """The k costliest layers for the report: the first ``NAMED_LAYERS`` with what each costs alone in int8
+    (``alone`` of its score), the rest by name."""
+    named = ", ".join(f"{c.op} {c.name!r} (alone in int8: {alone(c.alone)})" for c in costs[: min(k, NAMED_LAYERS)])
+    if k > NAMED_LAYERS:
+        named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
+    return named
+
+
 def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: TextIO | None, strict: bool = True
                ) -> tuple[list[str], list[str]]:  # fmt: skip
     """The fewest layers to keep float so the loss stays within ``budget``, and the report's lines about it.
@@ -261,12 +270,7 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
             return [], [f"int8: {message}; every layer kept in int8"]
         message += f"; the {k} costliest layers kept float, the least loss measured"
         return order[:k], [f"int8: {message}: {', '.join(order[:k])}"]
-    named = ", ".join(
-        f"{c.op} {c.name!r} (alone in int8: loses {points(c.alone.loss)}, relative L2 {c.alone.relative_l2:.4f})"
-        for c in costs[: min(k, NAMED_LAYERS)]
-    )
-    if k > NAMED_LAYERS:
-        named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
+    named = _named_layers(costs, k, lambda a: f"loses {points(a.loss)}, relative L2 {a.relative_l2:.4f}")
     lines = [
         f"int8: {asked} {budget_text(budget)}"
         + (f" (as {len(judge.samples)} samples resolve it: {points(limit)})" if limit > budget else "")
@@ -303,10 +307,7 @@ def _fit_relative_l2(judge: Judge, table: CalibrationTable, base: Score, asked: 
             return [], [f"{head}: int8 everywhere {base.relative_l2:.4f} on {on}, and no layer set measured short "
                         "of the float model is within it; every layer kept in int8 (build in float where it "
                         "matters)"]  # fmt: skip
-    named = ", ".join(f"{c.op} {c.name!r} (alone in int8: relative L2 {c.alone.relative_l2:.4f})"
-                      for c in costs[: min(k, NAMED_LAYERS)])  # fmt: skip
-    if k > NAMED_LAYERS:
-        named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
+    named = _named_layers(costs, k, lambda a: f"relative L2 {a.relative_l2:.4f}")
     kept = f"{k} of {len(order)} layers kept float" if met else (
         f"no layer set short of the float model is within it, the least measured keeps {k} of {len(order)} layers "
         "float"

@@ -220,14 +220,20 @@ def _linear(ctx: NodeContext, rows: int | None) -> tuple[Value, Value]:
     return x, ctx.emit("dense", x, weight, *bias)
 
 
+def _positive(ctx: NodeContext, name: str) -> int:
+    """A count attribute (``targets``, ``n_targets``: 1 where absent), refused unless at least 1."""
+    count = int(ctx.attr(name, 1))
+    if count < 1:
+        raise ctx.error(f"attribute {name} is {count}")
+    return count
+
+
 @converter(f"{DOMAIN}.LinearRegressor")
 @single
 def _linear_regressor(ctx: NodeContext) -> Value:
     """x @ coefficients.T + intercepts, [N, targets] float32."""
     _post_transform(ctx, ("NONE",))
-    targets = int(ctx.attr("targets", 1))
-    if targets < 1:
-        raise ctx.error(f"attribute targets is {targets}")
+    targets = _positive(ctx, "targets")
     return _linear(ctx, targets)[1]
 
 
@@ -471,9 +477,7 @@ def _tree_ensemble_classifier(ctx: NodeContext) -> list[Value]:
 def _tree_ensemble_regressor(ctx: NodeContext) -> Value:
     """Float32 [N, n_targets]: the leaves' target weights aggregated over the trees, plus base_values."""
     _post_transform(ctx, ("NONE",))
-    n_targets = int(ctx.attr("n_targets", 1))
-    if n_targets < 1:
-        raise ctx.error(f"attribute n_targets is {n_targets}")
+    n_targets = _positive(ctx, "n_targets")
     aggregate = ctx.attr("aggregate_function", "SUM")
     if aggregate not in AGGREGATES:
         raise ctx.unsupported(f"aggregate_function {aggregate!r} ({', '.join(AGGREGATES)} are the ONNX ones)")
