@@ -111,7 +111,8 @@ ISA_SENSITIVE_MODULES = frozenset({
     "test_aten_ops.py", "test_conformance.py", "test_empty_batches.py", "test_gemm_policy.py", "test_idioms.py",
     "test_int8_onnxruntime.py", "test_calibration_choice.py", "test_npu_int8_mobile.py", "test_npu_mobile.py",
     "test_openvino_backend.py", "test_dynamic_images.py", "test_dynamic_recurrent.py", "test_npu_real_models.py",
-    "test_openvino_int8.py",
+    "test_openvino_int8.py", "test_qoperator.py", "test_int8_transformers.py", "test_int8_report_outputs.py",
+    "test_onnx_ml_ops.py", "test_onnx_if.py",
 })  # fmt: skip
 
 
