@@ -53,3 +53,23 @@ def test_describe_names_the_overrides(monkeypatch):
     monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
     line = machine.describe(also="onnxruntime 9.9")
     assert "cores" in line and ", onnxruntime 9.9" in line and line.endswith("OPENBLAS_L2_SIZE=512")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "family", "model", "said"),
+    [
+        ("AuthenticAMD", 25, 17, "Zen4 (family 25)"),  # EPYC Genoa
+        ("AuthenticAMD", 25, 1, "Zen3 (family 25)"),  # EPYC Milan
+        ("AuthenticAMD", 26, 2, "Zen5 (family 26)"),  # EPYC Turin
+        ("AuthenticAMD", 21, 2, None),  # Bulldozer's family: not a Zen
+        ("GenuineIntel", 6, 143, None),
+    ],
+)
+def test_a_bare_amd_epyc_is_named_by_its_zen_generation(tmp_path, vendor, family, model, said):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+        "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 99\n"
+    )
+    assert machine.zen_generation(cpuinfo) == said
+    assert machine.zen_generation(tmp_path / "absent") is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 
 from runtime_lite.cpu import DOT_PRODUCT_FLAGS, cpu_flags_and_model
 
@@ -33,10 +34,38 @@ def has_vnni(flags: set[str]) -> bool:
     return bool(flags & DOT_PRODUCT_FLAGS.keys())
 
 
+#: AMD's Zen generations by (family, first model, last model): a cloud VM names its CPU only "AMD EPYC", and
+#: a Zen 4 and a Zen 5 both have AVX-512 and VNNI but run the same kernels at different speeds.
+ZEN_GENERATIONS = (
+    (23, 0x00, 0x2F, "Zen"), (23, 0x30, 0xFF, "Zen2"), (25, 0x00, 0x0F, "Zen3"), (25, 0x10, 0x1F, "Zen4"),
+    (25, 0x20, 0x5F, "Zen3"), (25, 0x60, 0xAF, "Zen4"), (26, 0x00, 0xFF, "Zen5"),
+)  # fmt: skip
+
+
+def zen_generation(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """``"Zen4 (family 25)"`` for an AMD CPU whose model name leaves the generation out; None elsewhere."""
+    fields: dict[str, str] = {}
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if not line.strip():
+                break  # the first processor says it
+            name, _, value = line.partition(":")
+            fields[name.strip()] = value.strip()
+        family, model = int(fields["cpu family"]), int(fields["model"])
+    except (OSError, KeyError, ValueError):
+        return None
+    if fields.get("vendor_id") != "AuthenticAMD":
+        return None
+    found = [name for fam, first, last, name in ZEN_GENERATIONS if fam == family and first <= model <= last]
+    return f"{found[0]} (family {family})" if found else None
+
+
 def cpu() -> str:
     """The CPU as a reader needs it: model name, widest vector extension, int8 dot products, cores
-    ("AMD EPYC, AVX-512, VNNI, 2 cores")."""
+    ("AMD EPYC Zen4 (family 25), AVX-512, VNNI, 2 cores")."""
     model, flags = cpu_flags_and_model()
+    if model.strip() == "AMD EPYC" and (generation := zen_generation()):
+        model = f"{model} {generation}"
     vnni = "VNNI" if has_vnni(flags) else "no VNNI" if flags else "VNNI unknown"
     return f"{model}, {vector_extension(flags)}, {vnni}, {os.cpu_count()} cores"
 
@@ -101,5 +130,5 @@ def kernel_note(flags: set[str] | None = None, kernel: str | None = None) -> str
 
 __all__ = [
     "AVX512_KERNELS", "blas", "blas_kernel", "cpu", "cpu_flags_and_model", "describe", "kernel_note", "overrides",
-    "vector_extension",
+    "vector_extension", "zen_generation",
 ]  # fmt: skip
