@@ -35,7 +35,7 @@ def test_benchmarks_page_is_generated_from_the_results_and_stays_short():
     spec.loader.exec_module(report)
     page = (ROOT / "BENCHMARKS.md").read_text()
     assert page == report.build_page(), "BENCHMARKS.md is stale: run python benchmarks/report.py"
-    assert len(page.encode()) < 15_000
+    assert len(page.encode()) < 24_000  # current figures only: about 4 KB for each of the CPU kinds measured
     for path in (ROOT / "benchmarks" / "results").glob("*/*.json"):
         record = json.loads(path.read_text())
         assert {"cpu", "date", "command", "columns", "rows"} <= set(record), path
