@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import ShapeError
+from aot.ir.names import NamePool
 from aot.ir.ops import InferContext, get_op
 from aot.ir.types import TensorType
 
@@ -60,7 +61,7 @@ class Graph:
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
-        self._names: dict[str, set[str]] = {"value": set(), "node": set()}
+        self._names: dict[str, NamePool] = {"value": NamePool(), "node": NamePool()}
         self._unknown_dims = itertools.count()
         self._derived_dims: dict[tuple, str] = {}
         #: Facts about where the graph came from (frontend, opset, node count), for summaries.
@@ -73,13 +74,7 @@ class Graph:
 
     # -- naming -------------------------------------------------------------------------
     def unique_name(self, base: str, kind: str = "value") -> str:
-        taken = self._names[kind]
-        base = _NAME_SAFE.sub("_", base) or "v"
-        name, n = base, 1
-        while name in taken:
-            name, n = f"{base}_{n}", n + 1
-        taken.add(name)
-        return name
+        return self._names[kind].take(_NAME_SAFE.sub("_", base) or "v")
 
     def fresh_dim(self, key: tuple | None = None) -> str:
         """A new symbol; with ``key`` (how a dim is derived: op, input dim, constants), the same symbol for

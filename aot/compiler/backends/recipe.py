@@ -30,6 +30,7 @@ from onnx import helper, numpy_helper
 
 from aot.errors import BuildError
 from aot.ir.graph import Graph, Node, Value
+from aot.ir.names import NamePool
 from aot.ir.ops import AVG_POOL_OPS, CONV_OPS, CONV_TRANSPOSE_OPS, MAX_POOL_OPS, REDUCE_OPS
 
 OPSET = 17
@@ -48,15 +49,11 @@ class RecipeWriter:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[tuple[str, np.ndarray]] = []
         self.names: dict[int, str] = {}
-        self._taken: set[str] = set()
+        self._names = NamePool()
 
     # -- naming and types -----------------------------------------------------------
     def fresh(self, base: str) -> str:
-        name, n = base, 1
-        while name in self._taken:
-            name, n = f"{base}_{n}", n + 1
-        self._taken.add(name)
-        return name
+        return self._names.take(base)
 
     def inner_dtype(self, dtype: str) -> str:
         """The dtype a tensor of ``dtype`` has inside the recipe."""

@@ -78,7 +78,7 @@ def clone(graph: Graph) -> tuple[Graph, dict[int, Value]]:
     """A structural copy of ``graph`` sharing its weights, and the map from each value's id to its copy."""
     copy = Graph(graph.name)
     copy.metadata = dict(graph.metadata)
-    copy._names = {kind: set(names) for kind, names in graph._names.items()}
+    copy._names = {kind: names.copy() for kind, names in graph._names.items()}
     copy._unknown_dims = graph._unknown_dims
     mapping: dict[int, Value] = {}
 
