@@ -413,3 +413,25 @@ def test_an_int8_option_of_a_float_build_is_said_to_do_nothing():
     quantized = aot.build(model, targets=["onnxruntime"], log=None,
                           backend_options={"onnxruntime": {"int8_scheme": "dynamic", "precision": "int8"}})  # fmt: skip
     assert not any("does nothing" in n for n in quantized.notes)
+
+
+def test_int8_notes_name_only_float_ops_that_stay_float():
+    """Shape arithmetic (Shape, Gather of a shape, integer Add) has no int8 form to miss: a note that it "stays
+    float" was noise; a float op the int8 kernels skip (Sigmoid) is still named."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+        helper.make_node("Add", ["n", "one"], ["n1"]),
+        helper.make_node("Unsqueeze", ["n1", "zero1"], ["dims"]),
+        helper.make_node("Concat", ["dims", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["s", "target"], ["y"]),
+    ]
+    consts = {"w": rand(4, 3, 3, 3, seed=2), "zero": np.array(0, np.int64), "one": np.array(0, np.int64),
+              "zero1": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}  # fmt: skip
+    model = make_model(nodes, {"x": rand(1, 3, 8, 8)}, ["y"], consts, input_shapes={"x": ["N", 3, 8, 8]})
+    samples = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(4)]
+    built = aot.build(model, targets=["onnxruntime"], quantize=QuantizeConfig(calibration=samples), log=None)
+    stays = {n.split()[1] for n in built.notes if "stays float" in n}  # "int8: sigmoid x1 stays float: ..."
+    assert "sigmoid" in stays and not stays & {"shape", "gather", "add", "unsqueeze", "concat"}, stays

@@ -142,7 +142,7 @@ class GraphRunner:
                 return _Batching(None)
             axes.append(axis)
         per_sample = sum(x.nbytes for x in a) + sum(x.nbytes for x in one)
-        return _Batching(axes, max(1, min(MAX_BATCH, BATCH_BYTES // max(per_sample, 1))))
+        return _Batching(axes, max(1, min(MAX_BATCH, len(samples), BATCH_BYTES // max(per_sample, 1))))
 
     def batches(self, samples: list[Sample]) -> Iterator[tuple[int, list[list[np.ndarray]], list[np.ndarray]]]:
         """Yield (how many samples, each one's outputs, the batch's every probe output as run).

@@ -244,6 +244,7 @@ def plan_quantization(graph: Graph, rules: dict[str, Rule], scheme: Int8Scheme =
             node.op not in COMPUTE_OPS
             and node.op not in FUSED_ACTIVATIONS
             and node.op not in ("quantize", "dequantize")
+            and any(v.type.dtype.startswith(("float", "bfloat")) for v in node.outputs)  # not shape arithmetic
         ):
             floats.setdefault(node.op, collections.Counter())[f"{NO_KERNEL}; runs in float"] += 1
     return QuantizationPlan(ops, list(tensors.values()), floats, scheme.matmuls)
