@@ -15,6 +15,8 @@ import re
 from aot.compiler.backends import CompilerBackend
 from aot.compiler.partition import PartitionedGraph, Refusal
 from aot.compiler.pattern import root_ops
+from aot.compiler.worst_case import at_sizes
+from aot.ir.graph import Graph, Value
 
 
 def _counted(ops: list[str]) -> str:
@@ -53,25 +55,80 @@ def explain_host(pg: PartitionedGraph, backends: list[CompilerBackend]) -> list[
     return lines
 
 
+def _hint_sizes() -> list[tuple[int, int]]:
+    """Sizes tried for the hint's example, as the auto backend samples a region (``SAMPLE_SIZES``: the leading
+    axis, the others): a batch of 1 and a working size first (an image's side, a sequence's length), then smaller
+    and larger ones; then the leading axis at the others' size too (raw audio, its samples its only dim)."""
+    from runtime_lite.backends.auto import SAMPLE_SIZES  # the engines' module: only when a hint is written
+
+    return list(dict.fromkeys([*SAMPLE_SIZES, *((n, n) for n in (224, 4096, 16384))]))
+
+
+def _example_sizes(graph: Graph, inputs: list[Value], lead: int, other: int) -> dict[str, int]:
+    """Each symbolic input dim at ``lead`` (where it first appears as an input's leading axis) or ``other``, within
+    its declared bounds; a dim the model derives from another (``2 * h``) computed from that one's size."""
+    sizes: dict[str, int] = {}
+    derived = []
+    for v in inputs:
+        for axis, d in enumerate(v.type.shape):
+            if not isinstance(d, str) or d in sizes or d in derived:
+                continue
+            info = graph.dims.get(d)
+            if getattr(info, "of", None) is not None:
+                derived.append(d)
+                continue
+            size = lead if axis == 0 else other
+            if getattr(info, "max", None) is not None:
+                size = min(size, info.max)
+            low = getattr(info, "min", None)
+            sizes[d] = max(size, low if isinstance(low, int) else 1, 1)
+    for d in derived:
+        base, scale, offset = graph.dims[d].of
+        sizes[d] = scale * sizes.get(base, other) + offset
+    return sizes
+
+
+def _infers_at(graph: Graph, sizes: dict[str, int]) -> bool:
+    """Whether every node's shape infers with the inputs' symbolic dims at ``sizes`` (types are put back)."""
+    if any(s < 1 for s in sizes.values()):
+        return False
+    try:
+        return at_sizes(graph, sizes, lambda g: True) is not None
+    except Exception:  # noqa: BLE001 - a size an op's inference cannot take at all: not a size to propose
+        return False
+
+
 def _fix_symbolic_dims(pg: PartitionedGraph, backend: str) -> str:
-    """How to give ``backend`` static shapes: each symbolic input dim fixed, in the example to the least size
-    its bounds allow (1 where it has none): an example the build then refuses ("outside 11..") helps no one."""
-    dims = pg.graph.dims
-
-    def example(d) -> str:
-        if isinstance(d, int):
-            return str(d)
-        low = getattr(dims.get(d), "min", None)
-        return str(max(1, low)) if isinstance(low, int) else "1"
-
-    fixes = [(v.name, [example(d) for d in v.type.shape]) for v in pg.inputs if not v.type.is_static]
+    """How to give ``backend`` static shapes: each symbolic input dim fixed to a size at which the whole graph's
+    shapes infer (``_hint_sizes``, within the dims' bounds): the least size is no safe example, a 1x1 image
+    cannot pass a detector's strides and concats, and a size outside the bounds the build refuses. Where no size
+    tried infers, the dims stay named, for the user to fill in."""
+    graph = pg.graph
+    symbolic = [v for v in pg.inputs if not v.type.is_static]
+    if not symbolic:
+        return (
+            f"{backend} plans static shapes: the symbolic shapes here come from ops whose output size depends on "
+            "values, not from the inputs' dims"
+        )
+    intro = f"{backend} plans static shapes: fix the symbolic dims to sizes the model takes to offload"
+    candidates = _hint_sizes()
+    for lead, other in candidates:
+        sizes = _example_sizes(graph, symbolic, lead, other)
+        if _infers_at(graph, sizes):
+            break
+    else:
+        names = list(dict.fromkeys(d for v in symbolic for d in v.type.shape if isinstance(d, str)))
+        shapes = " ".join(f"--input {v.name}:{'x'.join(str(d) for d in v.type.shape)}" for v in symbolic)
+        tried = ", ".join(str(other) for other in dict.fromkeys(o for _, o in candidates))
+        return (
+            f"{intro}: {shapes}, with {', '.join(names)} set to sizes the model accepts (its shapes infer at none of "
+            f"the sizes tried: {tried}, a batch of 1, within the dims' bounds)"
+        )
+    fixes = [(v.name, [str(sizes.get(d, d)) for d in v.type.shape]) for v in symbolic]
     # The name may itself hold ':' (TF's 'serving_default_input_2:0'): the CLI splits NAME:SHAPE at the last one.
     flags = " ".join(f"--input {name}:{'x'.join(dims)}" for name, dims in fixes)
     api = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in fixes)
-    return (
-        f"{backend} plans static shapes: fix the symbolic dims to sizes the model takes to offload, e.g. {flags} "
-        f"(aot.build(..., input_shapes={{{api}}}))"
-    )
+    return f"{intro}, e.g. {flags} (aot.build(..., input_shapes={{{api}}}))"
 
 
 __all__ = ["explain_host"]

@@ -43,7 +43,7 @@ def _bounds(graph: Graph, which: str) -> dict[str, int] | None:
     return given
 
 
-def _at(graph: Graph, sizes: dict[str, int], measure: Callable[[Graph], T]) -> T | None:
+def at_sizes(graph: Graph, sizes: dict[str, int], measure: Callable[[Graph], T]) -> T | None:
     """``measure(graph)`` with the inputs' symbolic dims set to ``sizes`` and every node re-inferred; the
     symbolic types put back after. None where the sizes make a shape impossible (nothing wrong is stated)."""
     values = [*graph.inputs, *(v for node in graph.nodes for v in node.outputs)]
@@ -71,7 +71,7 @@ def worst_case_activation_bytes(graph: Graph) -> WorstCase | None:
         activations, budget = plan_memory(g).peak_bytes, plan_memory(g, _kernel_bytes).peak_bytes
         return None if activations is None or budget is None else WorstCase(activations, budget)
 
-    return _at(graph, uppers, measure)
+    return at_sizes(graph, uppers, measure)
 
 
 def shapes_at_bounds(graph: Graph) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -86,7 +86,7 @@ def shapes_at_bounds(graph: Graph) -> dict[int, tuple[tuple[int, ...], tuple[int
         values = [*g.inputs, *(v for node in g.nodes for v in node.outputs)]
         return {id(v): tuple(v.type.shape) for v in values if v.type.is_static}
 
-    low, high = _at(graph, {k: max(v, 1) for k, v in lowers.items()}, shapes), _at(graph, uppers, shapes)
+    low, high = at_sizes(graph, {k: max(v, 1) for k, v in lowers.items()}, shapes), at_sizes(graph, uppers, shapes)
     if low is None or high is None:
         return {}
     return {key: (low[key], high[key]) for key in low.keys() & high.keys()}
