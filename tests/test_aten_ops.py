@@ -419,6 +419,16 @@ CASES: dict[str, tuple[Fn, tuple]] = {
         ),
         (r(2, 5, 8), torch.arange(5).float()),
     ),  # fmt: skip
+    "recurrent": (
+        Fn(
+            lambda m, x: m.lstm(x)[0].sum(-1) + m.gru(x)[0].sum(-1) + m.rnn(x)[0].sum(-1) + m.relu_rnn(x)[0].sum(-1),
+            lstm=torch.nn.LSTM(4, 5, 2, bidirectional=True),
+            gru=torch.nn.GRU(4, 5, batch_first=True),
+            rnn=torch.nn.RNN(4, 5),
+            relu_rnn=torch.nn.RNN(4, 5, nonlinearity="relu"),
+        ),
+        (r(3, 2, 4),),
+    ),
 }
 
 

@@ -1469,3 +1469,6 @@ def _sort(ctx):
 
 #: Python-level calls torch.export leaves in the graph: tuple indexing and size queries.
 PYTHON_CALLS: dict[Any, str] = {operator.getitem: "getitem"}
+
+# nn.LSTM / nn.GRU / nn.RNN, through the ONNX frontend's recurrent layer: registered here, so ATEN is whole
+from aot.frontend.torch import recurrent  # noqa: E402,F401
