@@ -157,19 +157,3 @@ def test_min_region_size_keeps_small_regions_on_the_host(model_file, tmp_path):
     assert "fewer than the 1000 npu offloads (--min-region-size)" in out.stdout  # the summary says why
     bad = run("-m", "aot.cli.build", str(model_file), "--target", "npu", "--min-region-size", "0", check=False)
     assert bad.returncode != 0 and "--min-region-size" in bad.stderr
-
-
-def test_info_says_an_int8_bundle_is_int8_without_asking(tmp_path, capsys):
-    """Which kernels an int8 recipe runs on decides its speed and numbers: ``info`` said it only under -v."""
-    import aot
-    from aot.compiler.quantize import QuantizeConfig
-    from runtime_lite.tools import cli
-
-    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": rand(1, 3, 8, 8)}, ["y"],
-                       {"w": rand(4, 3, 3, 3, seed=2)})  # fmt: skip
-    samples = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(4)]
-    bundle = tmp_path / "int8.aotb"
-    aot.build(model, targets=["onnxruntime"], quantize=QuantizeConfig(calibration=samples), log=None).save(bundle)
-    assert cli.main(["info", str(bundle)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("    ") and "int8 on" in line for line in lines), lines

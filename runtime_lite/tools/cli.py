@@ -182,9 +182,8 @@ def _info(args: argparse.Namespace) -> int:
               + (f" (a max_memory budget admits it from {budget / 1e6:.1f} MB)" if budget else ""))  # fmt: skip
     for module_id, placed in module.placement.items():
         print(f"  module {module_id} on backend {placed['backend']}, runs on {placed['runs_on']}")
-        detail = placed.get("detail") or ""
-        if detail and (args.verbose or "int8" in detail):  # -v: where exactly, and why; an int8 recipe's kernels always
-            print(f"    {detail}")
+        if args.verbose and placed.get("detail"):  # -v: where exactly, and why (an int8 recipe's kernels)
+            print(f"    {placed['detail']}")
     if module.row_coupling is not None:  # what `serve --max-batch-size` would refuse to merge, said before serving
         print(f"  rows   not independent: {module.row_coupling}")
     return 0
