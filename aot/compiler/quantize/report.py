@@ -19,8 +19,12 @@ shape says what the task is, and the relative L2 stands beside:
   saying the task metric cannot read it; relative L2 judges it.
 
 Before the shape, how the graph makes an output decides (``output_readings``): a concat of
-regressions and sigmoid scores along a channel axis (a YOLO head) reads as a detector (best
-class agreement on the anchors scoring above ``DETECTION_SCORE``, box relative L2 beside);
+regressions and sigmoid scores along a channel axis (a YOLO head) reads as a detector: its
+detections at ``DETECTION_THRESHOLD`` (an anchor whose best class score is above it, with that
+class), judged by the F1 of int8's detections against float's, so a detection lost because its
+score fell below the threshold costs what a detector's user sees it cost; the score channels'
+relative L2, the int8/float confidence ratio and the boxes' relative L2 on the matched
+detections stand beside;
 a recurrent state (an LSTM's or GRU's, or an output fed back as an input of the same shape)
 is judged by relative L2 alone and left out of the score while another output is there; a
 single sigmoid probability per row reads as a binary decision at 0.5; element-wise sigmoids
@@ -38,7 +42,7 @@ none, while the ranges of a few hundred tensors hardly fit the samples they were
 from (the report's two splits show it where they do).
 
 The **task agreement** of an output is its top-1 agreement for a classifier; for a
-multi-label map, the F1 of its positives; for a
+multi-label map, the F1 of its positives; for a detector's head, the F1 of its detections; for a
 sequence, its CTC reading where the output reads as CTC (``sequence="auto"``: class 0,
 the blank, is the float model's argmax at more positions than any other class, as it is
 in a CTC recognizer's output; ``"ctc"`` always), else its exact-sequence agreement
@@ -65,6 +69,30 @@ DEFAULT_BUDGET = 0.01
 
 
 @dataclass(frozen=True)
+class Detections:
+    """A detector's head over one split, at ``DETECTION_THRESHOLD`` (``_detector_agreement``)."""
+
+    #: Anchors over every sample of the split.
+    anchors: int
+    #: Anchors whose best class score is above the threshold: float's, int8's, and both's with the same class.
+    floats: int
+    int8: int
+    matched: int
+    #: Mean over float's detections of int8's score of float's class over float's (0.5: confidences halved).
+    confidence: float
+    #: The score channels' relative L2 and the box channels', over every anchor, each against its own norm.
+    score_l2: float
+    box_l2: float
+    #: The box channels' relative L2 on the matched detections (None where none matched).
+    matched_box_l2: float | None
+
+    @property
+    def f1(self) -> float | None:
+        """2 x matched / (float's + int8's), None where float detects nothing (no detection to match)."""
+        return 2.0 * self.matched / (self.floats + self.int8) if self.floats else None
+
+
+@dataclass(frozen=True)
 class OutputAccuracy:
     output: str
     split: str  # "calibration" or "held-back"
@@ -88,11 +116,14 @@ class OutputAccuracy:
     nonfinite: tuple[int, int] = (0, 0)
     #: A recurrent or carried state (``Reading.state``): left out of the score while another output is there.
     state: bool = False
-    #: For a detector's head: its layout in a few words; the top-1 agreement is then the best class's over the
-    #: anchors (``positions``) whose float best score is above ``DETECTION_SCORE``.
+    #: For a detector's head: its layout in a few words; its task agreement is then the F1 of int8's detections
+    #: against float's at ``DETECTION_THRESHOLD`` (``positives_f1``, ``positions`` the float detections), and
+    #: ``detections`` says the rest.
     detector: str | None = None
-    #: For a detector's head: the relative L2 of its other (box) channels on those anchors.
+    #: For a detector's head: the relative L2 of its other (box) channels on the detections both find alike.
     box_l2: float | None = None
+    #: For a detector's head: what its detections and channels did (also where float found no detection).
+    detections: Detections | None = None
     #: For a single probability per row: the top-1 agreement is then the decision's (above 0.5 or not).
     decision: bool = False
     #: For a multi-label map (element-wise sigmoids, more than one per row): the F1 of int8's positives (above 0.5)
@@ -101,6 +132,15 @@ class OutputAccuracy:
     positives_f1: float | None = None
     positives: tuple[int, int] = (0, 0)
     elements: int = 0
+
+    @property
+    def judged_l2(self) -> float:
+        """The relative L2 a score ranks by (``Score.relative_l2``): the output's; for a detector's head read as
+        one, the worse of its box channels' and its score channels', each against its own norm (box values up to
+        the image's size swamp scores in [0, 1]: 0.04 over NudeNet's whole head where its scores moved 0.43)."""
+        if self.detections is not None and self.unreadable is None:
+            return max(self.detections.box_l2, self.detections.score_l2)
+        return self.relative_l2
 
     @property
     def task_agreement(self) -> float | None:
@@ -130,7 +170,10 @@ class OutputAccuracy:
             left = ", left out of the verdict" if self.state else ""
             return f"{self.output} by relative L2 alone{left} ({why})"
         if self.detector is not None:
-            return f"{self.output} as a detector's head (best class on anchors scoring above {DETECTION_SCORE:g})"
+            return (
+                f"{self.output} as a detector's head (F1 of int8's detections against float's, an anchor detecting "
+                f"its best class where that class scores above {DETECTION_THRESHOLD:g})"
+            )
         if self.decision:
             return f"{self.output} as a binary decision (a sigmoid's probability above {DECISION:g} or not)"
         if self.positives_f1 is not None:
@@ -151,10 +194,18 @@ class OutputAccuracy:
             left = ", left out of the verdict while another output is there" if self.state else ""
             return f"{head}; judged by relative L2 alone{left}: the task metric cannot read {self.unreadable}"
         if self.detector is not None:
+            d = self.detections
+            boxes = (
+                f"box relative L2 {self.box_l2:.4f} on the {d.matched} matched"
+                if self.box_l2 is not None
+                else "no matched detection to compare boxes on"
+            )
             return (
-                f"{head}; read as a detector's head ({self.detector}): best class agreement "
-                f"{self.top1_agreement * 100:.1f}% of {self.positions} anchors whose float best score is above "
-                f"{DETECTION_SCORE:g} (the task agreement), box relative L2 {self.box_l2:.4f} on them"
+                f"{head}; read as a detector's head ({self.detector}): detection F1 {self.positives_f1 * 100:.1f}% "
+                f"at best score {DETECTION_THRESHOLD:g} (the task agreement; {d.floats} float and {d.int8} int8 "
+                f"detections of {d.anchors} anchors, {d.matched} in both with the same class), int8's score of "
+                f"float's class {d.confidence:.2f}x float's on float's detections, score channels' relative L2 "
+                f"{d.score_l2:.4f}, box channels' {d.box_l2:.4f}, {boxes}"
             )
         if self.decision:
             return (
@@ -189,9 +240,12 @@ FEATURE_OPS = frozenset({"layer_norm", "batch_norm", "instance_norm", "tanh"})
 _LAYOUT_OPS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "identity", "cast"})
 #: Ops whose output is a score in [0, 1] per channel: a detector head's class scores.
 _SCORE_OPS = frozenset({"sigmoid", "softmax", "hard_sigmoid"})
-#: A detector's anchors count where the float model's best class score is above this (what a detection
-#: threshold keeps; far below it, the best of near-zero scores is noise).
-DETECTION_SCORE = 0.05
+#: A detector's head is judged by its detections at this score: an anchor detects its best class where that
+#: class's score is above it, as YOLO post-processing keeps boxes (Ultralytics' default confidence for predictions
+#: is 0.25; NudeNet keeps 0.2 and up). A working threshold, not a low one: the best class of anchors near 0.05
+#: holds on NudeNet's int8 builds while their confidences halve, and lost detections are what a user sees
+#: (6 at 0.2 in float on 80 images, 1 in int8, with the best class of every anchor above 0.05 kept).
+DETECTION_THRESHOLD = 0.25
 #: What the verdict holds the relative L2 to where no output has a task metric: about int8's own error on a
 #: CNN (1 to 6%: docs/quantization.md, "Measured"), which no task agreement can replace.
 RELATIVE_L2_THRESHOLD = 0.05
@@ -486,26 +540,52 @@ def reads_as_ctc(float_classes: list[np.ndarray], reading: str) -> tuple[bool, s
     return False, f"class 0 is not the most frequent float argmax ({share * 100:.0f}% of positions): not CTC"
 
 
+def _relative(diff: float, norm: float) -> float:
+    return math.sqrt(diff / norm) if norm > 0 else math.sqrt(diff)
+
+
 def _detector_agreement(floats: list[np.ndarray], quantized: list[np.ndarray], axis: int, scores: tuple[int, ...]
-                        ) -> tuple[int, float, float, int]:  # fmt: skip
-    """(anchors above ``DETECTION_SCORE``, how many keep their best class, box relative L2 on them, channels)."""
-    anchors = agree = 0
-    box_diff = box_norm = 0.0
+                        ) -> tuple[Detections, int]:  # fmt: skip
+    """A detector's head at ``DETECTION_THRESHOLD`` over the samples, and its channels. An anchor detects its best
+    class where that class scores above the threshold (float's and int8's each); a detection is kept where both
+    detect at an anchor with the same class: a score that falls below the threshold loses it, one that rises
+    above adds one, and either costs the F1."""
+    anchors = floats_found = int8_found = matched = 0
+    ratios: list[np.ndarray] = []
+    sums = dict.fromkeys(("score_diff", "score_norm", "box_diff", "box_norm", "match_diff", "match_norm"), 0.0)
     channels = 0
+    idx = np.asarray(scores)
     for f, q in zip(floats, quantized):
         f = np.moveaxis(np.asarray(f, np.float64), axis, -1)
         q = np.moveaxis(np.asarray(q, np.float64), axis, -1)
         channels = f.shape[-1]
         f, q = f.reshape(-1, channels), q.reshape(-1, channels)
-        idx = np.asarray(scores)
         boxes = np.setdiff1d(np.arange(channels), idx)
-        confident = f[:, idx].max(1) > DETECTION_SCORE
-        anchors += int(confident.sum())
-        agree += int((f[confident][:, idx].argmax(1) == q[confident][:, idx].argmax(1)).sum())
-        box_diff += float(np.square(q[confident][:, boxes] - f[confident][:, boxes]).sum())
-        box_norm += float(np.square(f[confident][:, boxes]).sum())
-    box_l2 = math.sqrt(box_diff / box_norm) if box_norm > 0 else math.sqrt(box_diff)
-    return anchors, agree, box_l2, channels
+        fs, qs = f[:, idx], q[:, idx]
+        f_best, q_best = fs.max(1, initial=-np.inf), qs.max(1, initial=-np.inf)
+        f_class, q_class = fs.argmax(1), qs.argmax(1)
+        f_found, q_found = f_best > DETECTION_THRESHOLD, q_best > DETECTION_THRESHOLD
+        both = f_found & q_found & (f_class == q_class)
+        anchors += len(f)
+        floats_found += int(f_found.sum())
+        int8_found += int(q_found.sum())
+        matched += int(both.sum())
+        if f_found.any():
+            kept = qs[f_found, f_class[f_found]]
+            ratios.append(kept / f_best[f_found])
+        sums["score_diff"] += float(np.square(qs - fs).sum())
+        sums["score_norm"] += float(np.square(fs).sum())
+        sums["box_diff"] += float(np.square(q[:, boxes] - f[:, boxes]).sum())
+        sums["box_norm"] += float(np.square(f[:, boxes]).sum())
+        sums["match_diff"] += float(np.square(q[both][:, boxes] - f[both][:, boxes]).sum())
+        sums["match_norm"] += float(np.square(f[both][:, boxes]).sum())
+    confidence = float(np.mean(np.concatenate(ratios))) if ratios else 1.0
+    detections = Detections(
+        anchors, floats_found, int8_found, matched, confidence,
+        _relative(sums["score_diff"], sums["score_norm"]), _relative(sums["box_diff"], sums["box_norm"]),
+        _relative(sums["match_diff"], sums["match_norm"]) if matched else None,
+    )  # fmt: skip
+    return detections, channels
 
 
 def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.ndarray],
@@ -528,16 +608,21 @@ def compare(name: str, split: str, floats: list[np.ndarray], quantized: list[np.
         why = f"an empty output (shape {list(np.shape(floats[0]))} in every sample): no position to agree on"
     if reading.detector is not None and reading.unreadable is None and f.size:
         axis, scores = reading.detector
-        anchors, agree, box_l2, channels = _detector_agreement(floats, quantized, axis, scores)
+        found, channels = _detector_agreement(floats, quantized, axis, scores)
         shape = list(np.shape(floats[0]))
         layout = f"{channels - len(scores)} box and {len(scores)} class score channels along axis {axis} of {shape}"
-        if len(scores) < 2:
-            why = f"a detector's head with one class score ({layout}): no class to take the best of"
-        elif not anchors:
-            why = f"a detector's head ({layout}) with no anchor whose float best score is above {DETECTION_SCORE:g}"
-        else:
-            return OutputAccuracy(name, split, len(floats), rel, max_abs, agree / anchors, None, anchors,
-                                  nonfinite=nonfinite, detector=layout, box_l2=box_l2)  # fmt: skip
+        if found.f1 is None:
+            why = (
+                f"a detector's head ({layout}) with no anchor whose float best score is above "
+                f"{DETECTION_THRESHOLD:g} in these {len(floats)} samples ({found.int8} int8 detections of "
+                f"{found.anchors} anchors; score channels' relative L2 {found.score_l2:.4f}): no detection to match"
+            )
+            return OutputAccuracy(name, split, len(floats), rel, max_abs, None, unreadable=why, nonfinite=nonfinite,
+                                  detections=found)  # fmt: skip
+        return OutputAccuracy(name, split, len(floats), rel, max_abs, None, None, found.floats, nonfinite=nonfinite,
+                              detector=layout, box_l2=found.matched_box_l2, detections=found,
+                              positives_f1=found.f1, positives=(found.floats, found.int8),
+                              elements=found.anchors)  # fmt: skip
     single = np.asarray(floats[0]).ndim < 2 or np.asarray(floats[0]).shape[-1] == 1
     if reading.probability and reading.unreadable is None and single and f.size:
         agree = float(np.mean((f > DECISION) == (q > DECISION)))
@@ -616,8 +701,14 @@ class Score:
     #: Mean task agreement over the outputs that have one (None: no output has).
     task: float | None
     top1: float | None
+    #: The mean of the outputs' ``OutputAccuracy.judged_l2``: a detector's head's is its channel groups' worse.
     relative_l2: float
     samples: int
+    #: What ``relative_l2`` measures, in words (``l2_text``).
+    l2_label: str = "relative L2"
+
+    def l2_text(self) -> str:
+        return f"{self.l2_label} {self.relative_l2:.4f}"
 
     def key(self) -> tuple[float, float, float]:
         # outputs with a NaN rank last (a NaN in the key would leave builds unordered)
@@ -631,7 +722,7 @@ class Score:
         return None if self.task is None else 1.0 - self.task
 
     def text(self) -> str:
-        rel = f"relative L2 {self.relative_l2:.4f}"
+        rel = self.l2_text()
         return rel if self.task is None else f"agreement {self.task * 100:.1f}%, {rel}"
 
 
@@ -641,11 +732,13 @@ def score(accuracy: list[OutputAccuracy]) -> Score:
     accuracy = [a for a in accuracy if not a.state] or accuracy
     tasks = [a.task_agreement for a in accuracy if a.task_agreement is not None]
     tops = [a.top1_agreement for a in accuracy if a.top1_agreement is not None]
+    channels = any(a.detections is not None and a.unreadable is None for a in accuracy)
     return Score(
         float(np.mean(tasks)) if tasks else None,
         float(np.mean(tops)) if tops else None,
-        float(np.mean([a.relative_l2 for a in accuracy])),
+        float(np.mean([a.judged_l2 for a in accuracy])),
         accuracy[0].samples if accuracy else 0,
+        "box/score relative L2" if channels else "relative L2",
     )
 
 
@@ -663,7 +756,9 @@ def judged_split(accuracy: list[OutputAccuracy]) -> list[OutputAccuracy]:
     return []
 
 
-def points(fraction: float) -> str:
+def points(fraction: float | None) -> str:
+    if fraction is None:  # no loss to count (Score.loss where the task metric read nothing): never "None * 100"
+        return "an unknown number of points (the task metric could not read these samples)"
     return f"{fraction * 100:.3g} point{'s' if round(fraction * 100, 3) != 1 else ''}"
 
 
@@ -694,14 +789,23 @@ def verdict(accuracy: list[OutputAccuracy], budget: float = DEFAULT_BUDGET) -> s
             f"{RELATIVE_L2_THRESHOLD:g}: {'within' if within else 'OVER'}, relative L2 {result.relative_l2:.4f} "
             f"({', '.join(judged)}) on {split} (the {points(budget)} budget reads task agreement and cannot be checked)"
         )
-    word = "agreement" if sum(a.task_agreement is not None for a in rows) == 1 else "mean task agreement"
+    tasks = [a for a in rows if a.task_agreement is not None]
+    word = "agreement" if len(tasks) == 1 else "mean task agreement"
+    detail = ""
+    if len(tasks) == 1 and tasks[0].detections is not None:  # what a detector's F1 counted, and of how many
+        d = tasks[0].detections
+        word = f"detection F1 at score {DETECTION_THRESHOLD:g}"
+        detail = (
+            f"{d.floats} float and {d.int8} int8 detections of {d.anchors} anchors, {d.matched} alike; int8 "
+            f"confidence {d.confidence:.2f}x float's; "
+        )
     within = result.loss <= budget + 1e-12
     coarsest = min(a.resolution() for a in rows if a.unreadable is None)
     unresolved = not within and result.loss <= 1.0 / coarsest + 1e-12  # one disagreement: the samples cannot tell
     state = "within" if within else "UNRESOLVED against" if unresolved else "OVER"
     line = (
         f"int8 verdict: {state} the {points(budget)} budget: {word} "
-        f"{result.task * 100:.1f}% on {split} (loses {points(result.loss)})"
+        f"{result.task * 100:.1f}% on {split} ({detail}loses {points(result.loss)})"
     )
     if 1.0 / coarsest > budget:
         line += f"; one disagreement in {coarsest} is {points(1.0 / coarsest)}: more samples resolve it"

@@ -17,6 +17,7 @@ held-back samples, against the float outputs the calibration pass already comput
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -150,7 +151,27 @@ class LayerCost:
 
 #: How many of the judged samples measure each layer's sensitivity (one variant per layer: they must be few; the
 #: relative L2 and per-position top-1 of a few samples rank layers well, the chosen set is judged on them all).
+#: They are the first samples the task metric reads (``sensitivity_samples``).
 SENSITIVITY_SAMPLES = 2
+
+
+def sensitivity_samples(judge: Judge) -> list[int]:
+    """The indices of the ``SENSITIVITY_SAMPLES`` samples that measure the layers' costs: the first ones on which
+    the task metric reads the float model's outputs, then the first others. A detector's head reads only samples
+    where float detects something, a multi-label map only those with a positive: most images hold no object, and
+    on two that held none NudeNet's every layer "lost" None points (an internal error, and a ranking of ties)."""
+    readable, other = [], []
+    for i, outputs in enumerate(judge.floats):
+        rows = [
+            compare(name, judge.split, [outputs[j]], [outputs[j]], judge.sequence, judge.readings.get(name))
+            for j, name in enumerate(judge.names)
+        ]
+        (readable if score(rows).task is not None else other).append(i)
+        if len(readable) >= SENSITIVITY_SAMPLES:
+            break
+    return (readable + other)[:SENSITIVITY_SAMPLES]  # none readable: the first ones, ranked by relative L2
+
+
 #: How many kept layers the report names with their cost (the rest by name only).
 NAMED_LAYERS = 5
 
@@ -162,8 +183,9 @@ def layer_costs(judge: Judge, table: CalibrationTable, stream: TextIO | None) ->
     float model (exact zero where it does none), not as a small difference between two damaged builds.
     """
     # the outputs read as the build reads them (readings): by shape, a multi-label map read as CTC
-    few = Judge(judge.graph, judge.plan, judge.names, judge.samples[:SENSITIVITY_SAMPLES],
-                judge.floats[:SENSITIVITY_SAMPLES], judge.split, judge.engine, judge.like, judge.scheme,
+    chosen = sensitivity_samples(judge)
+    few = Judge(judge.graph, judge.plan, judge.names, [judge.samples[i] for i in chosen],
+                [judge.floats[i] for i in chosen], judge.split, judge.engine, judge.like, judge.scheme,
                 judge.sequence, judge.readings)  # fmt: skip
     names = [op.node.name for op in judge.plan.ops]
     tick = progress_bar(stream, "layers", len(names))
@@ -173,11 +195,21 @@ def layer_costs(judge: Judge, table: CalibrationTable, stream: TextIO | None) ->
         others = names[:i] + names[i + 1 :]
         costs.append(LayerCost(op.node.name, op.node.op, few.measure(table, others)[1]))
         tick(i + 1)
-    return sorted(costs, key=lambda c: c.alone.key())  # the layer whose int8 alone scores worst first
+    # the layer whose int8 alone scores worst first; where the task metric reads none of the samples (every
+    # loss None) the key ranks by relative L2, which is always defined
+    return sorted(costs, key=lambda c: c.alone.key())
 
 
 def _task_loss(score: Score) -> float:
-    return score.loss
+    return score.loss if score.loss is not None else math.inf
+
+
+def _alone(score: Score) -> str:
+    """What one layer alone in int8 costs, for the report: its loss, or its relative L2 alone where the task metric
+    could not read the sensitivity samples."""
+    if score.loss is None:
+        return f"{score.l2_text()}; the task metric reads neither sensitivity sample"
+    return f"loses {points(score.loss)}, {score.l2_text()}"
 
 
 def _relative_l2(score: Score) -> float:
@@ -270,7 +302,7 @@ def fit_budget(judge: Judge, table: CalibrationTable, budget: float, stream: Tex
             return [], [f"int8: {message}; every layer kept in int8"]
         message += f"; the {k} costliest layers kept float, the least loss measured"
         return order[:k], [f"int8: {message}: {', '.join(order[:k])}"]
-    named = _named_layers(costs, k, lambda a: f"loses {points(a.loss)}, relative L2 {a.relative_l2:.4f}")
+    named = _named_layers(costs, k, _alone)
     lines = [
         f"int8: {asked} {budget_text(budget)}"
         + (f" (as {len(judge.samples)} samples resolve it: {points(limit)})" if limit > budget else "")
@@ -307,7 +339,7 @@ def _fit_relative_l2(judge: Judge, table: CalibrationTable, base: Score, asked: 
             return [], [f"{head}: int8 everywhere {base.relative_l2:.4f} on {on}, and no layer set measured short "
                         "of the float model is within it; every layer kept in int8 (build in float where it "
                         "matters)"]  # fmt: skip
-    named = _named_layers(costs, k, lambda a: f"relative L2 {a.relative_l2:.4f}")
+    named = _named_layers(costs, k, lambda a: a.l2_text())
     kept = f"{k} of {len(order)} layers kept float" if met else (
         f"no layer set short of the float model is within it, the least measured keeps {k} of {len(order)} layers "
         "float"
