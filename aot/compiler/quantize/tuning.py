@@ -48,11 +48,34 @@ from aot.ir.graph import Graph, Value
 BUDGET_REASON = "kept float under the accuracy budget"
 
 
+def layers(plan: QuantizationPlan) -> list[list[str]]:
+    """The plan's quantized ops as layers, each a list of op names: the ops that read one weight tensor (an
+    unrolled LSTM's steps, 160 matmuls over one W; a weight-tied block) are one layer, kept float or quantized
+    together, as one weight is stored once in one precision; any other op is a layer of its own. Measured op by
+    op, resemblyzer's 3-layer LSTM had 484 "layers" (7 weights), one variant each: an int8 build of hours."""
+    groups: dict[object, list[str]] = {}
+    for op in plan.ops:
+        weight = op.node.inputs[1] if len(op.node.inputs) > 1 else None
+        key = id(weight) if weight is not None and weight.is_constant else ("op", op.node.name)
+        groups.setdefault(key, []).append(op.node.name)
+    return list(groups.values())
+
+
+def with_shared_weights(plan: QuantizationPlan, keep_float: Iterable[str]) -> set[str]:
+    """``keep_float`` and every op that reads a weight one of them reads (``layers``)."""
+    keep = set(keep_float)
+    if keep:
+        for layer in layers(plan):
+            if keep.intersection(layer):
+                keep.update(layer)
+    return keep
+
+
 def restrict(plan: QuantizationPlan, keep_float: Iterable[str], mapping: dict[int, Value] | None = None,
              reason: str = BUDGET_REASON) -> QuantizationPlan:  # fmt: skip
-    """``plan`` without the ops named in ``keep_float``, mapped onto a clone's values when ``mapping`` is given;
-    the notes say ``reason`` for them."""
-    keep_float = set(keep_float)
+    """``plan`` without the ops named in ``keep_float`` and those sharing their weights (``with_shared_weights``),
+    mapped onto a clone's values when ``mapping`` is given; the notes say ``reason`` for them."""
+    keep_float = with_shared_weights(plan, keep_float)
 
     def v(value: Value) -> Value:
         return mapping[id(value)] if mapping is not None else value
@@ -147,6 +170,13 @@ class LayerCost:
     op: str
     #: The score with this layer alone in int8 (every other layer float), on the sensitivity samples.
     alone: Score
+    #: How many ops read this layer's weight (``layers``): named by the first, kept float together.
+    ops: int = 1
+
+    def label(self) -> str:
+        return f"{self.op} {self.name!r}" + (
+            f" (and the {self.ops - 1} ops sharing its weight)" if self.ops > 1 else ""
+        )
 
 
 #: How many of the judged samples measure each layer's sensitivity (one variant per layer: they must be few; the
@@ -187,13 +217,15 @@ def layer_costs(judge: Judge, table: CalibrationTable, stream: TextIO | None) ->
     few = Judge(judge.graph, judge.plan, judge.names, [judge.samples[i] for i in chosen],
                 [judge.floats[i] for i in chosen], judge.split, judge.engine, judge.like, judge.scheme,
                 judge.sequence, judge.readings)  # fmt: skip
-    names = [op.node.name for op in judge.plan.ops]
+    groups = layers(judge.plan)
+    names = [group[0] for group in groups]  # a layer by its first op (restrict takes the rest with it)
+    ops = {op.node.name: op.node.op for op in judge.plan.ops}
     tick = progress_bar(stream, "layers", len(names))
     tick(0)
     costs = []
-    for i, op in enumerate(judge.plan.ops):
+    for i, name in enumerate(names):
         others = names[:i] + names[i + 1 :]
-        costs.append(LayerCost(op.node.name, op.node.op, few.measure(table, others)[1]))
+        costs.append(LayerCost(name, ops[name], few.measure(table, others)[1], len(groups[i])))
         tick(i + 1)
     # the layer whose int8 alone scores worst first; where the task metric reads none of the samples (every
     # loss None) the key ranks by relative L2, which is always defined
@@ -241,7 +273,7 @@ def _fewest_kept(judge: Judge, table: CalibrationTable, order: list[str], limit:
 def _named_layers(costs: list[LayerCost], k: int, alone: Callable[[Score], str]) -> str:
     """The k costliest layers for the report: the first ``NAMED_LAYERS`` with what each costs alone in int8
     (``alone`` of its score), the rest by name."""
-    named = ", ".join(f"{c.op} {c.name!r} (alone in int8: {alone(c.alone)})" for c in costs[: min(k, NAMED_LAYERS)])
+    named = ", ".join(f"{c.label()} (alone in int8: {alone(c.alone)})" for c in costs[: min(k, NAMED_LAYERS)])
     if k > NAMED_LAYERS:
         named += f", and {k - NAMED_LAYERS} more ({', '.join(c.name for c in costs[NAMED_LAYERS:k])})"
     return named
