@@ -22,21 +22,31 @@ DOT_PRODUCT_FLAGS = {
 
 
 @functools.cache
-def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, frozenset[str]]:
-    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere.
+def cpu_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (each processor repeats them); empty where it cannot be read.
 
-    Read once per process: every int8 load asks, and /proc/cpuinfo repeats the flags per core."""
-    model, flags = platform.processor() or platform.machine(), frozenset()
+    Read once per process: every int8 load asks, and the file repeats the flags per core."""
+    fields: dict[str, str] = {}
     try:
         for line in cpuinfo.read_text().splitlines():
+            if not line.strip():
+                if fields:
+                    break  # the end of the first processor's block
+                continue
             name, _, value = line.partition(":")
-            if name.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif name.strip() in FLAG_FIELDS and not flags:
-                flags = frozenset(value.split())
+            fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
-    return model, flags
+    return fields
 
 
-__all__ = ["DOT_PRODUCT_FLAGS", "FLAG_FIELDS", "cpu_flags_and_model"]
+@functools.cache
+def cpu_flags_and_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, frozenset[str]]:
+    """The CPU's model name and feature flags (Linux); the platform's words and no flags elsewhere."""
+    fields = cpu_fields(cpuinfo)
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = next((fields[name] for name in FLAG_FIELDS if name in fields), "")
+    return model, frozenset(flags.split())
+
+
+__all__ = ["DOT_PRODUCT_FLAGS", "FLAG_FIELDS", "cpu_fields", "cpu_flags_and_model"]

@@ -15,7 +15,7 @@ import os
 import platform
 from pathlib import Path
 
-from runtime_lite.cpu import DOT_PRODUCT_FLAGS, cpu_flags_and_model
+from runtime_lite.cpu import DOT_PRODUCT_FLAGS, cpu_fields, cpu_flags_and_model
 
 #: OpenBLAS kernels (``openblas_get_corename``) that use AVX-512.
 AVX512_KERNELS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
@@ -44,15 +44,10 @@ ZEN_GENERATIONS = (
 
 def zen_generation(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """``"Zen4 (family 25)"`` for an AMD CPU whose model name leaves the generation out; None elsewhere."""
-    fields: dict[str, str] = {}
+    fields = cpu_fields(cpuinfo)
     try:
-        for line in cpuinfo.read_text().splitlines():
-            if not line.strip():
-                break  # the first processor says it
-            name, _, value = line.partition(":")
-            fields[name.strip()] = value.strip()
         family, model = int(fields["cpu family"]), int(fields["model"])
-    except (OSError, KeyError, ValueError):
+    except (KeyError, ValueError):
         return None
     if fields.get("vendor_id") != "AuthenticAMD":
         return None
